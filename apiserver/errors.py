@@ -1,0 +1,184 @@
+"""Kubernetes Status errors: one coded family, mapped in one place to HTTP.
+
+Shapes follow SPEC.md S8.2-S8.3 (key order kind, apiVersion, metadata, status,
+message, reason, details, code; empty fields omitted). Every error the HTTP
+layer returns is a `StatusError`; anything else reaching the handler is an
+internal bug and becomes a 500 InternalError (never a stack trace on the wire).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+class StatusError(Exception):
+    """An error that is answered with a Kubernetes `Status` object."""
+
+    def __init__(self, code: int, reason: str, message: str,
+                 details: dict[str, Any] | None = None,
+                 metadata: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details or {}
+        self.metadata = metadata or {}
+
+    @property
+    def retry_after(self) -> int:
+        return int(self.details.get("retryAfterSeconds") or 0)
+
+    def status(self) -> dict[str, Any]:
+        """The Status object as an ordered dict (Go struct order, S8.2)."""
+        out: dict[str, Any] = {"kind": "Status", "apiVersion": "v1",
+                               "metadata": dict(self.metadata), "status": "Failure"}
+        if self.message:
+            out["message"] = self.message
+        if self.reason:
+            out["reason"] = self.reason
+        if self.details:
+            out["details"] = _ordered_details(self.details)
+        out["code"] = self.code
+        return out
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return f"StatusError({self.code}, {self.reason!r}, {self.message!r})"
+
+
+_DETAIL_ORDER = ("name", "group", "kind", "uid", "causes", "retryAfterSeconds")
+_CAUSE_ORDER = ("reason", "message", "field")
+
+
+def _ordered_details(details: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for k in _DETAIL_ORDER:
+        v = details.get(k)
+        if v in (None, "", [], 0):
+            continue
+        if k == "causes":
+            v = [{ck: c[ck] for ck in _CAUSE_ORDER if c.get(ck)} for c in v]
+        out[k] = v
+    return out
+
+
+def _qualified(resource: str, group: str) -> str:
+    return f"{resource}.{group}" if group else resource
+
+
+def _details(name: str, group: str, kind: str, **extra: Any) -> dict[str, Any]:
+    d: dict[str, Any] = {"name": name, "group": group, "kind": kind}
+    d.update(extra)
+    return d
+
+
+# --- constructors, one per upstream helper in apimachinery/pkg/api/errors ---
+
+def not_found(resource: str, name: str, group: str = "") -> StatusError:
+    """404 NotFound: `configmaps "foo" not found` (S1.17)."""
+    return StatusError(404, "NotFound", f'{_qualified(resource, group)} "{name}" not found',
+                       _details(name, group, resource))
+
+
+def already_exists(resource: str, name: str, group: str = "") -> StatusError:
+    return StatusError(409, "AlreadyExists", f'{_qualified(resource, group)} "{name}" already exists',
+                       _details(name, group, resource))
+
+
+def conflict(resource: str, name: str, group: str, why: str) -> StatusError:
+    return StatusError(
+        409, "Conflict",
+        f'Operation cannot be fulfilled on {_qualified(resource, group)} "{name}": {why}',
+        _details(name, group, resource))
+
+
+def conflict_modified(resource: str, name: str, group: str = "") -> StatusError:
+    """The message upstream gives for a stale resourceVersion on update."""
+    return conflict(resource, name, group,
+                    "the object has been modified; please apply your changes to the latest version and try again")
+
+
+def invalid(kind: str, name: str, group: str, causes: list[dict[str, str]]) -> StatusError:
+    """422 Invalid: `Kind.group "name" is invalid: [e1, e2]` (S1.2).
+
+    Each cause is {"reason": FieldValueInvalid|..., "field": ..., "message": <full error text>}.
+    """
+    msgs = [c["message"] for c in causes]
+    joined = msgs[0] if len(msgs) == 1 else "[" + ", ".join(msgs) + "]"
+    qual = f"{kind}.{group}" if group else kind
+    return StatusError(422, "Invalid", f'{qual} "{name}" is invalid: {joined}',
+                       _details(name, group, kind, causes=causes))
+
+
+def field_error(kind: str, field: str, detail: str, value: Any = None) -> dict[str, str]:
+    """One field error as a Status cause, message shaped like field.Error.Error()."""
+    labels = {
+        "FieldValueInvalid": "Invalid value",
+        "FieldValueRequired": "Required value",
+        "FieldValueForbidden": "Forbidden",
+        "FieldValueNotSupported": "Unsupported value",
+        "FieldValueDuplicate": "Duplicate value",
+        "FieldValueTooLong": "Too long",
+    }
+    label = labels[kind]
+    if kind in ("FieldValueInvalid", "FieldValueNotSupported", "FieldValueDuplicate") and value is not None:
+        import json
+        msg = f"{field}: {label}: {json.dumps(value)}"
+        if detail:
+            msg += f": {detail}"
+    else:
+        msg = f"{field}: {label}: {detail}" if detail else f"{field}: {label}"
+    return {"reason": kind, "message": msg, "field": field}
+
+
+def bad_request(message: str) -> StatusError:
+    return StatusError(400, "BadRequest", message)
+
+
+def method_not_supported(resource: str, action: str, group: str = "") -> StatusError:
+    return StatusError(405, "MethodNotAllowed",
+                       f"{action} is not supported on resources of kind \"{_qualified(resource, group)}\"",
+                       {"group": group, "kind": resource})
+
+
+def request_entity_too_large(message: str) -> StatusError:
+    return StatusError(413, "RequestEntityTooLarge", f"Request entity too large: {message}")
+
+
+def unsupported_media_type(content_type: str) -> StatusError:
+    return StatusError(415, "UnsupportedMediaType",
+                       f"the body of the request was in an unknown format - accepted media types include: "
+                       f"application/json-patch+json, application/merge-patch+json, "
+                       f"application/apply-patch+yaml")
+
+
+def not_acceptable(message: str) -> StatusError:
+    return StatusError(406, "NotAcceptable", message)
+
+
+def expired(message: str, metadata: dict[str, Any] | None = None) -> StatusError:
+    """410 Expired (S1.24, S2.12)."""
+    return StatusError(410, "Expired", message, metadata=metadata)
+
+
+def too_large_resource_version(requested: int, current: int, retry_after: int = 1) -> StatusError:
+    """504 Timeout with the ResourceVersionTooLarge cause (S1.16, S1.22)."""
+    details: dict[str, Any] = {"causes": [{"reason": "ResourceVersionTooLarge",
+                                           "message": "Too large resource version"}]}
+    if retry_after:
+        details["retryAfterSeconds"] = retry_after
+    return StatusError(504, "Timeout",
+                       f"Timeout: Too large resource version: {requested}, current: {current}", details)
+
+
+def too_many_requests(message: str, retry_after: int) -> StatusError:
+    """429 (S1.25)."""
+    return StatusError(429, "TooManyRequests", message, {"retryAfterSeconds": retry_after})
+
+
+def service_unavailable(message: str) -> StatusError:
+    return StatusError(503, "ServiceUnavailable", message)
+
+
+def internal(message: str) -> StatusError:
+    """500 InternalError (S8.3: message prefixed `Internal error occurred: `)."""
+    return StatusError(500, "InternalError", f"Internal error occurred: {message}",
+                       {"causes": [{"message": message}]})

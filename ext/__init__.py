@@ -1,0 +1,39 @@
+"""Compiled (Cython) helpers for hot paths.
+
+Each compiled module ``ext.<name>`` has a pure-Python twin ``ext.<name>_py`` with the same API;
+both are tested against each other. This package re-exports the compiled functions.
+
+The compiled modules are REQUIRED: if they are missing (the source tree was never built), importing
+``ext`` raises ImportError instead of silently running 100x slower. Build them with::
+
+    pip install -e .        # compiles ext/*.pyx in place
+
+Escape hatch for debugging (pdb into the hash, or a machine without a C compiler): set
+``RESIDENCY_PURE_PYTHON=1`` to use the pure-Python twins. ``COMPILED`` tells which one is active.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["COMPILED", "fnv1a64", "fnv1a64_bytes", "fnv1a64_hex"]
+
+_PURE_PYTHON = os.environ.get("RESIDENCY_PURE_PYTHON") == "1"
+
+COMPILED: bool
+"""True if the functions exported here come from the compiled modules."""
+
+if _PURE_PYTHON:
+    from ext.fnv_py import fnv1a64, fnv1a64_bytes, fnv1a64_hex
+
+    COMPILED = False
+else:
+    try:
+        from ext.fnv import fnv1a64, fnv1a64_bytes, fnv1a64_hex
+    except ImportError as exc:
+        raise ImportError(
+            "residency-apiserver: the compiled module ext.fnv is missing or failed to load "
+            f"({exc}). Run `pip install -e .` in the project root, which compiles ext/*.pyx. "
+            "To debug without compiled code, set RESIDENCY_PURE_PYTHON=1 (slow pure-Python twins)."
+        ) from exc
+    COMPILED = True

@@ -1,0 +1,151 @@
+"""`python -m apiserver` / `residency-apiserver`: the command line.
+
+Flags are named as kube-apiserver's. Without `--etcd-servers` a real etcd is
+started (embedded default etcd) with its data in `--state-dir`, and stopped
+cleanly on exit.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import ssl
+import sys
+
+from aiohttp import web
+
+
+def _bool(v: str) -> bool:
+    t = v.strip().lower()
+    if t in ("1", "t", "true", "yes"):
+        return True
+    if t in ("0", "f", "false", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"invalid boolean {v!r} (want true or false)")
+
+
+def _port(v: str) -> int:
+    try:
+        p = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid port {v!r}") from None
+    if not 0 <= p <= 65535:
+        raise argparse.ArgumentTypeError(f"port {p} out of range 0-65535")
+    return p
+
+
+def _address(v: str) -> str:
+    import ipaddress
+    try:
+        ipaddress.ip_address(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid IP address {v!r}") from None
+    return v
+
+
+def _prefix(v: str) -> str:
+    if not v.startswith("/"):
+        raise argparse.ArgumentTypeError(f"--etcd-prefix must start with '/', got {v!r}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m apiserver",
+                                description="Prototype Kubernetes apiserver over etcd (watch-cache residency experiments)")
+    p.add_argument("--etcd-servers", default="",
+                   help="comma-separated etcd URLs (http://host:port). Absent: start an embedded etcd")
+    p.add_argument("--etcd-prefix", type=_prefix, default="/registry", help="key prefix in etcd (default /registry)")
+    p.add_argument("--etcd-servers-overrides", default="",
+                   help="per-resource etcd servers: group/resource#url;url,... (core group: /pods#...); "
+                        "custom resources are accepted too")
+    p.add_argument("--bind-address", type=_address, default="127.0.0.1")
+    p.add_argument("--port", type=_port, default=8080, help="plain HTTP port (0 disables it)")
+    p.add_argument("--secure-port", type=_port, default=0, help="HTTPS port (needs --tls-cert-file and --tls-private-key-file)")
+    p.add_argument("--tls-cert-file", default="")
+    p.add_argument("--tls-private-key-file", default="")
+    p.add_argument("--watch-cache", type=_bool, default=False, nargs="?", const=True,
+                   help="serve reads from the watch cache (not implemented yet: only false is accepted)")
+    p.add_argument("--state-dir", default=os.environ.get("RESIDENCY_STATE_DIR", "state"),
+                   help="where the embedded etcd keeps its data (default ./state)")
+    p.add_argument("-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity (0-10)")
+    return p
+
+
+def parse_args(argv: list[str] | None = None):
+    from storage.router import parse_overrides, parse_servers
+    p = build_parser()
+    a = p.parse_args(argv)
+    try:
+        a.etcd_server_list = parse_servers(a.etcd_servers) if a.etcd_servers else []
+        a.overrides = parse_overrides(a.etcd_servers_overrides)
+    except ValueError as e:
+        p.error(str(e))
+    if a.secure_port and not (a.tls_cert_file and a.tls_private_key_file):
+        p.error("--secure-port needs --tls-cert-file and --tls-private-key-file")
+    for f in (a.tls_cert_file, a.tls_private_key_file):
+        if f and not os.path.isfile(f):
+            p.error(f"TLS file not found: {f}")
+    if a.watch_cache:
+        p.error("--watch-cache=true: the watch cache is not implemented yet in this build; use --watch-cache=false")
+    if not a.port and not a.secure_port:
+        p.error("nothing to serve: both --port and --secure-port are 0")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if a.verbosity >= 4 else logging.INFO,
+                        format="time=%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)s")
+    if a.verbosity < 6:
+        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    from storage.embedded import EmbeddedEtcd
+    from .server import APIServer, Config
+
+    etcd = None
+    servers = a.etcd_server_list
+    if not servers:
+        etcd = EmbeddedEtcd(data_dir=os.path.abspath(os.path.join(a.state_dir, "etcd"))).start()
+        servers = [etcd.endpoint]
+        print(f"embedded etcd: {etcd.endpoint} data={etcd.data_dir} log={etcd.log_path}", file=sys.stderr)
+    try:
+        cfg = Config(etcd_servers=servers, etcd_prefix=a.etcd_prefix, etcd_overrides=a.overrides,
+                     watch_cache=a.watch_cache, bind_address=a.bind_address, port=a.port)
+        asyncio.run(_serve(APIServer(cfg), a))
+    finally:
+        if etcd is not None:
+            etcd.stop()
+    return 0
+
+
+async def _serve(server, a) -> None:
+    runner = web.AppRunner(server.app(), handle_signals=False, access_log=None)
+    await runner.setup()
+    urls = []
+    if a.port:
+        await web.TCPSite(runner, a.bind_address, a.port, shutdown_timeout=1).start()
+        urls.append(f"http://{_host(a.bind_address)}:{a.port}")
+    if a.secure_port:
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(a.tls_cert_file, a.tls_private_key_file)
+        await web.TCPSite(runner, a.bind_address, a.secure_port, ssl_context=ctx, shutdown_timeout=1).start()
+        urls.append(f"https://{_host(a.bind_address)}:{a.secure_port}")
+    print(f"apiserver ready: {' '.join(urls)} etcd={','.join(server.config.etcd_servers)} "
+          f"etcd_version={server.etcd_version}", file=sys.stderr)
+    print(f"point kubectl at it:  kubectl --server {urls[0]} get configmaps -A", file=sys.stderr, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    print("shutting down", file=sys.stderr)
+    await runner.cleanup()
+
+
+def _host(addr: str) -> str:
+    return f"[{addr}]" if ":" in addr else addr
+
+
+if __name__ == "__main__":
+    sys.exit(main())

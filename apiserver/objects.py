@@ -1,0 +1,153 @@
+"""Object lifecycle rules the server applies on writes (sans-IO).
+
+What upstream's registry strategies do for the kinds we serve, reduced to
+what clients observe: server-set metadata (uid, creationTimestamp,
+generation), status-subresource semantics, and CRD status conditions.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import uuid
+from typing import Any
+
+from .resources import Resource
+
+Obj = dict[str, Any]
+
+# Kinds whose metadata.generation tracks spec changes (upstream sets it for
+# these strategies; ConfigMaps, Secrets, Leases, RBAC, ... have no generation).
+_GENERATION_KINDS = {"pods", "customresourcedefinitions"}
+
+# Top-level field order for the Go structs we serve (typed objects are
+# encoded in struct order, S6.3); unknown fields follow in client order.
+_TOP_ORDER = ["kind", "apiVersion", "metadata", "spec", "status", "immutable", "data", "binaryData",
+              "stringData", "type", "secrets", "imagePullSecrets", "automountServiceAccountToken",
+              "rules", "aggregationRule", "subjects", "roleRef"]
+_TOP_RANK = {k: i for i, k in enumerate(_TOP_ORDER)}
+_META_ORDER = ("name", "generateName", "namespace", "selfLink", "uid", "resourceVersion",
+               "generation", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
+               "labels", "annotations", "ownerReferences", "finalizers", "managedFields")
+_META_RANK = {k: i for i, k in enumerate(_META_ORDER)}
+# Go maps are encoded with sorted keys.
+_SORTED_MAPS = ("labels", "annotations")
+_SORTED_TOP_MAPS = ("data", "binaryData", "stringData")
+
+
+def now_rfc3339() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def canonical(resource: Resource, obj: Obj) -> Obj:
+    """Reorder a typed object like Go would encode it; custom resources are left alone
+    (they are encoded with sorted keys everywhere, S6.4)."""
+    if resource.custom:
+        return obj
+    out = {k: obj[k] for k in sorted(obj, key=lambda k: _TOP_RANK.get(k, 99))}
+    md = out.get("metadata")
+    if isinstance(md, dict):
+        md = {k: md[k] for k in sorted(md, key=lambda k: _META_RANK.get(k, 99))}
+        for m in _SORTED_MAPS:
+            if isinstance(md.get(m), dict):
+                md[m] = dict(sorted(md[m].items()))
+        out["metadata"] = md
+    for m in _SORTED_TOP_MAPS:
+        if isinstance(out.get(m), dict):
+            out[m] = dict(sorted(out[m].items()))
+    return out
+
+
+def _has_generation(resource: Resource) -> bool:
+    return resource.custom or resource.plural in _GENERATION_KINDS
+
+
+def prepare_create(resource: Resource, obj: Obj) -> Obj:
+    """Server-set fields on create (uid, creationTimestamp, generation; no RV)."""
+    md = obj.setdefault("metadata", {})
+    md.pop("resourceVersion", None)
+    md["uid"] = str(uuid.uuid4())
+    md["creationTimestamp"] = now_rfc3339()
+    md.pop("deletionTimestamp", None)
+    md.pop("deletionGracePeriodSeconds", None)
+    md.pop("selfLink", None)
+    if _has_generation(resource):
+        md["generation"] = 1
+    else:
+        md.pop("generation", None)
+    if resource.plural == "namespaces":
+        obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+        obj["status"] = {"phase": "Active"}
+    elif resource.plural == "pods":
+        status = obj.get("status") or {}
+        obj["status"] = {"phase": status.get("phase") or "Pending", **{k: v for k, v in status.items()
+                                                                       if k != "phase"}}
+    elif resource.plural == "customresourcedefinitions":
+        obj["status"] = crd_status(obj)
+    elif resource.custom and resource.status_subresource:
+        obj.pop("status", None)  # status is written through /status only
+    return canonical(resource, obj)
+
+
+def prepare_update(resource: Resource, new: Obj, old: Obj, subresource: str = "") -> Obj:
+    """Carry server-owned fields from `old` into `new`; status-subresource rules."""
+    omd = old.get("metadata", {})
+    if subresource == "status":
+        # Status updates change status only (upstream PrepareForUpdate of status strategies).
+        merged = dict(old)
+        if "status" in new:
+            merged["status"] = new["status"]
+        else:
+            merged.pop("status", None)
+        new = merged
+    elif resource.status_subresource and resource.plural != "customresourcedefinitions":
+        if "status" in old:
+            new["status"] = old["status"]
+        else:
+            new.pop("status", None)
+    md = new.setdefault("metadata", {})
+    for k in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"):
+        if k in omd:
+            md[k] = omd[k]
+        else:
+            md.pop(k, None)
+    md.pop("resourceVersion", None)
+    if _has_generation(resource):
+        gen = int(omd.get("generation") or 1)
+        changed = _spec_part(new) != _spec_part(old)
+        md["generation"] = gen + 1 if changed and subresource != "status" else gen
+    else:
+        md.pop("generation", None)
+    if resource.plural == "customresourcedefinitions":
+        new["status"] = crd_status(new)
+    return canonical(resource, new)
+
+
+def _spec_part(obj: Obj) -> Obj:
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "kind", "apiVersion")}
+
+
+def crd_status(crd: Obj) -> Obj:
+    """The status the apiextensions controllers would converge to: names accepted, established."""
+    spec = crd.get("spec") or {}
+    ts = now_rfc3339()
+    conds = [
+        {"type": "NamesAccepted", "status": "True", "lastTransitionTime": ts,
+         "reason": "NoConflicts", "message": "no conflicts found"},
+        {"type": "Established", "status": "True", "lastTransitionTime": ts,
+         "reason": "InitialNamesAccepted", "message": "the initial names have been accepted"},
+    ]
+    stored = [v["name"] for v in spec.get("versions") or [] if v.get("storage")]
+    return {"conditions": conds, "acceptedNames": spec.get("names") or {}, "storedVersions": stored}
+
+
+def bookmark(resource: Resource, rv: int, initial_events_end: bool = False) -> Obj:
+    """A bookmark object: an empty object of the kind with only its RV (S4.10, S5.4)."""
+    md: Obj = {"resourceVersion": str(rv)}
+    if initial_events_end:
+        md["annotations"] = {"k8s.io/initial-events-end": "true"}
+    if resource.custom:
+        return {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": md}
+    obj: Obj = {"kind": resource.kind, "apiVersion": resource.api_version, "metadata": md}
+    if resource.plural == "pods":
+        obj["spec"] = {"containers": None}
+        obj["status"] = {}
+    return obj

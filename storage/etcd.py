@@ -1,0 +1,278 @@
+"""Thin async etcd v3 client over gRPC.
+
+Why not the `etcd3` package: it does not import under protobuf >= 4. We use
+the generated etcd v3 API stubs shipped by `aetcd` (maintained, works with
+current protobuf and grpcio) directly through `grpc.aio`, because we need
+things aetcd's high-level client does not expose: compare-and-swap Txns on
+`mod_revision`, paged ranges at a fixed revision, watches with `prev_kv` and
+`progress_notify`, and explicit progress requests on a watch stream.
+
+Every call is counted in `etcd_requests_total` / `etcd_request_duration_seconds`
+by operation and resource (upstream names).
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import AsyncIterator
+from urllib.parse import urlparse
+
+import grpc
+from aetcd.rpc import rpc_pb2 as pb
+from aetcd.rpc import rpc_pb2_grpc as pbg
+
+from . import errors
+from . import metrics
+
+# gRPC refuses replies over 4 MiB by default; we page ranges (PAGE_SIZE) but a
+# page of large objects can still exceed that, so raise the receive limit.
+MAX_RECV_BYTES = 256 * 1024 * 1024
+# Upstream pages the cache's initial list and its own etcd lists by 10,000 (S4.17).
+PAGE_SIZE = 10_000
+
+
+@dataclass(slots=True)
+class KV:
+    key: bytes
+    value: bytes
+    mod_revision: int
+    create_revision: int
+
+
+@dataclass(slots=True)
+class WatchEvent:
+    """One etcd event. `type` is "PUT" or "DELETE"; `prev` is the previous kv (if any)."""
+    type: str
+    kv: KV
+    prev: KV | None
+
+
+@dataclass(slots=True)
+class WatchProgress:
+    """A progress notification: etcd has sent everything up to `revision`."""
+    revision: int
+
+
+def _kv(m) -> KV:
+    return KV(m.key, m.value, m.mod_revision, m.create_revision)
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The range_end that makes [prefix, end) cover every key starting with prefix."""
+    b = bytearray(prefix)
+    for i in range(len(b) - 1, -1, -1):
+        if b[i] < 0xFF:
+            b[i] += 1
+            return bytes(b[: i + 1])
+    return b"\x00"
+
+
+def _target(endpoints: list[str]) -> str:
+    hosts = []
+    for ep in endpoints:
+        u = urlparse(ep if "://" in ep else "http://" + ep)
+        if u.scheme not in ("http", ""):
+            raise ValueError(f"unsupported etcd endpoint scheme {u.scheme!r} in {ep!r} (only http)")
+        hosts.append(f"{u.hostname}:{u.port or 2379}")
+    # gRPC's ipv4 resolver accepts a comma-separated list and balances over it.
+    return "ipv4:" + ",".join(hosts) if all(_is_ipv4(h) for h in hosts) else hosts[0]
+
+
+def _is_ipv4(hostport: str) -> bool:
+    host = hostport.rsplit(":", 1)[0]
+    parts = host.split(".")
+    return len(parts) == 4 and all(p.isdigit() for p in parts)
+
+
+def _map_rpc_error(e: grpc.aio.AioRpcError, key: str = "") -> errors.StorageError:
+    detail = e.details() or ""
+    if "required revision has been compacted" in detail:
+        return errors.StorageError(errors.Code.EXPIRED, key, detail)
+    if "required revision is a future revision" in detail:
+        return errors.StorageError(errors.Code.TOO_LARGE_RV, key, detail)
+    if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return errors.StorageError(errors.Code.UNREACHABLE, key, detail)
+    return errors.StorageError(errors.Code.INTERNAL, key, f"{e.code().name}: {detail}")
+
+
+class EtcdClient:
+    """One gRPC channel to an etcd cluster (one per resource group, see `Router`)."""
+
+    def __init__(self, endpoints: list[str], timeout: float = 30.0):
+        self.endpoints = list(endpoints)
+        self.timeout = timeout
+        self.channel = grpc.aio.insecure_channel(
+            _target(self.endpoints),
+            options=[("grpc.max_receive_message_length", MAX_RECV_BYTES),
+                     ("grpc.max_send_message_length", MAX_RECV_BYTES)])
+        self.kv = pbg.KVStub(self.channel)
+        self.watch_stub = pbg.WatchStub(self.channel)
+        self.maintenance = pbg.MaintenanceStub(self.channel)
+        self.version: str | None = None  # etcd server version, read by status()
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+    async def _call(self, op: str, resource: str, coro, key: str = ""):
+        t0 = time.perf_counter()
+        try:
+            return await coro
+        except grpc.aio.AioRpcError as e:
+            raise _map_rpc_error(e, key) from None
+        finally:
+            metrics.observe_etcd(op, resource, time.perf_counter() - t0)
+
+    async def status(self) -> str:
+        """Ask the member for its version (kept for S3.6 decisions)."""
+        r = await self._call("status", "", self.maintenance.Status(pb.StatusRequest(), timeout=self.timeout))
+        self.version = r.version
+        return r.version
+
+    async def get(self, key: bytes, resource: str = "", revision: int = 0) -> tuple[KV | None, int]:
+        r = await self._call("get", resource, self.kv.Range(
+            pb.RangeRequest(key=key, revision=revision), timeout=self.timeout), key.decode())
+        return (_kv(r.kvs[0]) if r.kvs else None), r.header.revision
+
+    async def range(self, start: bytes, end: bytes, *, revision: int = 0, limit: int = 0,
+                    resource: str = "", count_only: bool = False,
+                    keys_only: bool = False) -> tuple[list[KV], int, bool, int]:
+        """One range request: (kvs, header revision, more, count)."""
+        r = await self._call("list", resource, self.kv.Range(pb.RangeRequest(
+            key=start, range_end=end, revision=revision, limit=limit,
+            count_only=count_only, keys_only=keys_only), timeout=self.timeout))
+        return [_kv(m) for m in r.kvs], r.header.revision, r.more, r.count
+
+    async def current_revision(self, prefix: bytes, resource: str = "") -> int:
+        """Linearizable revision read: a count-free limit=1 range on the prefix (S3.1)."""
+        r = await self._call("getCurrentResourceVersion", resource, self.kv.Range(pb.RangeRequest(
+            key=prefix, range_end=prefix_end(prefix), limit=1, keys_only=True), timeout=self.timeout))
+        return r.header.revision
+
+    async def create(self, key: bytes, value: bytes, resource: str = "") -> tuple[bool, int, KV | None]:
+        """Put iff the key does not exist. Returns (ok, revision, existing kv if not ok)."""
+        req = pb.TxnRequest(
+            compare=[pb.Compare(key=key, target=pb.Compare.MOD, result=pb.Compare.EQUAL, mod_revision=0)],
+            success=[pb.RequestOp(request_put=pb.PutRequest(key=key, value=value))],
+            failure=[pb.RequestOp(request_range=pb.RangeRequest(key=key))])
+        r = await self._call("create", resource, self.kv.Txn(req, timeout=self.timeout), key.decode())
+        if r.succeeded:
+            return True, r.header.revision, None
+        kvs = r.responses[0].response_range.kvs
+        return False, r.header.revision, (_kv(kvs[0]) if kvs else None)
+
+    async def update(self, key: bytes, value: bytes, expected_mod_revision: int,
+                     resource: str = "") -> tuple[bool, int, KV | None]:
+        """Compare-and-swap on mod_revision. Returns (ok, revision, current kv if not ok)."""
+        req = pb.TxnRequest(
+            compare=[pb.Compare(key=key, target=pb.Compare.MOD, result=pb.Compare.EQUAL,
+                                mod_revision=expected_mod_revision)],
+            success=[pb.RequestOp(request_put=pb.PutRequest(key=key, value=value))],
+            failure=[pb.RequestOp(request_range=pb.RangeRequest(key=key))])
+        r = await self._call("update", resource, self.kv.Txn(req, timeout=self.timeout), key.decode())
+        if r.succeeded:
+            return True, r.header.revision, None
+        kvs = r.responses[0].response_range.kvs
+        return False, r.header.revision, (_kv(kvs[0]) if kvs else None)
+
+    async def delete(self, key: bytes, expected_mod_revision: int,
+                     resource: str = "") -> tuple[bool, int, KV | None]:
+        """Delete iff mod_revision matches. Returns (ok, revision, current kv if not ok)."""
+        req = pb.TxnRequest(
+            compare=[pb.Compare(key=key, target=pb.Compare.MOD, result=pb.Compare.EQUAL,
+                                mod_revision=expected_mod_revision)],
+            success=[pb.RequestOp(request_delete_range=pb.DeleteRangeRequest(key=key))],
+            failure=[pb.RequestOp(request_range=pb.RangeRequest(key=key))])
+        r = await self._call("delete", resource, self.kv.Txn(req, timeout=self.timeout), key.decode())
+        if r.succeeded:
+            return True, r.header.revision, None
+        kvs = r.responses[0].response_range.kvs
+        return False, r.header.revision, (_kv(kvs[0]) if kvs else None)
+
+    async def delete_prefix(self, prefix: bytes, resource: str = "") -> int:
+        """Delete every key under prefix (CRD and namespace clean-up). Returns the count."""
+        r = await self._call("deleteRange", resource, self.kv.DeleteRange(
+            pb.DeleteRangeRequest(key=prefix, range_end=prefix_end(prefix)), timeout=self.timeout))
+        return r.deleted
+
+    async def compact(self, revision: int, physical: bool = True) -> None:
+        await self._call("compact", "", self.kv.Compact(
+            pb.CompactionRequest(revision=revision, physical=physical), timeout=self.timeout))
+
+    def watch(self, prefix: bytes, start_revision: int, *, resource: str = "",
+              progress_notify: bool = True) -> "EtcdWatch":
+        return EtcdWatch(self, prefix, start_revision, resource, progress_notify)
+
+
+class WatchCompacted(Exception):
+    def __init__(self, compact_revision: int):
+        super().__init__(f"watch start revision compacted (compact revision {compact_revision})")
+        self.compact_revision = compact_revision
+
+
+class EtcdWatch:
+    """One etcd watch over a key prefix, with prev_kv, as an async iterator.
+
+    Yields lists of `WatchEvent` (one etcd response) or a `WatchProgress`.
+    Raises `WatchCompacted` if the start revision has been compacted.
+    `request_progress()` asks etcd for a progress notification (S3.2).
+    """
+
+    def __init__(self, client: EtcdClient, prefix: bytes, start_revision: int,
+                 resource: str, progress_notify: bool):
+        self._client = client
+        self._requests: asyncio.Queue = asyncio.Queue()
+        self._requests.put_nowait(pb.WatchRequest(create_request=pb.WatchCreateRequest(
+            key=prefix, range_end=prefix_end(prefix), start_revision=start_revision,
+            prev_kv=True, progress_notify=progress_notify)))
+        self._resource = resource
+        self._call = None
+        self._closed = False
+        metrics.observe_etcd("watch", resource, 0.0)
+
+    async def _request_iter(self):
+        while True:
+            req = await self._requests.get()
+            if req is None:
+                return
+            yield req
+
+    def request_progress(self) -> None:
+        if not self._closed:
+            self._requests.put_nowait(pb.WatchRequest(progress_request=pb.WatchProgressRequest()))
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._requests.put_nowait(None)
+            if self._call is not None:
+                self._call.cancel()
+
+    async def __aiter__(self) -> AsyncIterator[list[WatchEvent] | WatchProgress]:
+        self._call = self._client.watch_stub.Watch(self._request_iter())
+        try:
+            async for resp in self._call:
+                if resp.compact_revision:
+                    raise WatchCompacted(resp.compact_revision)
+                if resp.canceled:
+                    raise errors.StorageError(errors.Code.INTERNAL, "",
+                                              f"etcd canceled the watch: {resp.cancel_reason}")
+                if resp.created and not resp.events:
+                    continue
+                if not resp.events:
+                    # No events and not a creation: a progress notification.
+                    yield WatchProgress(resp.header.revision)
+                    continue
+                yield [WatchEvent("PUT" if ev.type == 0 else "DELETE", _kv(ev.kv),
+                                  _kv(ev.prev_kv) if ev.HasField("prev_kv") else None)
+                       for ev in resp.events]
+        except grpc.aio.AioRpcError as e:
+            if self._closed and e.code() == grpc.StatusCode.CANCELLED:
+                return
+            raise _map_rpc_error(e) from None
+        except asyncio.CancelledError:
+            if self._closed:
+                return
+            raise
+        finally:
+            self.close()

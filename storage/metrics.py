@@ -1,0 +1,15 @@
+"""etcd client metrics under upstream names (k8s.io/apiserver/pkg/storage/etcd3/metrics)."""
+from prometheus_client import Counter, Histogram
+
+etcd_requests_total = Counter(
+    "etcd_requests_total", "Etcd request counts for each operation and object type.",
+    ["operation", "type"])
+etcd_request_duration_seconds = Histogram(
+    "etcd_request_duration_seconds", "Etcd request latency in seconds for each operation and object type.",
+    ["operation", "type"],
+    buckets=(0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 45, 60))
+
+
+def observe_etcd(operation: str, resource: str, seconds: float) -> None:
+    etcd_requests_total.labels(operation, resource).inc()
+    etcd_request_duration_seconds.labels(operation, resource).observe(seconds)

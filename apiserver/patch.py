@@ -1,0 +1,765 @@
+"""PATCH bodies: JSON merge patch, JSON patch and strategic merge patch (pure code, no IO).
+
+Upstream reference (behaviour re-implemented, nothing copied):
+
+* k8s.io/apiserver/pkg/endpoints/handlers/patch.go -- how each patch type is decoded,
+  applied and which Status answers a failure;
+* gopkg.in/evanphx/json-patch.v4 -- the JSON-patch / merge-patch engine the apiserver uses;
+* k8s.io/apimachinery/pkg/util/strategicpatch + mergepatch -- strategic merge patch.
+
+Error mapping (as upstream's patch handler does it):
+
+==============================================  =====  ==========================================
+situation                                       code   message
+==============================================  =====  ==========================================
+JSON patch body not JSON / not a list of ops    400    ``error decoding patch: <go json error>``
+JSON patch with > 10000 operations              413    ``Request entity too large: The allowed
+                                                       maximum operations in a JSON patch is
+                                                       10000, got N``
+JSON patch op fails (missing path, failed       422    ``the server rejected our request due to
+``test``, unknown op, bad index)                       an error in our request`` (reason Invalid,
+                                                       no causes: upstream builds it with
+                                                       NewGenericServerResponse(422, ...) and
+                                                       drops the engine's text)
+merge patch body not JSON / not an object       400    ``error decoding patch: <go json error>``
+merge patch body ``null``                       400    ``Invalid JSON Patch``
+strategic patch body not JSON / not an object   400    ``<go json error>``
+SMP: bad ``$deleteFromPrimitiveList``,          400    mergepatch.Err* text (e.g. ``invalid patch
+``$retainKeys``, ``$setElementOrder`` format           format of retainKeys``)
+SMP: list of lists, patch keys outside          422    generic 422 as for JSON patch
+``$retainKeys``
+SMP: other engine errors (missing merge key,    500    the engine's text, no reason (upstream
+unknown ``$patch`` value, mixed list types)            returns a plain Go error -> 500 Unknown)
+strategic patch on a custom / unknown resource  415    ``the body of the request was in an unknown
+                                                       format - accepted media types include:
+                                                       application/json-patch+json,
+                                                       application/merge-patch+json,
+                                                       application/apply-patch+yaml``
+unsupported Content-Type                        415    same shape, listing the accepted types
+==============================================  =====  ==========================================
+
+Server-side apply (``application/apply-patch+yaml``) is out of scope: it is answered 415 listing
+the patch types this server does accept.
+
+Deliberate simplifications, because we store untyped JSON instead of decoding into Go structs:
+values that are new to the document (absent key, type change, new list element) are merged into
+an empty container, so ``null`` members and ``$``-directives never reach storage (upstream drops
+them when decoding into the typed struct).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import re
+from typing import Any
+
+from apiserver.errors import StatusError, bad_request, request_entity_too_large
+
+__all__ = [
+    "json_merge_patch", "json_patch", "strategic_merge_patch", "apply_patch",
+    "STRATEGIC_SCHEMA", "PATCH_TYPES", "JSONPatchError", "MAX_JSON_PATCH_OPERATIONS",
+]
+
+JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, APPLY_PATCH)
+
+MAX_JSON_PATCH_OPERATIONS = 10000  # handlers/patch.go maxJSONPatchOperations
+
+_GENERIC_422 = "the server rejected our request due to an error in our request"
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _generic_invalid(cause: str) -> StatusError:
+    """errors.NewGenericServerResponse(422, "", GroupResource{}, "", msg, 0, false).
+
+    The server message is dropped (isUnexpectedResponse=false); upstream sends
+    ``details: {}``. The engine's text is kept on the exception for logs only.
+    """
+    err = StatusError(422, "Invalid", _GENERIC_422)
+    err.cause = cause  # type: ignore[attr-defined]
+    return err
+
+
+def _plain_error(message: str) -> StatusError:
+    """A non-Status Go error reaching the handler: 500, reason Unknown (""), raw message."""
+    return StatusError(500, "", message)
+
+
+def _unsupported_media_type(accepted: list[str]) -> StatusError:
+    """negotiation.NewUnsupportedMediaTypeError(accepted)."""
+    return StatusError(415, "UnsupportedMediaType",
+                       "the body of the request was in an unknown format - accepted media types include: "
+                       + ", ".join(accepted))
+
+
+def _go_fmt(v: Any) -> str:
+    """Go's %v for decoded JSON values (maps print with sorted keys)."""
+    if v is None:
+        return "<nil>"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, dict):
+        return "map[" + " ".join(f"{k}:{_go_fmt(v[k])}" for k in sorted(v)) + "]"
+    if isinstance(v, list):
+        return "[" + " ".join(_go_fmt(x) for x in v) + "]"
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e21:
+        return str(int(v))
+    return str(v)
+
+
+def _json_type_word(v: Any) -> str:
+    if isinstance(v, dict):
+        return "object"
+    if isinstance(v, list):
+        return "array"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, bool):
+        return "bool"
+    if v is None:
+        return "null"
+    return "number"
+
+
+def _decode_json(body: bytes | str) -> Any:
+    """json.loads with Go-flavoured syntax-error text (raises ValueError(msg))."""
+    if isinstance(body, (bytes, bytearray)):
+        try:
+            text = bytes(body).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError("invalid character looking for beginning of value") from None
+    else:
+        text = body
+    def _reject(c: str) -> Any:
+        raise json.JSONDecodeError("bad constant", text, text.find(c[0]))
+    try:
+        return json.loads(text, parse_constant=_reject)
+    except json.JSONDecodeError as e:
+        if e.pos >= len(text.rstrip()):
+            raise ValueError("unexpected end of JSON input") from None
+        raise ValueError(f"invalid character {text[e.pos]!r} looking for beginning of value") from None
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    """Structural JSON equality (True != 1, 1 == 1.0)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    return type(a) is type(b) and a == b
+
+
+# --------------------------------------------------------------------------- merge patch
+
+def _prune_nulls(v: Any) -> Any:
+    """Values new to the document: drop null object members, recursively (json-patch v4)."""
+    if isinstance(v, dict):
+        return {k: _prune_nulls(x) for k, x in v.items() if x is not None}
+    if isinstance(v, list):
+        return [_prune_nulls(x) for x in v]
+    return v
+
+
+def json_merge_patch(doc: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch. Returns a new value; inputs are not modified.
+
+    Objects merge recursively, ``null`` deletes a member, anything else (arrays included)
+    replaces. A non-object patch replaces the whole document.
+    """
+    if not isinstance(patch, dict):
+        return _prune_nulls(copy.deepcopy(patch))
+    out = copy.deepcopy(doc) if isinstance(doc, dict) else {}
+    for k, pv in patch.items():
+        if pv is None:
+            out.pop(k, None)
+        elif isinstance(pv, dict):
+            out[k] = json_merge_patch(out.get(k), pv)
+        else:
+            out[k] = _prune_nulls(copy.deepcopy(pv))
+    return out
+
+
+# --------------------------------------------------------------------------- JSON patch
+
+class JSONPatchError(Exception):
+    """An operation that does not apply (upstream answers the generic 422)."""
+
+
+def _unescape(token: str) -> str:
+    return token.replace("~1", "/").replace("~0", "~")
+
+
+def _split_pointer(path: Any, what: str) -> list[str]:
+    if not isinstance(path, str):
+        raise JSONPatchError(f"{what} operation failed to decode path")
+    if path == "" or not path.startswith("/"):
+        raise JSONPatchError(f'{what} operation does not apply: doc is missing path: "{path}"')
+    return [_unescape(t) for t in path.split("/")[1:]]
+
+
+def _index(token: str, length: int, *, for_add: bool) -> int:
+    if not re.fullmatch(r"-?[0-9]+", token):
+        raise JSONPatchError(f"value was not a proper array index: '{token}'")
+    idx = int(token)
+    limit = length + 1 if for_add else length
+    if idx >= limit or idx < -limit:
+        raise JSONPatchError(f"Unable to access invalid index: {idx}")
+    if idx < 0:  # json-patch v4 SupportNegativeIndices
+        idx += limit
+    return idx
+
+
+def _parent(doc: Any, tokens: list[str], path: str, what: str) -> tuple[Any, str]:
+    cur = doc
+    for t in tokens[:-1]:
+        if isinstance(cur, dict) and t in cur:
+            cur = cur[t]
+        elif isinstance(cur, list):
+            try:
+                cur = cur[_index(t, len(cur), for_add=False)]
+            except JSONPatchError:
+                raise JSONPatchError(f'{what} operation does not apply: doc is missing path: "{path}"') from None
+        else:
+            raise JSONPatchError(f'{what} operation does not apply: doc is missing path: "{path}"')
+    if not isinstance(cur, (dict, list)):
+        raise JSONPatchError(f'{what} operation does not apply: doc is missing path: "{path}"')
+    return cur, tokens[-1]
+
+
+def _get(doc: Any, path: str, what: str) -> Any:
+    con, key = _parent(doc, _split_pointer(path, what), path, what)
+    if isinstance(con, dict):
+        if key not in con:
+            raise JSONPatchError(f"{what} operation does not apply: doc is missing path: {path}")
+        return con[key]
+    return con[_index(key, len(con), for_add=False)]
+
+
+def _add(doc: Any, path: str, value: Any, what: str = "add") -> None:
+    con, key = _parent(doc, _split_pointer(path, what), path, what)
+    if isinstance(con, dict):
+        con[key] = value
+    elif key == "-":
+        con.append(value)
+    else:
+        con.insert(_index(key, len(con), for_add=True), value)
+
+
+def _remove(doc: Any, path: str, what: str = "remove") -> Any:
+    con, key = _parent(doc, _split_pointer(path, what), path, what)
+    if isinstance(con, dict):
+        if key not in con:
+            raise JSONPatchError(f"Unable to remove nonexistent key: {key}: missing value")
+        return con.pop(key)
+    return con.pop(_index(key, len(con), for_add=False))
+
+
+def _apply_json_patch(doc: Any, ops: list) -> Any:
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        if not isinstance(op, dict):
+            raise JSONPatchError("Unexpected kind: unknown")
+        kind = op.get("op")
+        kind = kind if isinstance(kind, str) else "unknown"
+        path = op.get("path")
+        if kind == "add":
+            _add(doc, path, copy.deepcopy(op.get("value")))
+        elif kind == "remove":
+            _remove(doc, path)
+        elif kind == "replace":
+            # json-patch v4 (used by the apiserver): replacing an absent object member sets it;
+            # a missing parent or a bad array index fails.
+            con, key = _parent(doc, _split_pointer(path, kind), path, kind)
+            if isinstance(con, dict):
+                con[key] = copy.deepcopy(op.get("value"))
+            else:
+                con[_index(key, len(con), for_add=False)] = copy.deepcopy(op.get("value"))
+        elif kind == "move":
+            frm = op.get("from")
+            if not isinstance(frm, str):
+                raise JSONPatchError("move operation failed to decode from")
+            if isinstance(path, str) and path != frm and path.startswith(frm + "/"):
+                raise JSONPatchError("move operation does not apply: from is a prefix of path")
+            val = _remove(doc, frm, "move")
+            _add(doc, path, val, "move")
+        elif kind == "copy":
+            frm = op.get("from")
+            if not isinstance(frm, str):
+                raise JSONPatchError("copy operation failed to decode from")
+            _add(doc, path, copy.deepcopy(_get(doc, frm, "copy")), "copy")
+        elif kind == "test":
+            con, key = _parent(doc, _split_pointer(path, kind), path, kind)
+            if isinstance(con, dict):
+                present, cur = key in con, con.get(key)
+            else:
+                present, cur = True, con[_index(key, len(con), for_add=False)]
+            want = op.get("value")
+            if not present:
+                if want is not None:
+                    raise JSONPatchError(f"testing value {path} failed: test failed")
+            elif not _json_equal(cur, want):
+                raise JSONPatchError(f"testing value {path} failed: test failed")
+        else:
+            raise JSONPatchError(f"Unexpected kind: {kind}")
+    return doc
+
+
+def json_patch(doc: Any, ops: list) -> Any:
+    """RFC 6902 JSON patch, as gopkg.in/evanphx/json-patch.v4 applies it.
+
+    Returns a new document (input untouched). Any failing operation raises the 422 the
+    apiserver answers (``the server rejected our request due to an error in our request``).
+    v4 quirks kept: negative array indexes count from the end; ``replace`` of an absent
+    object member adds it.
+    """
+    if not isinstance(ops, list):
+        raise bad_request(f"error decoding patch: json: cannot unmarshal {_json_type_word(ops)} "
+                          "into Go value of type []handlers.jsonPatchOp")
+    if len(ops) > MAX_JSON_PATCH_OPERATIONS:
+        raise request_entity_too_large(
+            f"The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {len(ops)}")
+    try:
+        return _apply_json_patch(doc, ops)
+    except JSONPatchError as e:
+        raise _generic_invalid(str(e)) from None
+
+
+# --------------------------------------------------------------------------- strategic merge patch
+#
+# The "schema": the patchStrategy / patchMergeKey struct tags of the k8s.io/api types
+# (core/v1 types.go, apimachinery meta/v1 types.go; coordination/v1, rbac/v1 and core/v1 Event
+# carry no list tags beyond ObjectMeta). Paths are dotted field names; "[]" steps into the
+# elements of a merging list. Entry = (strategy, mergeKey); strategy "merge" on a list of
+# scalars is a set-union list. Lists not listed here are atomic (the patch replaces them).
+
+_MERGE = "merge"
+
+_OBJECT_META = {
+    "metadata.finalizers": (_MERGE, None),
+    "metadata.ownerReferences": (_MERGE, "uid"),
+}
+
+_CONTAINER_LISTS = {  # core/v1 Container and EphemeralContainerCommon
+    "ports": (_MERGE, "containerPort"),
+    "env": (_MERGE, "name"),
+    "volumeMounts": (_MERGE, "mountPath"),
+    "volumeDevices": (_MERGE, "devicePath"),
+}
+
+
+def _pod_spec(prefix: str) -> dict[str, tuple[str, str | None]]:
+    out = {
+        f"{prefix}.volumes": (_MERGE, "name"),              # merge,retainKeys
+        f"{prefix}.initContainers": (_MERGE, "name"),
+        f"{prefix}.containers": (_MERGE, "name"),
+        f"{prefix}.ephemeralContainers": (_MERGE, "name"),
+        f"{prefix}.imagePullSecrets": (_MERGE, "name"),
+        f"{prefix}.hostAliases": (_MERGE, "ip"),
+        f"{prefix}.topologySpreadConstraints": (_MERGE, "topologyKey"),
+        f"{prefix}.schedulingGates": (_MERGE, "name"),
+        f"{prefix}.resourceClaims": (_MERGE, "name"),       # merge,retainKeys
+    }
+    for c in ("initContainers", "containers", "ephemeralContainers"):
+        for f, tag in _CONTAINER_LISTS.items():
+            out[f"{prefix}.{c}[].{f}"] = tag
+    return out
+
+
+STRATEGIC_SCHEMA: dict[str, dict[str, tuple[str, str | None]]] = {
+    "namespaces": {**_OBJECT_META, "status.conditions": (_MERGE, "type")},
+    "configmaps": dict(_OBJECT_META),
+    "secrets": dict(_OBJECT_META),
+    "pods": {
+        **_OBJECT_META, **_pod_spec("spec"),
+        "status.conditions": (_MERGE, "type"),
+        "status.podIPs": (_MERGE, "ip"),
+        "status.hostIPs": (_MERGE, "ip"),
+        "status.resourceClaimStatuses": (_MERGE, "name"),   # merge,retainKeys
+    },
+    "nodes": {
+        **_OBJECT_META,
+        "spec.podCIDRs": (_MERGE, None),
+        "status.conditions": (_MERGE, "type"),
+        "status.addresses": (_MERGE, "type"),
+    },
+    "services": {
+        **_OBJECT_META,
+        "spec.ports": (_MERGE, "port"),
+        "status.conditions": (_MERGE, "type"),
+    },
+    "serviceaccounts": {**_OBJECT_META, "secrets": (_MERGE, "name")},
+    "events": dict(_OBJECT_META),
+    "leases": dict(_OBJECT_META),
+    "roles": dict(_OBJECT_META),
+    "rolebindings": dict(_OBJECT_META),
+    "clusterroles": dict(_OBJECT_META),
+    "clusterrolebindings": dict(_OBJECT_META),
+}
+
+_DIRECTIVE = "$patch"
+_RETAIN_KEYS = "$retainKeys"
+_DELETE_PRIMITIVE = "$deleteFromPrimitiveList"
+_SET_ORDER = "$setElementOrder"
+
+# mergepatch errors (k8s.io/apimachinery/pkg/util/mergepatch/errors.go)
+_ERR_PRIMITIVE_LIST = "invalid patch format of primitive list"
+_ERR_RETAIN_KEYS = "invalid patch format of retainKeys"
+_ERR_SET_ORDER = "invalid patch format of setElementOrder list"
+_ERR_NOT_MATCH_RETAIN = "patch content doesn't match retainKeys list"
+_ERR_LIST_OF_LISTS = "lists of lists are not supported"
+
+
+class _SMPError(Exception):
+    def __init__(self, status: StatusError):
+        super().__init__(status.message)
+        self.status = status
+
+
+def _bad(msg: str) -> _SMPError:
+    return _SMPError(bad_request(msg))
+
+
+def _plain(msg: str) -> _SMPError:
+    return _SMPError(_plain_error(msg))
+
+
+class _Schema:
+    def __init__(self, table: dict[str, tuple[str, str | None]], path: str = ""):
+        self.table, self.path = table, path
+
+    def child(self, key: str) -> "_Schema":
+        return _Schema(self.table, f"{self.path}.{key}" if self.path else key)
+
+    def elem(self) -> "_Schema":
+        return _Schema(self.table, self.path + "[]")
+
+    def lookup(self, key: str) -> tuple[str | None, str | None]:
+        return self.table.get(f"{self.path}.{key}" if self.path else key, (None, None))
+
+
+def _no_merge_key(m: dict, key: str) -> _SMPError:
+    return _plain(f"map: {_go_fmt(m)} does not contain declared merge key: {key}")
+
+
+def _elem_kind(*lists: list) -> str | None:
+    """'map' | 'scalar' | None (empty) -- sliceElementType."""
+    kind = None
+    for lst in lists:
+        for v in lst:
+            k = "list" if isinstance(v, list) else "map" if isinstance(v, dict) else \
+                "null" if v is None else type(v).__name__
+            if kind is None:
+                if k == "list":
+                    raise _SMPError(_generic_invalid(_ERR_LIST_OF_LISTS))
+                kind = k
+            elif k != kind and not ({k, kind} <= {"int", "float"}):
+                raise _plain("list element types are not identical: " + _go_fmt(list(lists)))
+    if kind is None:
+        return None
+    return "map" if kind == "map" else "scalar"
+
+
+def _index_in(lst: list, item: Any, key: str | None) -> int:
+    for i, v in enumerate(lst):
+        if key is None:
+            if _json_equal(v, item):
+                return i
+        elif isinstance(v, dict) and isinstance(item, dict) and key in v and _json_equal(v[key], item.get(key)):
+            return i
+    return -1
+
+
+def _present(item: Any, lst: list, key: str | None) -> bool:
+    return _index_in(lst, item, key) >= 0
+
+
+def _normalize_order(patch_items: list, server_only: list, patch_order: list, server_order: list,
+                     key: str | None) -> list:
+    """normalizeElementOrder: patch items by patch order, server-only by live order, interleaved."""
+    def sort_by(items: list, order: list) -> list:
+        return sorted(items, key=lambda it: (_index_in(order, it, key),))
+    left = sort_by(server_only, server_order)
+    right = sort_by(patch_items, patch_order)
+    out, i, j = [], 0, 0
+    while i < len(left) or j < len(right):
+        if i >= len(left):
+            out.append(right[j]); j += 1
+        elif j >= len(right):
+            out.append(left[i]); i += 1
+        else:
+            li, ri = _index_in(server_order, left[i], key), _index_in(server_order, right[j], key)
+            if li >= 0 and ri >= 0 and li < ri:
+                out.append(left[i]); i += 1
+            else:
+                out.append(right[j]); j += 1
+    return out
+
+
+def _dedupe(items: list) -> list:
+    out: list = []
+    for v in items:
+        if not any(_json_equal(v, o) for o in out):
+            out.append(v)
+    return out
+
+
+def _fresh(value: Any, schema: _Schema, strategy: str | None, key: str | None) -> Any:
+    """A value new to the document: merge it into an empty container (strips nulls/directives)."""
+    if isinstance(value, dict):
+        return _merge_map({}, value, schema)
+    if isinstance(value, list):
+        if strategy == _MERGE:
+            return _merge_list([], value, schema, key, delete_list=False)
+        return [_fresh(v, schema.elem(), None, None) if isinstance(v, dict) else copy.deepcopy(v) for v in value]
+    return value
+
+
+def _merge_list(original: list, patch: list, schema: _Schema, key: str | None, delete_list: bool) -> list:
+    if not original and not patch:
+        return []
+    kind = _elem_kind(original, patch)
+    if kind != "map":
+        if delete_list:
+            return [v for v in original if not any(_json_equal(v, d) for d in patch)]
+        merged = _dedupe(list(original) + list(patch))
+        mkey = None
+    else:
+        if key is None:
+            raise _plain("cannot merge lists without merge key for " + (schema.path or "list"))
+        mkey = key
+        # special elements: {"$patch": "delete", key: v} / {"$patch": "replace"}
+        plain, replace = [], False
+        for v in patch:
+            d = v.get(_DIRECTIVE)
+            if _DIRECTIVE not in v:
+                plain.append(v)
+            elif d == "delete":
+                if key not in v:
+                    raise _no_merge_key(v, key)
+                original = [o for o in original if not (isinstance(o, dict) and _json_equal(o.get(key), v[key])
+                                                        and key in o)]
+            elif d == "replace":
+                replace = True
+            elif d == "merge":
+                raise _plain("merging lists cannot yet be specified in the patch")
+            else:
+                raise _plain(f"unknown patch type: {_go_fmt(d)} in map: {_go_fmt(v)}")
+        if replace:
+            original, patch = [_fresh(v, schema.elem(), None, None) for v in plain], []
+        else:
+            patch = plain
+        merged = list(original)
+        for v in patch:
+            if key not in v:
+                raise _no_merge_key(v, key)
+            i = _index_in(merged, v, key)
+            if i >= 0:
+                merged[i] = _merge_map(merged[i], v, schema.elem())
+            else:
+                merged.append(_merge_map({}, v, schema.elem()))
+    patch_items = [m for m in merged if _present(m, patch, mkey)]
+    server_only = [m for m in merged if not _present(m, patch, mkey)]
+    return _normalize_order(patch_items, server_only, patch, original, mkey)
+
+
+def _validate_set_order(patch_list: list, order: list, key: str | None) -> None:
+    if not order or not patch_list:
+        return
+    items = [p for p in patch_list if not (isinstance(p, dict) and _DIRECTIVE in p)] if key else patch_list
+    pi = oi = 0
+    while pi < len(items) and oi < len(order):
+        a, b = items[pi], order[oi]
+        if key is not None:
+            if not isinstance(a, dict) or not isinstance(b, dict):
+                raise _plain("expected a map[string]interface {}")
+            if key not in a:
+                raise _no_merge_key(a, key)
+            if key not in b:
+                raise _no_merge_key(b, key)
+            eq = _json_equal(a[key], b[key])
+        else:
+            eq = _json_equal(a, b)
+        if eq:
+            pi += 1
+        oi += 1
+    if pi < len(items):
+        raise _plain(f"The order in patch list:\n{_go_fmt(patch_list)}\n doesn't match {_SET_ORDER} list:\n"
+                     f"{_go_fmt(order)}\n")
+
+
+def _merge_map(original: dict, patch: dict, schema: _Schema) -> dict:
+    """mergeMap with MergeParallelList=true, IgnoreUnmatchedNulls=true. Returns a new dict."""
+    if _DIRECTIVE in patch:
+        d = patch[_DIRECTIVE]
+        if d == "replace":
+            return _merge_map({}, {k: v for k, v in patch.items() if k != _DIRECTIVE}, schema)
+        if d == "delete":
+            return {}
+        raise _plain(f"unknown patch type: {_go_fmt(d)} in map: {_go_fmt(patch)}")
+    out = copy.deepcopy(original) if isinstance(original, dict) else {}
+    patch = dict(patch)
+
+    # $retainKeys
+    if _RETAIN_KEYS in patch:
+        retain = patch.pop(_RETAIN_KEYS)
+        if not isinstance(retain, list):
+            raise _bad(_ERR_RETAIN_KEYS)
+        for k, v in patch.items():
+            if v is None or k.startswith(_DELETE_PRIMITIVE) or k.startswith(_SET_ORDER):
+                continue
+            if k not in retain:
+                raise _SMPError(_generic_invalid(_ERR_NOT_MATCH_RETAIN))
+        for k in list(out):
+            if k not in retain:
+                del out[k]
+
+    # $setElementOrder/<field> (and the list it orders)
+    for k in [k for k in patch if k.startswith(_SET_ORDER)]:
+        order = patch.pop(k)
+        head, _, field = k.partition("/")
+        if head != _SET_ORDER or not field:
+            raise _bad(_ERR_SET_ORDER)
+        if not isinstance(order, list):
+            raise _plain("expected a []interface {}, but received a " + _json_type_word(order))
+        strategy, key = schema.lookup(field)
+        found_o, found_p = field in out, field in patch
+        o_list = out.get(field) if found_o else []
+        p_list = patch.get(field) if found_p else []
+        if not isinstance(o_list, list) or not isinstance(p_list, list):
+            raise _bad(_ERR_SET_ORDER)
+        _validate_set_order(p_list, order, key)
+        if found_o and found_p:
+            if strategy == _MERGE:
+                merged = _merge_list(o_list, p_list, schema.child(field), key, delete_list=False)
+            else:
+                merged = _fresh(p_list, schema.child(field), None, None)
+        elif found_p:
+            merged = _fresh(p_list, schema.child(field), strategy, key)
+        elif found_o:
+            merged = o_list
+        else:
+            continue
+        ekind = _elem_kind(o_list, p_list)
+        mkey = key if ekind == "map" else None
+        patch_items = [m for m in merged if _present(m, order, mkey)]
+        server_only = [m for m in merged if not _present(m, order, mkey)]
+        out[field] = _normalize_order(patch_items, server_only, order, o_list, mkey)
+        patch.pop(field, None)
+
+    # $deleteFromPrimitiveList/<field>: applied after the additions of the same field
+    deletes = [(k, patch.pop(k)) for k in [k for k in patch if k.startswith(_DELETE_PRIMITIVE)]]
+
+    for k, pv in patch.items():
+        strategy, key = schema.lookup(k)
+        sub = schema.child(k)
+        if pv is None:
+            out.pop(k, None)
+            continue
+        if k not in out:
+            out[k] = _fresh(pv, sub, strategy, key)
+            continue
+        ov = out[k]
+        if isinstance(ov, dict) and isinstance(pv, dict):
+            out[k] = _fresh(pv, sub, None, None) if strategy == "replace" else _merge_map(ov, pv, sub)
+        elif isinstance(ov, list) and isinstance(pv, list):
+            if strategy == _MERGE:
+                out[k] = _merge_list(ov, pv, sub, key, delete_list=False)
+            else:
+                out[k] = _fresh(pv, sub, None, None)
+        else:
+            out[k] = _fresh(pv, sub, strategy, key)
+
+    for k, pv in deletes:
+        head, _, field = k.partition("/")
+        if head != _DELETE_PRIMITIVE or not field:
+            raise _bad(_ERR_PRIMITIVE_LIST)
+        if field not in out or not isinstance(out[field], list) or not isinstance(pv, list):
+            continue
+        strategy, key = schema.lookup(field)
+        if strategy == _MERGE:
+            out[field] = _merge_list(out[field], pv, schema.child(field), key, delete_list=True)
+        else:
+            out[field] = copy.deepcopy(pv)
+    return out
+
+
+def strategic_merge_patch(doc: dict, patch: dict, resource: str) -> dict:
+    """Kubernetes strategic merge patch for the built-in ``resource`` (plural, e.g. "pods").
+
+    Returns a new dict; inputs are not modified. Unknown resources (custom resources) raise
+    415 as upstream does for strategic merge on CRs.
+    """
+    table = STRATEGIC_SCHEMA.get(resource)
+    if table is None:
+        raise _unsupported_media_type([JSON_PATCH, MERGE_PATCH, APPLY_PATCH])
+    if not isinstance(patch, dict):
+        raise bad_request(f"json: cannot unmarshal {_json_type_word(patch)} into Go value of type "
+                          "map[string]interface {}")
+    try:
+        return _merge_map(doc if isinstance(doc, dict) else {}, patch, _Schema(table))
+    except _SMPError as e:
+        raise e.status from None
+
+
+# --------------------------------------------------------------------------- dispatch
+
+def apply_patch(doc: dict, content_type: str, body: bytes, resource: str, is_custom: bool) -> dict:
+    """Apply a PATCH request body to ``doc`` according to its Content-Type.
+
+    ``content_type`` may carry parameters (``; charset=utf-8``), which are ignored like upstream.
+    The result still has to be decoded/validated by the caller (apiVersion/kind/name checks).
+    """
+    ct = (content_type or "").split(";", 1)[0].strip()
+    builtin = not is_custom and resource in STRATEGIC_SCHEMA
+    accepted = [JSON_PATCH, MERGE_PATCH] + ([STRATEGIC_MERGE_PATCH] if builtin else []) + [APPLY_PATCH]
+    if ct not in accepted:
+        raise _unsupported_media_type(accepted)
+    if ct == APPLY_PATCH:
+        # server-side apply is not implemented: advertise what we do accept.
+        raise _unsupported_media_type([t for t in accepted if t != APPLY_PATCH])
+
+    if ct == JSON_PATCH:
+        try:
+            ops = _decode_json(body)
+        except ValueError as e:
+            raise bad_request(f"error decoding patch: {e}") from None
+        if isinstance(ops, list):
+            for op in ops:
+                if not isinstance(op, dict):
+                    raise bad_request(f"error decoding patch: json: cannot unmarshal {_json_type_word(op)} "
+                                      "into Go value of type handlers.jsonPatchOp")
+                for f in ("op", "path", "from"):
+                    if f in op and op[f] is not None and not isinstance(op[f], str):
+                        raise bad_request(f"error decoding patch: json: cannot unmarshal "
+                                          f"{_json_type_word(op[f])} into Go struct field jsonPatchOp.{f} "
+                                          "of type string")
+        return json_patch(doc, ops)
+
+    if ct == MERGE_PATCH:
+        try:
+            patch = _decode_json(body)
+        except ValueError as e:
+            raise bad_request(f"error decoding patch: {e}") from None
+        if patch is None:
+            raise bad_request("Invalid JSON Patch")
+        if not isinstance(patch, dict):
+            raise bad_request(f"error decoding patch: json: cannot unmarshal {_json_type_word(patch)} "
+                              "into Go value of type map[string]interface {}")
+        return json_merge_patch(doc, patch)
+
+    # strategic merge patch
+    try:
+        patch = _decode_json(body)
+    except ValueError as e:
+        raise bad_request(str(e)) from None
+    if patch is None:
+        patch = {}
+    return strategic_merge_patch(doc, patch, resource)

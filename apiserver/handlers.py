@@ -20,7 +20,7 @@ from storage.store import EtcdStore, Event, ListResult
 from . import errors, jsonenc, objects, patch as patchmod, tables, validation
 from .listoptions import ListOptions, parse_list_options, parse_resource_version
 from .resources import Resource
-from .selectors import FIELD_SELECTORS, parse_field_selector, parse_label_selector
+from .selectors import field_selectors_for
 
 Obj = dict[str, Any]
 
@@ -28,10 +28,6 @@ Obj = dict[str, Any]
 MAX_BODY_BYTES = 3 * 1024 * 1024
 # Watch without timeoutSeconds: random in [minRequestTimeout, 2*minRequestTimeout] (S4.8).
 MIN_REQUEST_TIMEOUT = 1800
-
-_CR_FIELDS = {"metadata.name": lambda o: (o.get("metadata") or {}).get("name", ""),
-              "metadata.namespace": lambda o: (o.get("metadata") or {}).get("namespace", "")}
-
 
 @dataclass
 class RequestScope:
@@ -148,11 +144,14 @@ class ResourceHandlers:
             obj.clear()
             obj.update({"kind": res.kind, "apiVersion": res.api_version, **rest})
 
+    def list_options(self, request: web.Request, res: Resource, *, watch: bool) -> ListOptions:
+        return parse_list_options(request.query, watch=watch, watch_list_enabled=self.server.watch_list_enabled,
+                                  field_selectors=field_selectors_for("" if res.custom else res.plural,
+                                                                      res.namespaced))
+
     def predicate(self, res: Resource, opts: ListOptions) -> tuple[Callable[[Obj], bool] | None, str | None]:
         """(object predicate or None, exact name pinned by the field selector)."""
-        ls = parse_label_selector(opts.label_selector or "")
-        allowed = _CR_FIELDS if res.custom else FIELD_SELECTORS.get(res.plural, _CR_FIELDS)
-        fs = parse_field_selector(opts.field_selector or "", allowed)
+        ls, fs = opts.labels, opts.fields
         if ls.empty and fs.empty:
             return None, None
 
@@ -198,15 +197,14 @@ class ResourceHandlers:
 
     async def list(self, request: web.Request, scope: RequestScope) -> web.StreamResponse:
         res = scope.resource
-        opts = parse_list_options(request.query, watch=False,
-                                  watch_list_enabled=self.server.watch_list_enabled)
+        opts = self.list_options(request, res, watch=False)
         pred, exact_name = self.predicate(res, opts)
         result = await self.list_from_etcd(scope, opts, pred, exact_name)
         meta: Obj = {"resourceVersion": str(result.resource_version)}
         if result.continue_key is not None:
-            meta["continue"] = encode_continue(
-                result.continue_key[len(res.prefix(self.server.etcd_prefix, scope.namespace)):],
-                result.resource_version)
+            # continue_key is "<last key>\x00"; the token format appends the NUL itself (S2.1).
+            last = result.continue_key[len(res.prefix(self.server.etcd_prefix, scope.namespace)):]
+            meta["continue"] = encode_continue(last.removesuffix("\x00"), result.resource_version)
             if result.remaining is not None:
                 meta["remainingItemCount"] = result.remaining
         if wants_table(request):
@@ -259,7 +257,7 @@ class ResourceHandlers:
                     start_key: str | None) -> errors.StatusError:
         if e.code is serr.Code.EXPIRED and opts.continue_ and start_key is not None:
             # S2.12: a new token continuing inconsistently from the same key.
-            token = encode_continue(start_key[len(prefix):], -1)
+            token = encode_continue(start_key[len(prefix):].removesuffix("\x00"), -1)
             return errors.expired(
                 "The provided continue parameter is too old to display a consistent list result. You can "
                 "start a new list without the continue parameter, or use the continue token in this "
@@ -295,8 +293,7 @@ class ResourceHandlers:
 
     async def watch(self, request: web.Request, scope: RequestScope) -> web.StreamResponse:
         res = scope.resource
-        opts = parse_list_options(request.query, watch=True,
-                                  watch_list_enabled=self.server.watch_list_enabled)
+        opts = self.list_options(request, res, watch=True)
         pred, exact_name = self.predicate(res, opts)
         if scope.name:  # watch on a single object: /namespaces/x/configmaps?watch&fieldSelector=... or legacy
             exact_name = scope.name
@@ -558,8 +555,7 @@ class ResourceHandlers:
 
     async def deletecollection(self, request: web.Request, scope: RequestScope) -> web.StreamResponse:
         res = scope.resource
-        opts = parse_list_options(request.query, watch=False,
-                                  watch_list_enabled=self.server.watch_list_enabled)
+        opts = self.list_options(request, res, watch=False)
         await self.delete_options(request)
         pred, exact_name = self.predicate(res, opts)
         opts.limit = 0

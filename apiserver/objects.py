@@ -92,7 +92,7 @@ def prepare_update(resource: Resource, new: Obj, old: Obj, subresource: str = ""
     omd = old.get("metadata", {})
     if subresource == "status":
         # Status updates change status only (upstream PrepareForUpdate of status strategies).
-        merged = dict(old)
+        merged = {**old, "metadata": dict(old.get("metadata") or {})}
         if "status" in new:
             merged["status"] = new["status"]
         else:

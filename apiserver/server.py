@@ -16,7 +16,7 @@ from storage import errors as serr
 from storage.router import Router
 from storage.store import EtcdStore
 
-from . import discovery, errors, jsonenc, metrics, openapi
+from . import discovery, errors, jsonenc, metrics
 from .handlers import RequestScope, ResourceHandlers, json_response, map_storage_error
 from .resources import CRD, Registry, Resource
 
@@ -273,6 +273,7 @@ class APIServer:
         return await self.verb(request, scope)
 
     def openapi(self, parts: list[str]) -> web.Response:
+        from . import openapi  # noqa: PLC0415 (documents are built on first request)
         if parts == ["openapi", "v2"]:
             return json_response(jsonenc.dumps(openapi.v2(self.registry)))
         if parts == ["openapi", "v3"]:

@@ -1,0 +1,440 @@
+"""HTTP behaviour of the core apiserver (etcd path), against a real apiserver
+process over a real etcd. Statement ids refer to SPEC.md."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+
+def cm(name, **data):
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
+
+
+def status_of(r):
+    body = r.json()
+    assert body["kind"] == "Status" and body["apiVersion"] == "v1", body
+    return body
+
+
+# --- verbs -----------------------------------------------------------------
+
+def test_create_sets_server_fields_and_get_returns_it(api, namespace):
+    r = api.post(f"/api/v1/namespaces/{namespace}/configmaps", cm("a", k="v"))
+    assert r.status_code == 201, r.text
+    obj = r.json()
+    md = obj["metadata"]
+    assert md["uid"] and md["creationTimestamp"] and int(md["resourceVersion"]) > 0
+    assert list(obj)[:3] == ["kind", "apiVersion", "metadata"]  # Go struct order (S6.3)
+    g = api.get(f"/api/v1/namespaces/{namespace}/configmaps/a")
+    assert g.status_code == 200 and g.json() == obj
+    assert g.content.endswith(b"\n")
+
+
+def test_generate_name(api, namespace):
+    r = api.post(f"/api/v1/namespaces/{namespace}/configmaps",
+                 {"metadata": {"generateName": "gen-"}, "data": {}})
+    assert r.status_code == 201, r.text
+    name = r.json()["metadata"]["name"]
+    assert name.startswith("gen-") and len(name) == len("gen-") + 5
+
+
+def test_create_existing_is_409_already_exists(api, namespace):
+    assert api.post(f"/api/v1/namespaces/{namespace}/configmaps", cm("a")).status_code == 201
+    r = api.post(f"/api/v1/namespaces/{namespace}/configmaps", cm("a"))
+    assert r.status_code == 409
+    assert status_of(r)["reason"] == "AlreadyExists"
+    assert status_of(r)["message"] == 'configmaps "a" already exists'
+
+
+def test_create_in_missing_namespace_is_404(api):
+    r = api.post("/api/v1/namespaces/does-not-exist/configmaps", cm("a"))
+    assert r.status_code == 404
+    assert status_of(r)["message"] == 'namespaces "does-not-exist" not found'
+
+
+def test_get_missing_is_404_with_details(api, namespace):
+    """S1.17."""
+    r = api.get(f"/api/v1/namespaces/{namespace}/configmaps/foo")
+    assert r.status_code == 404
+    body = status_of(r)
+    assert body["reason"] == "NotFound" and body["message"] == 'configmaps "foo" not found'
+    assert body["details"] == {"name": "foo", "kind": "configmaps"}
+    assert list(body) == ["kind", "apiVersion", "metadata", "status", "message", "reason", "details", "code"]
+
+
+def test_update_with_stale_rv_is_409_conflict(api, namespace):
+    v1 = api.post(f"/api/v1/namespaces/{namespace}/configmaps", cm("a", k="1")).json()
+    v2 = dict(v1, data={"k": "2"})
+    r = api.put(f"/api/v1/namespaces/{namespace}/configmaps/a", v2)
+    assert r.status_code == 200, r.text
+    assert int(r.json()["metadata"]["resourceVersion"]) > int(v1["metadata"]["resourceVersion"])
+    stale = dict(v1, data={"k": "3"})
+    r = api.put(f"/api/v1/namespaces/{namespace}/configmaps/a", stale)
+    assert r.status_code == 409
+    assert status_of(r)["reason"] == "Conflict"
+    assert "the object has been modified" in status_of(r)["message"]
+
+
+def test_update_keeps_uid_and_creation_timestamp(api, namespace):
+    v1 = api.post(f"/api/v1/namespaces/{namespace}/configmaps", cm("a")).json()
+    body = cm("a", k="x")
+    body["metadata"]["uid"] = "forged"
+    r = api.put(f"/api/v1/namespaces/{namespace}/configmaps/a", body)
+    assert r.status_code == 200, r.text
+    assert r.json()["metadata"]["uid"] == v1["metadata"]["uid"]
+    assert r.json()["metadata"]["creationTimestamp"] == v1["metadata"]["creationTimestamp"]
+
+
+@pytest.mark.parametrize("ctype,body,expect", [
+    ("application/merge-patch+json", {"data": {"a": None, "b": "2"}}, {"b": "2"}),
+    ("application/json-patch+json", [{"op": "remove", "path": "/data/a"},
+                                     {"op": "add", "path": "/data/b", "value": "2"}], {"b": "2"}),
+    ("application/strategic-merge-patch+json", {"data": {"a": None, "b": "2"}}, {"b": "2"}),
+])
+def test_patch_types(api, namespace, ctype, body, expect):
+    api.post(f"/api/v1/namespaces/{namespace}/configmaps", cm("p", a="1"))
+    r = api.patch(f"/api/v1/namespaces/{namespace}/configmaps/p", body, ctype)
+    assert r.status_code == 200, r.text
+    assert r.json()["data"] == expect
+
+
+def test_strategic_merge_patch_merges_containers_by_name(api, namespace):
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [
+        {"name": "a", "image": "a:1"}, {"name": "b", "image": "b:1"}]}}
+    assert api.post(f"/api/v1/namespaces/{namespace}/pods", pod).status_code == 201
+    r = api.patch(f"/api/v1/namespaces/{namespace}/pods/p",
+                  {"spec": {"containers": [{"name": "b", "image": "b:2"}]}},
+                  "application/strategic-merge-patch+json")
+    assert r.status_code == 200, r.text
+    assert [(c["name"], c["image"]) for c in r.json()["spec"]["containers"]] == [("a", "a:1"), ("b", "b:2")]
+
+
+def test_delete_with_preconditions(api, namespace):
+    obj = api.post(f"/api/v1/namespaces/{namespace}/configmaps", cm("d")).json()
+    r = api.delete(f"/api/v1/namespaces/{namespace}/configmaps/d",
+                   {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": "wrong"}})
+    assert r.status_code == 409 and "Precondition failed: UID in precondition" in status_of(r)["message"]
+    r = api.delete(f"/api/v1/namespaces/{namespace}/configmaps/d",
+                   {"preconditions": {"resourceVersion": "1"}})
+    assert r.status_code == 409 and "Precondition failed: ResourceVersion" in status_of(r)["message"]
+    r = api.delete(f"/api/v1/namespaces/{namespace}/configmaps/d",
+                   {"preconditions": {"uid": obj["metadata"]["uid"],
+                                      "resourceVersion": obj["metadata"]["resourceVersion"]}})
+    assert r.status_code == 200, r.text
+    assert api.get(f"/api/v1/namespaces/{namespace}/configmaps/d").status_code == 404
+
+
+def test_deletecollection_with_label_selector(api, namespace):
+    for i in range(4):
+        body = cm(f"c{i}")
+        body["metadata"]["labels"] = {"del": "yes" if i % 2 else "no"}
+        api.post(f"/api/v1/namespaces/{namespace}/configmaps", body)
+    r = api.delete(f"/api/v1/namespaces/{namespace}/configmaps", params={"labelSelector": "del=yes"})
+    assert r.status_code == 200, r.text
+    left = api.get(f"/api/v1/namespaces/{namespace}/configmaps").json()["items"]
+    assert sorted(i["metadata"]["name"] for i in left) == ["c0", "c2"]
+
+
+def test_pod_status_subresource(api, namespace):
+    pod = {"metadata": {"name": "s"}, "spec": {"containers": [{"name": "a", "image": "a"}]}}
+    created = api.post(f"/api/v1/namespaces/{namespace}/pods", pod).json()
+    assert created["status"]["phase"] == "Pending"
+    # Status written through the main resource is ignored...
+    body = dict(created, status={"phase": "Running"})
+    r = api.put(f"/api/v1/namespaces/{namespace}/pods/s", body)
+    assert r.status_code == 200 and r.json()["status"]["phase"] == "Pending"
+    # ...and through /status it sticks.
+    cur = api.get(f"/api/v1/namespaces/{namespace}/pods/s").json()
+    r = api.put(f"/api/v1/namespaces/{namespace}/pods/s/status", dict(cur, status={"phase": "Running"}))
+    assert r.status_code == 200, r.text
+    assert api.get(f"/api/v1/namespaces/{namespace}/pods/s").json()["status"]["phase"] == "Running"
+
+
+# --- lists ------------------------------------------------------------------
+
+def test_list_paging_is_consistent_and_tokens_as_upstream(api, namespace):
+    """S2.1, S2.8-S2.10: pages at the first page's RV; remainingItemCount; no token on the last page."""
+    for i in range(7):
+        api.post(f"/api/v1/namespaces/{namespace}/configmaps", cm(f"o{i}"))
+    first = api.get(f"/api/v1/namespaces/{namespace}/configmaps", params={"limit": 3}).json()
+    assert first["kind"] == "ConfigMapList" and first["apiVersion"] == "v1"
+    assert "kind" not in first["items"][0]  # S8.1
+    meta = first["metadata"]
+    assert list(meta) == ["resourceVersion", "continue", "remainingItemCount"]
+    assert meta["remainingItemCount"] == 4
+    import base64
+    tok = json.loads(base64.urlsafe_b64decode(meta["continue"] + "=" * (-len(meta["continue"]) % 4)))
+    assert list(tok) == ["v", "rv", "start"] and tok["start"] == "o2\u0000"
+    api.post(f"/api/v1/namespaces/{namespace}/configmaps", cm("o3a"))  # after the first page
+    names = [i["metadata"]["name"] for i in first["items"]]
+    page = first
+    while page["metadata"].get("continue"):
+        page = api.get(f"/api/v1/namespaces/{namespace}/configmaps",
+                       params={"limit": 3, "continue": page["metadata"]["continue"]}).json()
+        assert page["metadata"]["resourceVersion"] == meta["resourceVersion"]
+        names += [i["metadata"]["name"] for i in page["items"]]
+    assert names == [f"o{i}" for i in range(7)]
+    assert "remainingItemCount" not in page["metadata"]
+
+
+def test_list_label_and_field_selectors(api, namespace):
+    for name, labels in [("a", {"app": "x", "tier": "fe"}), ("b", {"app": "y"}), ("c", {})]:
+        body = cm(name)
+        body["metadata"]["labels"] = labels
+        api.post(f"/api/v1/namespaces/{namespace}/configmaps", body)
+
+    def names(**params):
+        r = api.get(f"/api/v1/namespaces/{namespace}/configmaps", params=params)
+        assert r.status_code == 200, r.text
+        return [i["metadata"]["name"] for i in r.json()["items"]]
+    assert names(labelSelector="app=x") == ["a"]
+    assert names(labelSelector="app in (x,y)") == ["a", "b"]
+    assert names(labelSelector="app notin (x)") == ["b", "c"]
+    assert names(labelSelector="app") == ["a", "b"]
+    assert names(labelSelector="!app") == ["c"]
+    assert names(labelSelector="app!=x") == ["b", "c"]
+    assert names(fieldSelector="metadata.name=b") == ["b"]
+    assert names(fieldSelector="metadata.name!=b") == ["a", "c"]
+    r = api.get(f"/api/v1/namespaces/{namespace}/configmaps", params={"fieldSelector": "spec.x=y"})
+    assert r.status_code == 400
+
+
+def test_pod_field_selectors(api, namespace):
+    for name, node in [("p1", "n1"), ("p2", "n2")]:
+        api.post(f"/api/v1/namespaces/{namespace}/pods",
+                 {"metadata": {"name": name}, "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]}})
+    r = api.get(f"/api/v1/namespaces/{namespace}/pods", params={"fieldSelector": "spec.nodeName=n2"})
+    assert [i["metadata"]["name"] for i in r.json()["items"]] == ["p2"]
+    r = api.get(f"/api/v1/namespaces/{namespace}/pods", params={"fieldSelector": "status.phase=Pending"})
+    assert len(r.json()["items"]) == 2
+
+
+@pytest.mark.parametrize("params,msg", [
+    ({"resourceVersionMatch": "Exact"}, "resourceVersionMatch is forbidden unless resourceVersion is provided"),
+    ({"resourceVersion": "0", "resourceVersionMatch": "Exact"},
+     'resourceVersionMatch "exact" is forbidden for resourceVersion "0"'),
+    ({"resourceVersion": "5", "resourceVersionMatch": "Bogus"}, 'Unsupported value: "Bogus"'),
+    ({"sendInitialEvents": "true"}, "sendInitialEvents is forbidden for list"),
+])
+def test_list_option_validation_is_422(api, namespace, params, msg):
+    """S1.2-S1.7."""
+    r = api.get(f"/api/v1/namespaces/{namespace}/configmaps", params=params)
+    assert r.status_code == 422, r.text
+    body = status_of(r)
+    assert body["reason"] == "Invalid" and msg in body["message"]
+    assert body["message"].startswith('ListOptions.meta.k8s.io "" is invalid: ')
+    assert body["details"]["group"] == "meta.k8s.io" and body["details"]["kind"] == "ListOptions"
+
+
+def test_unparseable_rv_is_400(api, namespace):
+    """S1.11."""
+    r = api.get(f"/api/v1/namespaces/{namespace}/configmaps", params={"resourceVersion": "abc"})
+    assert r.status_code == 400
+    assert status_of(r)["message"].startswith('invalid resource version: resourceVersion: Invalid value: "abc"')
+
+
+def test_continue_with_rv_is_400(api, namespace):
+    """S1.12, S1.13."""
+    r = api.get(f"/api/v1/namespaces/{namespace}/configmaps", params={"continue": "abc", "resourceVersion": "5"})
+    assert r.status_code == 400
+    r = api.get(f"/api/v1/namespaces/{namespace}/configmaps", params={"continue": "!!!"})
+    assert r.status_code == 400 and status_of(r)["message"].startswith("invalid continue token")
+
+
+def test_exact_list_at_future_rv_is_504(api, namespace):
+    """S1.22: etcd path, retryAfterSeconds 0."""
+    r = api.get(f"/api/v1/namespaces/{namespace}/configmaps",
+                params={"resourceVersion": "999999999", "resourceVersionMatch": "Exact"})
+    assert r.status_code == 504
+    body = status_of(r)
+    assert body["reason"] == "Timeout" and "Too large resource version" in body["message"]
+    assert "Retry-After" not in r.headers
+
+
+def test_list_streaming_is_byte_identical_to_buffered(api, namespace):
+    """S6.2: the streamed body equals the buffered encoding of the same list."""
+    from apiserver import jsonenc
+    for i in range(5):
+        api.post(f"/api/v1/namespaces/{namespace}/configmaps", cm(f"s{i}", text="<&> \u2028 é"))
+    r = api.get(f"/api/v1/namespaces/{namespace}/configmaps")
+    body = r.content
+    doc = jsonenc.loads(body)
+    items = [jsonenc.dumps(i) for i in doc["items"]]
+    assert body == jsonenc.encode_list("ConfigMapList", "v1", doc["metadata"], items)
+    assert b"\\u003c\\u0026\\u003e \\u2028 \xc3\xa9" in body  # S6.3 escapes
+
+
+# --- watches ------------------------------------------------------------------
+
+def read_events(resp, n, timeout=10):
+    out = []
+    deadline = time.monotonic() + timeout
+    for line in resp.iter_lines():
+        if line:
+            out.append(json.loads(line))
+        if len(out) >= n or time.monotonic() > deadline:
+            break
+    return out
+
+
+def test_watch_from_rv_sees_changes_and_delete_rv(api, namespace):
+    """S4.2, S4.5."""
+    v1 = api.post(f"/api/v1/namespaces/{namespace}/configmaps", cm("w")).json()
+    rv = v1["metadata"]["resourceVersion"]
+    r = api.get(f"/api/v1/namespaces/{namespace}/configmaps",
+                params={"watch": "1", "resourceVersion": rv, "timeoutSeconds": "10"}, stream=True)
+    assert r.status_code == 200 and r.headers["Content-Type"].startswith("application/json")
+    v2 = api.put(f"/api/v1/namespaces/{namespace}/configmaps/w", cm("w", k="2")).json()
+    d = api.delete(f"/api/v1/namespaces/{namespace}/configmaps/w")
+    assert d.status_code == 200
+    evs = read_events(r, 2)
+    assert [e["type"] for e in evs] == ["MODIFIED", "DELETED"]
+    assert evs[0]["object"] == v2
+    assert evs[0]["object"]["kind"] == "ConfigMap"
+    assert int(evs[1]["object"]["metadata"]["resourceVersion"]) > int(v2["metadata"]["resourceVersion"])
+    assert evs[1]["object"]["data"] == {"k": "2"}
+
+
+def test_watch_without_rv_sends_current_state_first(api, namespace):
+    """S1.29 (watch-list gate off, S5.3): RV unset starts with ADDED for existing objects."""
+    api.post(f"/api/v1/namespaces/{namespace}/configmaps", cm("x"))
+    r = api.get(f"/api/v1/namespaces/{namespace}/configmaps", params={"watch": "true", "timeoutSeconds": "5"},
+                stream=True)
+    evs = read_events(r, 1)
+    assert evs[0]["type"] == "ADDED" and evs[0]["object"]["metadata"]["name"] == "x"
+
+
+def test_watch_timeout_seconds_ends_stream(api, namespace):
+    t0 = time.monotonic()
+    r = api.get(f"/api/v1/namespaces/{namespace}/configmaps",
+                params={"watch": "1", "resourceVersion": "1", "timeoutSeconds": "1"}, stream=True)
+    list(r.iter_lines())
+    assert time.monotonic() - t0 < 5
+
+
+def test_watch_too_old_is_error_event_in_200(api, etcd, namespace):
+    """S1.30: compacted RV gives an ERROR event carrying a 410 Expired Status."""
+    import asyncio
+
+    from storage.etcd import EtcdClient
+    v = api.post(f"/api/v1/namespaces/{namespace}/configmaps", cm("old")).json()
+    api.put(f"/api/v1/namespaces/{namespace}/configmaps/old", cm("old", k="1"))
+    cur = int(api.put(f"/api/v1/namespaces/{namespace}/configmaps/old", cm("old", k="2")).json()
+              ["metadata"]["resourceVersion"])
+
+    async def compact():
+        c = EtcdClient([etcd.endpoint])
+        await c.compact(cur)
+        await c.close()
+    asyncio.run(compact())
+    r = api.get(f"/api/v1/namespaces/{namespace}/configmaps",
+                params={"watch": "1", "resourceVersion": v["metadata"]["resourceVersion"], "timeoutSeconds": "5"},
+                stream=True)
+    assert r.status_code == 200
+    evs = read_events(r, 1)
+    assert evs[0]["type"] == "ERROR"
+    st = evs[0]["object"]
+    assert st["kind"] == "Status" and st["code"] == 410 and st["reason"] == "Expired"
+    assert st["message"].startswith("too old resource version: ")
+    # A list at the compacted revision is a real HTTP 410 (S1.24).
+    r = api.get(f"/api/v1/namespaces/{namespace}/configmaps",
+                params={"resourceVersion": v["metadata"]["resourceVersion"], "resourceVersionMatch": "Exact"})
+    assert r.status_code == 410
+    assert status_of(r)["message"] == "The resourceVersion for the provided list is too old."
+
+
+def test_watch_selector_transitions(api, namespace):
+    """S4.6."""
+    body = cm("t")
+    body["metadata"]["labels"] = {"on": "no"}
+    v = api.post(f"/api/v1/namespaces/{namespace}/configmaps", body).json()
+    r = api.get(f"/api/v1/namespaces/{namespace}/configmaps",
+                params={"watch": "1", "resourceVersion": v["metadata"]["resourceVersion"],
+                        "labelSelector": "on=yes", "timeoutSeconds": "10"}, stream=True)
+    for i, val in enumerate(("yes", "yes", "no")):
+        b = cm("t", v=str(i))
+        b["metadata"]["labels"] = {"on": val}
+        assert api.put(f"/api/v1/namespaces/{namespace}/configmaps/t", b).status_code == 200
+    evs = read_events(r, 3)
+    assert [(e["type"], e["object"]["metadata"]["labels"]["on"]) for e in evs] == \
+        [("ADDED", "yes"), ("MODIFIED", "yes"), ("DELETED", "yes")]
+
+
+def test_watch_list_is_refused_as_with_the_gate_off(api, namespace):
+    """S5.3: until the cache implements watch-list, sendInitialEvents on a watch is 422."""
+    r = api.get(f"/api/v1/namespaces/{namespace}/configmaps",
+                params={"watch": "1", "sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan",
+                        "allowWatchBookmarks": "true"})
+    assert r.status_code == 422
+    assert "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled" in \
+        status_of(r)["message"]
+
+
+# --- errors -------------------------------------------------------------------
+
+def test_malformed_json_is_400(api, namespace):
+    r = api.req("POST", f"/api/v1/namespaces/{namespace}/configmaps", data="{not json",
+                headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and status_of(r)["reason"] == "BadRequest"
+
+
+def test_kind_or_version_mismatch_is_400(api, namespace):
+    r = api.post(f"/api/v1/namespaces/{namespace}/configmaps", {"kind": "Pod", "apiVersion": "v1",
+                                                                 "metadata": {"name": "x"}})
+    assert r.status_code == 400
+    r = api.post(f"/api/v1/namespaces/{namespace}/configmaps", {"kind": "ConfigMap", "apiVersion": "v2",
+                                                                 "metadata": {"name": "x"}})
+    assert r.status_code == 400
+    assert status_of(r)["message"] == \
+        "the API version in the data (v2) does not match the expected API version (v1)"
+
+
+def test_invalid_name_is_422(api, namespace):
+    r = api.post(f"/api/v1/namespaces/{namespace}/configmaps", cm("Bad_Name"))
+    assert r.status_code == 422
+    body = status_of(r)
+    assert body["reason"] == "Invalid"
+    assert body["message"].startswith('ConfigMap "Bad_Name" is invalid: metadata.name: Invalid value: "Bad_Name"')
+
+
+def test_body_over_3mib_is_413(api, namespace):
+    r = api.post(f"/api/v1/namespaces/{namespace}/configmaps", cm("big", x="a" * (3 * 1024 * 1024 + 10)))
+    assert r.status_code == 413 and status_of(r)["reason"] == "RequestEntityTooLarge"
+
+
+def test_unknown_resource_is_404(api):
+    r = api.get("/api/v1/widgets")
+    assert r.status_code == 404 and status_of(r)["reason"] == "NotFound"
+    assert api.get("/apis/nope.example.com/v1/things").status_code == 404
+
+
+def test_unsupported_verb_is_405(api, namespace):
+    r = api.req("PUT", f"/api/v1/namespaces/{namespace}/configmaps", json={})
+    assert r.status_code == 405 and status_of(r)["reason"] == "MethodNotAllowed"
+
+
+# --- health, metrics, version -----------------------------------------------------
+
+def test_health_endpoints(api):
+    for p in ("/livez", "/readyz", "/healthz"):
+        r = api.get(p)
+        assert r.status_code == 200 and r.text == "ok"
+    r = api.get("/readyz", params={"verbose": "1"})
+    assert "[+]etcd ok" in r.text and r.text.endswith("readyz check passed\n")
+    assert api.get("/readyz/etcd").text == "ok"
+
+
+def test_metrics_have_upstream_names(api, namespace):
+    api.get(f"/api/v1/namespaces/{namespace}/configmaps")
+    text = api.get("/metrics").text
+    for name in ("apiserver_request_total", "apiserver_request_duration_seconds", "etcd_requests_total",
+                 "etcd_request_duration_seconds", "apiserver_storage_objects"):
+        assert name in text, name
+    assert 'verb="LIST"' in text and 'resource="configmaps"' in text
+
+
+def test_version(api):
+    v = api.get("/version").json()
+    assert v["major"] == "1" and "gitVersion" in v

@@ -1,0 +1,3 @@
+module jsonref
+
+go 1.22

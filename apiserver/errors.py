@@ -99,9 +99,15 @@ def conflict_modified(resource: str, name: str, group: str = "") -> StatusError:
 def invalid(kind: str, name: str, group: str, causes: list[dict[str, str]]) -> StatusError:
     """422 Invalid: `Kind.group "name" is invalid: [e1, e2]` (S1.2).
 
-    Each cause is {"reason": FieldValueInvalid|..., "field": ..., "message": <full error text>}.
+    Each cause is {"reason": FieldValueInvalid|..., "message": <error body>, "field": ...}
+    as `field_error` builds it; the top-level message spells each as `field: body`
+    (upstream's field.Error.Error()), de-duplicated.
     """
-    msgs = [c["message"] for c in causes]
+    msgs: list[str] = []
+    for c in causes:
+        m = f"{c['field']}: {c['message']}" if c.get("field") else c["message"]
+        if m not in msgs:
+            msgs.append(m)
     joined = msgs[0] if len(msgs) == 1 else "[" + ", ".join(msgs) + "]"
     qual = f"{kind}.{group}" if group else kind
     return StatusError(422, "Invalid", f'{qual} "{name}" is invalid: {joined}',
@@ -109,7 +115,8 @@ def invalid(kind: str, name: str, group: str, causes: list[dict[str, str]]) -> S
 
 
 def field_error(kind: str, field: str, detail: str, value: Any = None) -> dict[str, str]:
-    """One field error as a Status cause, message shaped like field.Error.Error()."""
+    """One field error as a Status cause: the message is upstream's ErrorBody()
+    (`Invalid value: "x": detail`), the field is separate (S1.2)."""
     labels = {
         "FieldValueInvalid": "Invalid value",
         "FieldValueRequired": "Required value",
@@ -121,11 +128,11 @@ def field_error(kind: str, field: str, detail: str, value: Any = None) -> dict[s
     label = labels[kind]
     if kind in ("FieldValueInvalid", "FieldValueNotSupported", "FieldValueDuplicate") and value is not None:
         import json
-        msg = f"{field}: {label}: {json.dumps(value)}"
+        msg = f"{label}: {json.dumps(value)}"
         if detail:
             msg += f": {detail}"
     else:
-        msg = f"{field}: {label}: {detail}" if detail else f"{field}: {label}"
+        msg = f"{label}: {detail}" if detail else label
     return {"reason": kind, "message": msg, "field": field}
 
 

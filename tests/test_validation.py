@@ -52,7 +52,8 @@ def test_subdomain_name_message_and_status_shape():
     assert e.message == f'ConfigMap "Bad_Name" is invalid: metadata.name: Invalid value: "Bad_Name": {SUBDOMAIN_MSG}'
     st_ = e.status()
     assert st_["details"] == {"name": "Bad_Name", "kind": "ConfigMap", "causes": [
-        {"reason": "FieldValueInvalid", "message": f'metadata.name: Invalid value: "Bad_Name": {SUBDOMAIN_MSG}',
+        # Causes carry upstream's ErrorBody() (no field prefix); the field is separate (NewInvalid).
+        {"reason": "FieldValueInvalid", "message": f'Invalid value: "Bad_Name": {SUBDOMAIN_MSG}',
          "field": "metadata.name"}]}
 
 

@@ -1,0 +1,236 @@
+"""Discovery documents: /api, /apis, /apis/<g>, /api/v1, /apis/<g>/<v>, /version, aggregated v2.
+
+Pure functions returning dicts in Go struct key order (encode with jsonenc.dumps).
+
+Upstream shapes (k8s.io/apiserver pkg/endpoints/discovery, v0.36.0; k8s.io/apimachinery meta/v1 types.go):
+
+* ``/api`` and ``/api/v1`` are written through ``stripVersionNegotiatedSerializer`` (legacy.go,
+  version.go ``keepUnversioned("")``): ``kind`` but **no apiVersion**.
+* ``/apis``, ``/apis/<g>`` and ``/apis/<g>/<v>``: in a real kube-apiserver these are answered by the
+  kube-aggregator, which does not strip: ``"apiVersion": "v1"``, and the groups carry no
+  ``serverAddressByClientCIDRs``.
+* APIResource key order: name, singularName, namespaced, group, version, kind, verbs, shortNames,
+  categories, storageVersionHash (omitempty fields omitted). ``storageVersionHash`` =
+  base64(sha256("<group>/<version>/<kind>")[:8]) (storageversionhash.go). Subresources are listed as
+  ``<plural>/status`` with the verbs get, patch, update and no storageVersionHash.
+* Aggregated discovery (``Accept: application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList``,
+  k8s.io/api apidiscovery/v2 types.go; aggregated/handler.go): ``APIGroupDiscoveryList`` with the
+  response Content-Type ``AGGREGATED_CONTENT_TYPE`` (+ ``ETag``, ``Vary: Accept``). client-go
+  (discovery_client.go ``downloadLegacy``/``downloadAPIs``) checks the *response* Content-Type with
+  ``ContentTypeIsGVK``: a plain ``application/json`` answer falls back to unaggregated discovery
+  (then one GET per group-version), so both work with kubectl; aggregated saves the per-GV round trips.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from typing import Any
+
+from .resources import Registry, Resource
+
+__all__ = [
+    "AGGREGATED_CONTENT_TYPE", "wants_aggregated", "aggregated_etag",
+    "api_versions", "api_group_list", "api_group", "api_resource_list", "version_info",
+    "aggregated_discovery", "storage_version_hash",
+]
+
+AGGREGATED_CONTENT_TYPE = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+
+STATUS_VERBS = ["get", "patch", "update"]
+
+
+def wants_aggregated(accept: str | None) -> bool:
+    """True if the Accept header lists the v2 APIGroupDiscoveryList JSON media type.
+
+    Order of preference is the client's; kubectl puts aggregated first and plain JSON second. We
+    only answer aggregated if it appears before any plain `application/json` range.
+    """
+    if not accept:
+        return False
+    for rng in accept.split(","):
+        parts = [p.strip() for p in rng.split(";")]
+        base = parts[0].lower()
+        params = {}
+        for p in parts[1:]:
+            if "=" in p:
+                k, v = p.split("=", 1)
+                params[k.strip().lower()] = v.strip().strip('"')
+        if base == "application/json" and params.get("g") == "apidiscovery.k8s.io" \
+                and params.get("v") == "v2" and params.get("as") == "APIGroupDiscoveryList" \
+                and params.get("profile", "") in ("", "nopeer"):
+            return True
+        if base in ("application/json", "*/*", "application/*") and "as" not in params:
+            return False
+    return False
+
+
+def storage_version_hash(group: str, version: str, kind: str) -> str:
+    digest = hashlib.sha256(f"{group}/{version}/{kind}".encode()).digest()
+    return base64.b64encode(digest[:8]).decode()
+
+
+def _version_order(versions: list[str]) -> list[str]:
+    """Kube-aware version priority (GA > beta > alpha, higher numbers first), as upstream sorts."""
+    import re
+
+    def key(v: str):
+        m = re.fullmatch(r"v(\d+)(?:(alpha|beta)(\d+))?", v)
+        if not m:
+            return (3, 0, 0, v)
+        major = int(m.group(1))
+        stage = {None: 0, "beta": 1, "alpha": 2}[m.group(2)]
+        minor = int(m.group(3) or 0)
+        return (stage, -major, -minor, v)
+
+    return sorted(versions, key=key)
+
+
+def _groups(registry: Registry) -> dict[str, list[str]]:
+    return {g: _version_order(vs) for g, vs in registry.groups().items()}
+
+
+# --- unaggregated -----------------------------------------------------------------
+
+def api_versions(server_address: str) -> dict:
+    """GET /api (APIVersions, apiVersion stripped)."""
+    return {
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}],
+    }
+
+
+def _group_doc(group: str, versions: list[str]) -> dict:
+    vs = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+    return {"name": group, "versions": vs, "preferredVersion": dict(vs[0])}
+
+
+def api_group_list(registry: Registry) -> dict:
+    """GET /apis (APIGroupList of every non-core group)."""
+    groups = [_group_doc(g, vs) for g, vs in _groups(registry).items() if g]
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+
+
+def api_group(registry: Registry, group: str) -> dict | None:
+    """GET /apis/<group> (APIGroup) or None (-> 404)."""
+    if not group:
+        return None
+    vs = _groups(registry).get(group)
+    if not vs:
+        return None
+    doc = {"kind": "APIGroup", "apiVersion": "v1"}
+    doc.update(_group_doc(group, vs))
+    return doc
+
+
+def _api_resource(r: Resource) -> dict:
+    d: dict[str, Any] = {"name": r.plural, "singularName": r.singular, "namespaced": r.namespaced,
+                         "kind": r.kind, "verbs": list(r.verbs)}
+    if r.short_names:
+        d["shortNames"] = list(r.short_names)
+    if r.categories:
+        d["categories"] = list(r.categories)
+    d["storageVersionHash"] = storage_version_hash(r.group, r.version, r.kind)
+    return d
+
+
+def _status_resource(r: Resource) -> dict:
+    return {"name": f"{r.plural}/status", "singularName": "", "namespaced": r.namespaced,
+            "kind": r.kind, "verbs": list(STATUS_VERBS)}
+
+
+def _sorted_resources(registry: Registry, group: str, version: str) -> list[Resource]:
+    return sorted(registry.in_group_version(group, version), key=lambda r: r.plural)
+
+
+def api_resource_list(registry: Registry, group: str, version: str) -> dict | None:
+    """GET /api/v1 or /apis/<g>/<v> (APIResourceList) or None (-> 404)."""
+    resources = _sorted_resources(registry, group, version)
+    if not resources:
+        return None
+    items = []
+    for r in resources:
+        items.append(_api_resource(r))
+        if r.status_subresource:
+            items.append(_status_resource(r))
+    doc: dict[str, Any] = {"kind": "APIResourceList"}
+    if group:  # the core group version is served through the version-stripping serializer
+        doc["apiVersion"] = "v1"
+    doc["groupVersion"] = f"{group}/{version}" if group else version
+    doc["resources"] = items
+    return doc
+
+
+def version_info() -> dict:
+    """GET /version (k8s.io/apimachinery/pkg/version.Info key order)."""
+    import platform
+    import sys
+
+    machine = platform.machine().lower()
+    arch = {"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(machine, machine or "amd64")
+    osname = sys.platform if sys.platform != "linux2" else "linux"
+    return {
+        "major": "1",
+        "minor": "36",
+        "emulationMajor": "1",
+        "emulationMinor": "36",
+        "minCompatibilityMajor": "1",
+        "minCompatibilityMinor": "35",
+        "gitVersion": "v1.36.0-residency",
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z",
+        "goVersion": "python" + platform.python_version(),
+        "compiler": "cpython",
+        "platform": f"{osname}/{arch}",
+    }
+
+
+# --- aggregated (apidiscovery.k8s.io/v2) ---------------------------------------------
+
+def _resource_discovery(r: Resource) -> dict:
+    d: dict[str, Any] = {
+        "resource": r.plural,
+        "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
+        "scope": "Namespaced" if r.namespaced else "Cluster",
+        "singularResource": r.singular,
+        "verbs": list(r.verbs),
+    }
+    if r.short_names:
+        d["shortNames"] = list(r.short_names)
+    if r.categories:
+        d["categories"] = list(r.categories)
+    if r.status_subresource:
+        d["subresources"] = [{
+            "subresource": "status",
+            "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
+            "verbs": list(STATUS_VERBS),
+        }]
+    return d
+
+
+def aggregated_discovery(registry: Registry, core: bool) -> dict:
+    """APIGroupDiscoveryList for /api (core=True) or /apis (core=False)."""
+    items = []
+    for group, versions in _groups(registry).items():
+        if bool(group) == core:
+            continue
+        vdocs = []
+        for v in versions:
+            res = [_resource_discovery(r) for r in _sorted_resources(registry, group, v)]
+            vd: dict[str, Any] = {"version": v}
+            if res:
+                vd["resources"] = res
+            vd["freshness"] = "Current"
+            vdocs.append(vd)
+        meta = {"name": group} if group else {}
+        items.append({"metadata": meta, "versions": vdocs})
+    return {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2",
+            "metadata": {}, "items": items}
+
+
+def aggregated_etag(doc: dict) -> str:
+    """Quoted ETag for an aggregated document (upstream: hash of the JSON object; any stable hash)."""
+    raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    return '"' + hashlib.sha256(raw).hexdigest().upper()[:32] + '"'

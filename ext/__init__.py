@@ -1,7 +1,8 @@
 """Compiled (Cython) helpers for hot paths.
 
 Each compiled module ``ext.<name>`` has a pure-Python twin ``ext.<name>_py`` with the same API;
-both are tested against each other. This package re-exports the compiled functions.
+both are tested against each other. This package re-exports the compiled functions and classes:
+``fnv1a64*`` (:mod:`ext.fnv`) and ``BTree`` (:mod:`ext.btree`, the watch cache's copy-on-write B-tree).
 
 The compiled modules are REQUIRED: if they are missing (the source tree was never built), importing
 ``ext`` raises ImportError instead of silently running 100x slower. Build them with::
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["COMPILED", "fnv1a64", "fnv1a64_bytes", "fnv1a64_hex"]
+__all__ = ["COMPILED", "BTree", "fnv1a64", "fnv1a64_bytes", "fnv1a64_hex"]
 
 _PURE_PYTHON = os.environ.get("RESIDENCY_PURE_PYTHON") == "1"
 
@@ -27,12 +28,21 @@ if _PURE_PYTHON:
     from ext.fnv_py import fnv1a64, fnv1a64_bytes, fnv1a64_hex
 
     COMPILED = False
+
+    def __getattr__(name: str):  # PEP 562: the B-tree twin is imported on first use only
+        if name == "BTree":
+            from ext.btree_py import BTree
+
+            globals()["BTree"] = BTree
+            return BTree
+        raise AttributeError(f"module 'ext' has no attribute {name!r}")
 else:
     try:
         from ext.fnv import fnv1a64, fnv1a64_bytes, fnv1a64_hex
+        from ext.btree import BTree
     except ImportError as exc:
         raise ImportError(
-            "residency-apiserver: the compiled module ext.fnv is missing or failed to load "
+            f"residency-apiserver: the compiled module {exc.name or 'ext.fnv'} is missing or failed to load "
             f"({exc}). Run `pip install -e .` in the project root, which compiles ext/*.pyx. "
             "To debug without compiled code, set RESIDENCY_PURE_PYTHON=1 (slow pure-Python twins)."
         ) from exc

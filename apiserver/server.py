@@ -251,9 +251,15 @@ class APIServer:
         if head == "openapi":
             return self.openapi(parts)
         resolved = self.resolve(parts)
-        if head == "api" and len(parts) == 1:
-            return json_response(jsonenc.dumps(discovery.api_versions(request.host)) + b"\n")
-        if head == "apis" and len(parts) == 1:
+        if head in ("api", "apis") and len(parts) == 1:
+            if discovery.wants_aggregated(request.headers.get("Accept")):
+                # Aggregated discovery (one request instead of one per group version).
+                doc = discovery.aggregated_discovery(self.registry, core=(head == "api"))
+                return web.Response(body=jsonenc.dumps(doc) + b"\n", headers={
+                    "Content-Type": discovery.AGGREGATED_CONTENT_TYPE, "Vary": "Accept",
+                    "ETag": discovery.aggregated_etag(doc)})
+            if head == "api":
+                return json_response(jsonenc.dumps(discovery.api_versions(request.host)) + b"\n")
             return json_response(jsonenc.dumps(discovery.api_group_list(self.registry)) + b"\n")
         if head == "apis" and len(parts) == 2:
             g = discovery.api_group(self.registry, parts[1])

@@ -368,6 +368,40 @@ def _immutable_errors(resource: str, obj: dict, old: dict) -> list[dict[str, str
     return causes
 
 
+POD_SPEC_UPDATE_FORBIDDEN = (
+    "pod updates may not change fields other than `spec.containers[*].image`,"
+    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,"
+    "`spec.tolerations` (only additions to existing tolerations),"
+    "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)")
+
+
+def _pod_spec_update_errors(obj: dict, old: dict) -> list[dict[str, str]]:
+    """Pod specs are immutable but for a few fields (upstream ValidatePodUpdate).
+
+    The diff upstream appends to the message is omitted.
+    """
+    new_spec, old_spec = obj.get("spec") or {}, old.get("spec") or {}
+    if new_spec == old_spec:
+        return []
+
+    def masked(spec: dict, tolerations) -> dict:
+        m = dict(spec)
+        for f in ("containers", "initContainers"):
+            if isinstance(m.get(f), list):
+                m[f] = [{k: v for k, v in c.items() if k != "image"} if isinstance(c, dict) else c
+                        for c in m[f]]
+        for f in ("activeDeadlineSeconds", "terminationGracePeriodSeconds"):
+            m.pop(f, None)
+        m["tolerations"] = tolerations
+        return m
+    old_tol = old_spec.get("tolerations") or []
+    new_tol = new_spec.get("tolerations") or []
+    additions_only = new_tol[:len(old_tol)] == old_tol
+    if masked(new_spec, None if additions_only else new_tol) == masked(old_spec, None if additions_only else old_tol):
+        return []
+    return [field_error("FieldValueForbidden", "spec", POD_SPEC_UPDATE_FORBIDDEN)]
+
+
 # --------------------------------------------------------------------------- entry point
 
 def validate_object(resource: str, kind: str, group: str, obj: dict, *, namespaced: bool,
@@ -383,6 +417,8 @@ def validate_object(resource: str, kind: str, group: str, obj: dict, *, namespac
         causes += _meta_update_errors(meta, _string_map(old.get("metadata")))
         if resource in ("configmaps", "secrets"):
             causes += _immutable_errors(resource, obj, old)
+        elif resource == "pods":
+            causes += _pod_spec_update_errors(obj, old)
     causes += _meta_errors(resource, meta, namespaced)
     if resource == "configmaps":
         causes += _configmap_errors(obj)

@@ -438,3 +438,27 @@ def test_metrics_have_upstream_names(api, namespace):
 def test_version(api):
     v = api.get("/version").json()
     assert v["major"] == "1" and "gitVersion" in v
+
+
+def test_pod_spec_is_immutable_but_for_images(api, namespace):
+    pod = {"metadata": {"name": "imm"}, "spec": {"containers": [{"name": "a", "image": "a:1",
+                                                                  "env": [{"name": "X", "value": "1"}]}]}}
+    assert api.post(f"/api/v1/namespaces/{namespace}/pods", pod).status_code == 201
+    r = api.patch(f"/api/v1/namespaces/{namespace}/pods/imm",
+                  {"spec": {"containers": [{"name": "a", "image": "a:2"}]}}, "application/strategic-merge-patch+json")
+    assert r.status_code == 200, r.text
+    r = api.patch(f"/api/v1/namespaces/{namespace}/pods/imm",
+                  {"spec": {"containers": [{"name": "a", "env": [{"name": "X", "value": "2"}]}]}},
+                  "application/strategic-merge-patch+json")
+    assert r.status_code == 422
+    assert "spec: Forbidden: pod updates may not change fields other than" in status_of(r)["message"]
+
+
+def test_aggregated_discovery(api):
+    accept = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
+    r = api.get("/apis", headers={"Accept": accept})
+    assert r.status_code == 200
+    assert r.headers["Content-Type"].startswith("application/json;g=apidiscovery.k8s.io;v=v2")
+    doc = r.json()
+    assert doc["kind"] == "APIGroupDiscoveryList"
+    assert "coordination.k8s.io" in {g["metadata"]["name"] for g in doc["items"]}

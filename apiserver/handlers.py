@@ -28,6 +28,8 @@ Obj = dict[str, Any]
 MAX_BODY_BYTES = 3 * 1024 * 1024
 # Watch without timeoutSeconds: random in [minRequestTimeout, 2*minRequestTimeout] (S4.8).
 MIN_REQUEST_TIMEOUT = 1800
+# Upstream sends a bookmark about once a minute (defaultBookmarkFrequency, S4.11).
+BOOKMARK_FREQUENCY = 60.0
 
 @dataclass
 class RequestScope:
@@ -326,8 +328,11 @@ class ResourceHandlers:
             return jsonenc.watch_event(ev_type, encode_obj(res, obj))
 
         async def pump() -> None:
+            # Bookmarks: ask etcd for progress once a minute, or ~2 s before the
+            # timeout for short watches (the cadence of S4.11).
             gen = self.store(res).watch(prefix, rv, pred, initial_state=(rv == 0),
-                                        progress=opts.allow_watch_bookmarks)
+                                        progress=opts.allow_watch_bookmarks,
+                                        progress_interval=min(BOOKMARK_FREQUENCY, max(timeout - 2, 0.5)))
             try:
                 async for ev in gen:
                     if ev.type == "BOOKMARK":

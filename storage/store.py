@@ -219,14 +219,15 @@ class EtcdStore:
     # --- watch --------------------------------------------------------------
 
     async def watch(self, prefix: str, rv: int, predicate: Predicate | None = None, *,
-                    initial_state: bool = False,
-                    progress: bool = False) -> AsyncIterator[Event]:
+                    initial_state: bool = False, progress: bool = False,
+                    progress_interval: float | None = None) -> AsyncIterator[Event]:
         """Watch keys under `prefix` from after `rv`.
 
         initial_state: first emit ADDED for every matching object at the latest
         revision, then watch from there (upstream etcd3 watcher with RV 0).
-        Raises StorageError(EXPIRED) if rv is compacted. Yields BOOKMARK events
-        (empty obj) on etcd progress notifications when `progress`.
+        Raises StorageError(EXPIRED) if rv is compacted. With `progress`, yields
+        BOOKMARK events (empty obj) on etcd progress notifications, and asks etcd
+        for one every `progress_interval` seconds if given.
         """
         if initial_state:
             res = await self.list(prefix, predicate=predicate)
@@ -234,19 +235,32 @@ class EtcdStore:
                 yield Event("ADDED", obj, int(obj["metadata"]["resourceVersion"]))
             rv = res.resource_version
         w = self.client.watch(prefix.encode(), rv + 1, resource=self.resource, progress_notify=progress)
+        ticker = None
+        if progress and progress_interval:
+            async def tick() -> None:
+                while True:
+                    await asyncio.sleep(progress_interval)
+                    w.request_progress()
+            ticker = asyncio.ensure_future(tick())
+        last = rv
         try:
             async for batch in w:
                 if isinstance(batch, WatchProgress):
-                    if progress:
+                    # Only forward progress that moves past what was already sent (S4.12).
+                    if progress and batch.revision > last:
+                        last = batch.revision
                         yield Event("BOOKMARK", {}, batch.revision)
                     continue
                 for ev in batch:
+                    last = ev.kv.mod_revision
                     for out in _transition(ev, predicate):
                         yield out
         except WatchCompacted as e:
             raise errors.StorageError(errors.Code.EXPIRED, prefix, rv=rv,
                                       current_rv=e.compact_revision) from None
         finally:
+            if ticker is not None:
+                ticker.cancel()
             w.close()
 
 

@@ -462,3 +462,19 @@ def test_aggregated_discovery(api):
     doc = r.json()
     assert doc["kind"] == "APIGroupDiscoveryList"
     assert "coordination.k8s.io" in {g["metadata"]["name"] for g in doc["items"]}
+
+
+def test_watch_bookmarks_when_allowed(api, namespace):
+    """S4.10-S4.12 on the etcd path: a bookmark before timeoutSeconds ends, RV beyond what was seen."""
+    v = api.post(f"/api/v1/namespaces/{namespace}/configmaps", cm("bm")).json()
+    rv = int(v["metadata"]["resourceVersion"])
+    api.post(f"/api/v1/namespaces/{namespace}/secrets", {"metadata": {"name": "other"}})  # moves the global RV
+    r = api.get(f"/api/v1/namespaces/{namespace}/configmaps",
+                params={"watch": "1", "resourceVersion": str(rv), "allowWatchBookmarks": "true",
+                        "timeoutSeconds": "4"}, stream=True)
+    evs = [json.loads(l) for l in r.iter_lines() if l]
+    bms = [e for e in evs if e["type"] == "BOOKMARK"]
+    assert bms, evs
+    assert bms[0]["object"] == {"kind": "ConfigMap", "apiVersion": "v1",
+                                "metadata": {"resourceVersion": bms[0]["object"]["metadata"]["resourceVersion"]}}
+    assert int(bms[0]["object"]["metadata"]["resourceVersion"]) > rv

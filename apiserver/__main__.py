@@ -65,8 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--secure-port", type=_port, default=0, help="HTTPS port (needs --tls-cert-file and --tls-private-key-file)")
     p.add_argument("--tls-cert-file", default="")
     p.add_argument("--tls-private-key-file", default="")
-    p.add_argument("--watch-cache", type=_bool, default=False, nargs="?", const=True,
-                   help="serve reads from the watch cache (not implemented yet: only false is accepted)")
+    p.add_argument("--watch-cache", type=_bool, default=True, nargs="?", const=True,
+                   help="serve lists and watches from the watch cache (default true; false: everything from etcd)")
     p.add_argument("--state-dir", default=os.environ.get("RESIDENCY_STATE_DIR", "state"),
                    help="where the embedded etcd keeps its data (default ./state)")
     p.add_argument("-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity (0-10)")
@@ -87,8 +87,6 @@ def parse_args(argv: list[str] | None = None):
     for f in (a.tls_cert_file, a.tls_private_key_file):
         if f and not os.path.isfile(f):
             p.error(f"TLS file not found: {f}")
-    if a.watch_cache:
-        p.error("--watch-cache=true: the watch cache is not implemented yet in this build; use --watch-cache=false")
     if not a.port and not a.secure_port:
         p.error("nothing to serve: both --port and --secure-port are 0")
     return a

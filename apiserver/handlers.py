@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import random
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from aiohttp import web
 
@@ -17,7 +17,9 @@ from storage import errors as serr
 from storage.continue_token import decode_continue, encode_continue
 from storage.store import EtcdStore, Event, ListResult
 
-from . import errors, jsonenc, objects, patch as patchmod, tables, validation
+from cache import delegator
+
+from . import cached, errors, jsonenc, objects, patch as patchmod, tables, validation
 from .listoptions import ListOptions, parse_list_options, parse_resource_version
 from .resources import Resource
 from .selectors import field_selectors_for
@@ -183,9 +185,25 @@ class ResourceHandlers:
         res = scope.resource
         rv_s = request.query.get("resourceVersion")
         rv = parse_resource_version(rv_s) if rv_s else 0
+        cacher = await self.server.settled_cacher(res)
+        if cacher is not None:
+            try:
+                where = delegator.plan_get(rv_s, ready=cacher.ready)
+            except delegator.NotReadyError:
+                raise errors.too_many_requests("storage is (re)initializing", cacher.retry_after()) from None
+            if where == "cache":
+                # S1.15-S1.16: RV=0 any state; RV=N wait up to 3 s, 504 otherwise (no etcd fallback).
+                if rv:
+                    await cached.wait_fresh_or_504(cacher, rv)
+                e = cacher.wc.store.get(self.key(scope))
+                if e is None:
+                    raise errors.not_found(res.plural, scope.name or "", res.group)
+                if wants_table(request):
+                    return self.respond_obj(request, res, jsonenc.loads(e.data))
+                return json_response(e.data + b"\n")
         try:
-            # S1.14: RV unset is a quorum read. RV=N reads the latest state and
-            # checks it is not older than N (the etcd path has no wait).
+            # S1.14: RV unset is a quorum read. On the etcd path RV=N reads the
+            # latest state and checks it is not older than N.
             obj = await self.store(res).get(self.key(scope))
         except serr.StorageError as e:
             raise map_storage_error(e, res, scope.name or "") from None
@@ -201,18 +219,60 @@ class ResourceHandlers:
         res = scope.resource
         opts = self.list_options(request, res, watch=False)
         pred, exact_name = self.predicate(res, opts)
+        prefix = res.prefix(self.server.etcd_prefix, scope.namespace)
+        cacher = await self.server.settled_cacher(res)
+        if cacher is not None:
+            served = await self.list_from_cache(request, scope, opts, pred, exact_name, cacher, prefix)
+            if served is not None:
+                return served
         result = await self.list_from_etcd(scope, opts, pred, exact_name)
         meta: Obj = {"resourceVersion": str(result.resource_version)}
         if result.continue_key is not None:
             # continue_key is "<last key>\x00"; the token format appends the NUL itself (S2.1).
-            last = result.continue_key[len(res.prefix(self.server.etcd_prefix, scope.namespace)):]
+            last = result.continue_key[len(prefix):]
             meta["continue"] = encode_continue(last.removesuffix("\x00"), result.resource_version)
             if result.remaining is not None:
                 meta["remainingItemCount"] = result.remaining
         if wants_table(request):
             table = tables.to_table(res, result.items, meta, request.query.get("includeObject", "Metadata"))
             return json_response(jsonenc.dumps(table) + b"\n")
-        return await self.stream_list(request, res, meta, result.items)
+        return await self.stream_list(request, res, meta, (encode_list_item(res, o) for o in result.items))
+
+    async def list_from_cache(self, request: web.Request, scope: RequestScope, opts: ListOptions, pred,
+                              exact_name: str | None, cacher, prefix: str) -> web.StreamResponse | None:
+        """Serve a LIST from the watch cache, or None when it must go to etcd (delegator, S1.18-S1.26)."""
+        res = scope.resource
+        if opts.resource_version not in (None, "", "0"):
+            parse_resource_version(opts.resource_version)  # S1.11: 400 before routing
+        start_key, cont_rv = (None, None)
+        if opts.continue_:
+            start_key, cont_rv = decode_continue(opts.continue_, prefix)
+        single_key = exact_name is not None and (not res.namespaced or scope.namespace is not None)
+        try:
+            plan = delegator.plan_list(opts.resource_version, opts.resource_version_match, opts.limit, cont_rv,
+                                       ready=cacher.ready, consistent_supported=cacher.progress_supported,
+                                       has_selectors=pred is not None, single_key=single_key,
+                                       cache_rv=cacher.wc.rv)
+        except delegator.NotReadyError:
+            raise errors.too_many_requests("storage is (re)initializing", cacher.retry_after()) from None
+        if plan.source != "cache":
+            return None
+        label_reqs = cached.indexable(opts.labels) if opts.fields.empty else None
+        try:
+            page = await cached.list_from_cache(cacher, res, plan, prefix, start_key, pred, label_reqs,
+                                                scope.namespace)
+        except cached.Delegate:
+            return None
+        meta: Obj = {"resourceVersion": str(page.resource_version)}
+        if page.continue_key is not None:
+            meta["continue"] = encode_continue(page.continue_key[len(prefix):], page.resource_version)
+            if page.remaining is not None:
+                meta["remainingItemCount"] = page.remaining
+        if wants_table(request):
+            table = tables.to_table(res, [jsonenc.loads(e.data) for e in page.entries], meta,
+                                    request.query.get("includeObject", "Metadata"))
+            return json_response(jsonenc.dumps(table) + b"\n")
+        return await self.stream_list(request, res, meta, (cached.list_item_bytes(res, e) for e in page.entries))
 
     async def list_from_etcd(self, scope: RequestScope, opts: ListOptions,
                              pred, exact_name: str | None) -> ListResult:
@@ -272,7 +332,7 @@ class ResourceHandlers:
         return map_storage_error(e, self.server.registry.lookup("", "v1", "namespaces"))
 
     async def stream_list(self, request: web.Request, res: Resource, meta: Obj,
-                          items: list[Obj]) -> web.StreamResponse:
+                          items: Iterable[bytes]) -> web.StreamResponse:
         """Write the list item by item (streaming encoding, S6.1-S6.2)."""
         resp = web.StreamResponse(status=200)
         resp.content_type = "application/json"
@@ -280,7 +340,7 @@ class ResourceHandlers:
         enc = jsonenc.iter_unstructured_list if res.custom else jsonenc.iter_list
         buf: list[bytes] = []
         size = 0
-        for chunk in enc(res.list_kind, res.api_version, meta, (encode_list_item(res, o) for o in items)):
+        for chunk in enc(res.list_kind, res.api_version, meta, items):
             buf.append(chunk)
             size += len(chunk)
             if size >= 64 * 1024:  # write in ~64 KiB pieces, never the whole body at once
@@ -309,6 +369,15 @@ class ResourceHandlers:
         timeout = opts.timeout_seconds if opts.timeout_seconds else \
             random.uniform(MIN_REQUEST_TIMEOUT, 2 * MIN_REQUEST_TIMEOUT)
         table = wants_table(request)
+        cacher = await self.server.settled_cacher(res)
+        if cacher is not None:
+            if not cacher.ready:  # S1.33: a plain 429, not an ERROR event
+                raise errors.too_many_requests("storage is (re)initializing", cacher.retry_after())
+            return await cached.serve_watch(
+                request, cacher, res, prefix=res.prefix(self.server.etcd_prefix, scope.namespace),
+                rv_s=rv_s, send_initial=opts.send_initial_events, allow_bookmarks=opts.allow_watch_bookmarks,
+                timeout=timeout, predicate=pred, shard=None, encode_obj=lambda o: encode_obj(res, o),
+                table=table, include_object=request.query.get("includeObject", "Metadata"))
         resp = web.StreamResponse(status=200)
         resp.content_type = "application/json"
         resp.enable_chunked_encoding()
@@ -577,7 +646,7 @@ class ResourceHandlers:
                 raise
             deleted.append(out)
         meta = {"resourceVersion": str(result.resource_version)}
-        return await self.stream_list(request, res, meta, deleted)
+        return await self.stream_list(request, res, meta, (encode_list_item(res, o) for o in deleted))
 
 
 def dry_run(request: web.Request) -> bool:

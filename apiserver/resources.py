@@ -158,11 +158,14 @@ class Registry:
             self._crd_owned[name] = new
         return new
 
-    def remove_crd(self, name: str) -> None:
+    def remove_crd(self, name: str) -> list[Resource]:
+        """Unregister a CRD's resources; returns them."""
         with self._lock:
-            self._remove_locked(name)
+            return self._remove_locked(name)
 
-    def _remove_locked(self, name: str) -> None:
-        for r in self._crd_owned.pop(name, []):
+    def _remove_locked(self, name: str) -> list[Resource]:
+        removed = self._crd_owned.pop(name, [])
+        for r in removed:
             if self._by_gvr.get((r.group, r.version, r.plural)) is r:
                 del self._by_gvr[(r.group, r.version, r.plural)]
+        return removed

@@ -17,7 +17,9 @@ from storage.router import Router
 from storage.store import EtcdStore
 
 from . import discovery, errors, jsonenc, metrics
-from .handlers import RequestScope, ResourceHandlers, json_response, map_storage_error
+from cache.cacher import Cacher
+
+from .handlers import RequestScope, ResourceHandlers, encode_obj, json_response, map_storage_error
 from .resources import CRD, Registry, Resource
 
 log = logging.getLogger("apiserver")
@@ -47,9 +49,10 @@ class APIServer:
         self.registry = Registry()
         self.router = Router(config.etcd_servers, config.etcd_overrides)
         self.handlers = ResourceHandlers(self)
-        # Watch-list (S5) arrives with the watch cache; until then we answer as
+        # Watch-list (S5) is served by the watch cache; without it we answer as
         # upstream does with the WatchList gate off (S5.3).
-        self.watch_list_enabled = False
+        self.watch_list_enabled = config.watch_cache
+        self._cachers: dict[tuple[str, str], Cacher] = {}
         self.watchers: set[asyncio.Future] = set()
         self._stores: dict[tuple[str, str], EtcdStore] = {}
         self._tasks: list[asyncio.Task] = []
@@ -64,6 +67,30 @@ class APIServer:
             s = self._stores[k] = EtcdStore(self.router.client_for(res.group, res.plural), res.qualified)
         return s
 
+    def cacher_for(self, res: Resource) -> Cacher | None:
+        """The resource's watch cache (created and started on first use), or None with --watch-cache=false."""
+        if not self.config.watch_cache:
+            return None
+        k = (res.group, res.plural)
+        c = self._cachers.get(k)
+        if c is None:
+            # A dedicated etcd client per cached resource: progress requests apply to
+            # every watch on a gRPC stream (S3.2).
+            client = self.router.client_for(res.group, res.plural, dedicated=True)
+            client.version = self.etcd_version
+            c = Cacher(store=self.store_for(res), client=client, prefix=res.prefix(self.etcd_prefix),
+                       resource_label=res.plural, group=res.group,
+                       encode=lambda obj, _r=res: encode_obj(_r, obj))
+            self._cachers[k] = c
+            c.start()
+        return c
+
+    async def settled_cacher(self, res: Resource) -> Cacher | None:
+        c = self.cacher_for(res)
+        if c is not None and not c.ready:
+            await c.settle()
+        return c
+
     async def start(self) -> None:
         self.etcd_version = await self.router.default_client().status()
         ns = self.registry.lookup("", "v1", "namespaces")
@@ -77,10 +104,15 @@ class APIServer:
                 if e.code is not serr.Code.KEY_EXISTS:
                     raise
         await self._load_crds()
+        if self.config.watch_cache:
+            for r in self.registry.all():
+                self.cacher_for(r)
         self._tasks.append(asyncio.create_task(self._sync_crds_forever()))
         self._tasks.append(asyncio.create_task(self._count_objects_forever()))
 
     async def stop(self) -> None:
+        for c in self._cachers.values():
+            await c.stop()
         for t in self._tasks:
             t.cancel()
         for t in list(self.watchers):
@@ -111,9 +143,13 @@ class APIServer:
 
     def _apply_crd_event(self, ev_type: str, crd: dict) -> None:
         if ev_type == "DELETED":
-            self.registry.remove_crd(crd["metadata"]["name"])
+            for r in self.registry.remove_crd(crd["metadata"]["name"]):
+                c = self._cachers.pop((r.group, r.plural), None)
+                if c is not None:
+                    asyncio.ensure_future(c.stop())
         else:
-            self.registry.apply_crd(crd)
+            for r in self.registry.apply_crd(crd):
+                self.cacher_for(r)  # start filling the new resource's cache right away
 
     async def after_write(self, res: Resource, ev_type: str, obj: dict) -> None:
         """Side effects of a successful write (what upstream's controllers would do)."""
@@ -172,7 +208,15 @@ class APIServer:
         checks: dict[str, Any] = {"ping": None, "log": None}
         if kind in ("readyz", "healthz"):
             checks["etcd"] = self.check_etcd
+        if kind == "readyz" and self.config.watch_cache:
+            checks["watch-cache"] = self.check_watch_cache
         return checks
+
+    async def check_watch_cache(self) -> str | None:
+        """Ready once every built-in resource's cache is initialised (upstream 1.36 default)."""
+        pending = [f"{r.plural}" for r in self.registry.all()
+                   if not r.custom and not self.cacher_for(r).ready]
+        return f"watch cache not ready: {', '.join(pending)}" if pending else None
 
     async def health(self, request: web.Request, kind: str, only: str | None) -> web.Response:
         checks = self.health_checks(kind)

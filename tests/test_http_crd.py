@@ -91,7 +91,7 @@ def test_cluster_scoped_custom_resource(api, request):
     assert api.get(base).status_code == 404
 
 
-def test_crd_seen_by_a_second_apiserver(api, etcd, widgets, namespace):
+def test_crd_seen_by_a_second_apiserver(api, widgets, namespace):
     """A CRD created through one process is served by another sharing the etcd (CRD sync watch)."""
     import time
 
@@ -99,7 +99,7 @@ def test_crd_seen_by_a_second_apiserver(api, etcd, widgets, namespace):
 
     from tests.conftest import start_apiserver_process
     # Same etcd prefix as the session apiserver (tests/conftest.py), so it sees the same CRD.
-    proc, base = start_apiserver_process(etcd.endpoint, f"/registry-http{os.getpid()}")
+    proc, base = start_apiserver_process(api.etcd.endpoint, f"/registry-http{os.getpid()}")
     try:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:

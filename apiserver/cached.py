@@ -1,0 +1,272 @@
+"""Serving GET, LIST and WATCH from the watch cache (the Cacher facade seen from HTTP).
+
+`handlers.py` asks `cache.delegator` where a request goes; when it is the
+cache, the functions here answer it: consistent-read waiting with etcd
+fallback (S3.4), snapshot paging (S2.14-S2.17), bitmap label selection,
+watch replay from the window, watch-list (S5), bookmarks.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator
+
+from aiohttp import web
+
+from cache import metrics as cmetrics
+from cache.cache_watcher import CacheWatcher
+from cache.cacher import Cacher, TooLargeRV, next_bookmark_time
+from cache.delegator import ANY, CONSISTENT, EXACT, NOT_OLDER_THAN, ListPlan
+from cache.watch_cache import INDEXABLE_OPS, Entry, TooOld
+
+from . import errors, jsonenc, objects, tables
+from .resources import Resource
+
+Obj = dict[str, Any]
+
+
+class Delegate(Exception):
+    """The cache cannot serve this read: go to etcd (S1.21, S3.4 fallback)."""
+
+
+@dataclass
+class CachedList:
+    entries: list[Entry]
+    resource_version: int
+    continue_key: str | None    # last returned key (no NUL) when more keys follow
+    remaining: int | None
+
+
+def list_item_bytes(res: Resource, e: Entry) -> bytes:
+    """Items of built-in lists carry no kind/apiVersion (S8.1): splice them out of the cached bytes."""
+    if res.custom:
+        return e.data
+    head = b'{"kind":' + jsonenc.dumps(res.kind) + b',"apiVersion":' + jsonenc.dumps(res.api_version) + b","
+    if e.data.startswith(head):
+        return b"{" + e.data[len(head):]
+    obj = jsonenc.loads(e.data)
+    return jsonenc.dumps({k: v for k, v in obj.items() if k not in ("kind", "apiVersion")})
+
+
+async def wait_fresh_or_504(cacher: Cacher, rv: int) -> None:
+    try:
+        await cacher.wait_until_fresh(rv)
+    except TooLargeRV as e:
+        raise errors.too_large_resource_version(e.requested, e.current, retry_after=1) from None
+
+
+async def list_from_cache(cacher: Cacher, res: Resource, plan: ListPlan, prefix: str, start_key: str | None,
+                          predicate: Callable[[Obj], bool] | None, label_reqs: list | None,
+                          namespace: str | None, shard: Callable[[Entry], bool] | None = None) -> CachedList:
+    """One page (or the whole list) from the cache, per the plan's semantics."""
+    wc = cacher.wc
+    tree = None
+    list_rv = 0
+    if plan.mode == CONSISTENT:
+        rev = await cacher.current_revision()
+        try:
+            await cacher.wait_until_fresh(rev)
+        except TooLargeRV:
+            cmetrics.consistent_read.labels(res.group, res.plural, "true", "true").inc()
+            raise Delegate() from None  # S3.4: a consistent list falls back to etcd
+        cmetrics.consistent_read.labels(res.group, res.plural, "true", "false").inc()
+    elif plan.mode == NOT_OLDER_THAN:
+        await wait_fresh_or_504(cacher, plan.rv)
+    elif plan.mode == EXACT:
+        if plan.rv > wc.rv:
+            await wait_fresh_or_504(cacher, plan.rv)
+        tree = wc.snapshot_at(plan.rv)
+        if tree is None:
+            raise Delegate()  # older than every snapshot: etcd answers (or 410s), S1.21
+        list_rv = plan.rv    # S2.14: the requested RV, not the snapshot's
+    if tree is None:
+        tree = wc.store.snapshot()  # a stable view while we stream; O(1)
+        list_rv = wc.rv
+    use_index = (plan.mode != EXACT and predicate is not None and label_reqs is not None)
+    entries, cont, remaining = _select(wc, tree, prefix, start_key, plan.limit, predicate, label_reqs,
+                                       namespace, shard, use_index, cacher.decode_entry)
+    cmetrics.cache_list_total.labels(res.qualified, "label" if use_index else "").inc()
+    cmetrics.cache_list_returned.labels(res.qualified).inc(len(entries))
+    return CachedList(entries, list_rv, cont, remaining)
+
+
+def _select(wc, tree, prefix: str, start_key: str | None, limit: int, predicate, label_reqs, namespace,
+            shard, use_index: bool, decode) -> tuple[list[Entry], str | None, int | None]:
+    start = start_key if start_key and start_key > prefix else prefix
+    if use_index:
+        # Label selector from the bitmaps (latest state only, S2.15): slots -> entries, key order.
+        slots = wc.indexes.select(label_reqs, namespace)
+        cands = sorted((wc.slots[s] for s in slots), key=lambda e: e.key)
+        cands = [e for e in cands if e.key >= start and e.key.startswith(prefix)]
+        out = []
+        last = None
+        for e in cands:
+            if shard is not None and not shard(e):
+                continue
+            if predicate is not None and not predicate(decode(e)):
+                continue
+            out.append(e)
+            last = e.key
+            if limit and len(out) == limit:
+                break
+        more = bool(limit and last is not None and
+                    wc.count_prefix(tree, prefix, last + "\x00") > 0)
+        return out, (last if more else None), None
+    out: list[Entry] = []
+    it = wc.iter_prefix(tree, prefix, start)
+    last = None
+    for e in it:
+        if shard is not None and not shard(e):
+            continue
+        if predicate is not None and not predicate(decode(e)):
+            continue
+        out.append(e)
+        last = e.key
+        if limit and len(out) == limit:
+            break
+    if not (limit and len(out) == limit):
+        return out, None, None
+    after = wc.count_prefix(tree, prefix, last + "\x00")
+    if after == 0:
+        return out, None, None
+    # S2.9: remainingItemCount only without a filter.
+    remaining = after if predicate is None and shard is None else None
+    return out, last, remaining
+
+
+def indexable(label_selector) -> list | None:
+    """The requirements if the bitmaps can answer them, else None."""
+    reqs = list(label_selector.requirements)
+    if not reqs:
+        return None
+    if all(op in INDEXABLE_OPS for _, op, _ in reqs):
+        return reqs
+    return None
+
+
+# --- watch -----------------------------------------------------------------------------------
+
+async def serve_watch(request: web.Request, cacher: Cacher, res: Resource, *, prefix: str, rv_s: str | None,
+                      send_initial: bool | None, allow_bookmarks: bool, timeout: float,
+                      predicate: Callable[[Obj], bool] | None, shard: Callable[[Entry], bool] | None,
+                      encode_obj: Callable[[Obj], bytes], table: bool, include_object: str,
+                      on_watcher: Callable[[CacheWatcher, bool], None] | None = None) -> web.StreamResponse:
+    """A watch served from the cache: errors before the stream are HTTP errors; after, ERROR events."""
+    wc = cacher.wc
+    rv = int(rv_s) if rv_s not in (None, "") else 0
+    resp = web.StreamResponse(status=200)
+    resp.content_type = "application/json"
+    resp.enable_chunked_encoding()
+    await resp.prepare(request)  # S4.3
+    deadline = time.monotonic() + timeout
+    first_table = [True]
+
+    def frame(ev_type: str, data: bytes) -> bytes:
+        if table and ev_type not in ("ERROR", "BOOKMARK"):
+            t = tables.watch_table(res, jsonenc.loads(data), first_table[0], include_object)
+            first_table[0] = False
+            return jsonenc.watch_event(ev_type, jsonenc.dumps(t))
+        return jsonenc.watch_event(ev_type, data)
+
+    async def error_event(e: errors.StatusError) -> web.StreamResponse:
+        await resp.write(jsonenc.watch_event("ERROR", jsonenc.dumps(e.status())))
+        await resp.write_eof()
+        return resp
+
+    # S3.7: a consistent watch-list needs reliable progress requests.
+    if send_initial and allow_bookmarks and rv_s in (None, "") and not cacher.progress_supported:
+        return await error_event(errors.StatusError(
+            500, "InternalError", "a watch stream was requested by the client but the required storage "
+                                  "feature RequestWatchProgress is disabled"))
+    # 1. Freshness (S5.7, S1.29).
+    try:
+        if send_initial:
+            if rv_s in (None, ""):
+                await cacher.wait_until_fresh(await cacher.current_revision())
+            elif rv > 0:
+                await cacher.wait_until_fresh(rv)
+        elif rv_s in (None, "") and send_initial is False:
+            await cacher.wait_until_fresh(await cacher.current_revision())
+    except TooLargeRV as e:
+        return await error_event(errors.too_large_resource_version(e.requested, e.current, retry_after=1))
+
+    # 2. Register atomically with the state we start from (no await in between).
+    watch_list = bool(send_initial) and allow_bookmarks
+    w = CacheWatcher(prefix=prefix, predicate=predicate, shard=shard, queue_size=cacher.queue_size(),
+                     start_rv=0, allow_bookmarks=allow_bookmarks, deadline=deadline,
+                     encode_deleted=cacher.encode_deleted, decode=cacher.decode_entry, watch_list=watch_list)
+    initial: Iterator[Entry] | None = None
+    replay = []
+    if send_initial:
+        snap = wc.store.snapshot()
+        start_rv = wc.rv
+        initial = wc.iter_prefix(snap, prefix)
+    elif rv_s in (None, "", "0"):
+        start_rv = wc.rv
+    else:
+        try:
+            replay = wc.events_since(rv)
+        except TooOld as e:
+            return await error_event(errors.expired(str(e)))
+        start_rv = max(rv, wc.rv)
+    w.start_rv = w.last_rv = start_rv
+    if allow_bookmarks:
+        w.next_bookmark = next_bookmark_time(time.monotonic(), deadline)
+    cacher.add_watcher(w)
+    if on_watcher:
+        on_watcher(w, True)
+    try:
+        # 3. Initial events (S5.5) or replay (S1.29), then the end bookmark (S5.4).
+        buf: list[bytes] = []
+        size = 0
+        cache: dict = {}
+        if initial is not None:
+            n = 0
+            for e in initial:
+                if (shard is None or shard(e)) and (predicate is None or predicate(cacher.decode_entry(e))):
+                    b = frame("ADDED", e.data)
+                    buf.append(b)
+                    size += len(b)
+                    n += 1
+                    if size >= 64 * 1024:
+                        await resp.write(b"".join(buf))
+                        buf, size = [], 0
+            cmetrics.init_events.labels(res.group, res.plural).inc(n)
+        for ev in replay:
+            f = w.convert(ev, cache)
+            if f is not None:
+                buf.append(frame(*f))
+        if watch_list:
+            buf.append(jsonenc.watch_event("BOOKMARK", encode_obj(objects.bookmark(res, start_rv, True))))
+        if buf:
+            await resp.write(b"".join(buf))
+        # 4. Live events from the queue until the deadline.
+        while not w.done:
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            if not w.queue:
+                await w.wait(deadline - now)
+                continue
+            out = []
+            while w.queue:
+                t, payload = w.queue.popleft()
+                if t == "BOOKMARK":
+                    out.append(jsonenc.watch_event("BOOKMARK", encode_obj(objects.bookmark(res, payload))))
+                else:
+                    out.append(frame(t, payload))
+            await resp.write(b"".join(out))
+    except (ConnectionResetError, asyncio.CancelledError):
+        cacher.remove_watcher(w)
+        if on_watcher:
+            on_watcher(w, False)
+        raise
+    cacher.remove_watcher(w)
+    if on_watcher:
+        on_watcher(w, False)
+    try:
+        await resp.write_eof()
+    except ConnectionResetError:
+        pass
+    return resp

@@ -1,0 +1,118 @@
+"""One client watch served from the cache (upstream `cache_watcher.go`).
+
+A watcher has a filter (key prefix + optional object predicate), a bounded
+queue of frames, and bookkeeping for bookmarks. The dispatcher (Cacher) puts
+events in with `try_add`; the HTTP writer drains with `next_frame`. The queue,
+not the server, absorbs bursts; a watcher that stays full past the dispatch
+time budget is terminated (S4.14).
+"""
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any, Callable, Iterator
+
+from .watch_cache import CacheEvent, Entry
+
+Obj = dict[str, Any]
+
+
+class CacheWatcher:
+    def __init__(self, *, prefix: str, predicate: Callable[[Obj], bool] | None,
+                 shard: Callable[[Entry], bool] | None, queue_size: int, start_rv: int,
+                 allow_bookmarks: bool, deadline: float, encode_deleted: Callable[[Entry, int], bytes],
+                 decode: Callable[[Entry], Obj], watch_list: bool = False):
+        self.prefix = prefix
+        self.predicate = predicate
+        self.shard = shard
+        self.queue: deque[tuple[str, bytes | int]] = deque()
+        self.queue_size = queue_size
+        self.start_rv = start_rv           # RV reached after the initial/replay phase (S4.12)
+        self.last_rv = start_rv
+        self.allow_bookmarks = allow_bookmarks
+        self.deadline = deadline
+        self.next_bookmark = 0.0
+        self.encode_deleted = encode_deleted
+        self.decode = decode
+        self.watch_list = watch_list        # owes the initial-events-end bookmark (S5.4)
+        self.initial: Iterator[Entry] | None = None
+        self.replay: list[CacheEvent] = []
+        self.done = False
+        self.terminated = False
+        self._wakeup = asyncio.Event()
+
+    # --- filtering (S4.6) -------------------------------------------------------
+
+    def _matches(self, e: Entry, cache: dict) -> bool:
+        if not e.key.startswith(self.prefix):
+            return False
+        if self.shard is not None and not self.shard(e):
+            return False
+        if self.predicate is None:
+            return True
+        obj = cache.get(id(e))
+        if obj is None:
+            obj = cache[id(e)] = self.decode(e)
+        return self.predicate(obj)
+
+    def convert(self, ev: CacheEvent, cache: dict) -> tuple[str, bytes] | None:
+        """The frame this watcher gets for an event, per selector transitions (S4.6)."""
+        if ev.type == "DELETED":
+            if ev.prev is not None and self._matches(ev.prev, cache):
+                return "DELETED", ev.entry.data
+            return None
+        cur_ok = self._matches(ev.entry, cache)
+        prev_ok = ev.prev is not None and self._matches(ev.prev, cache)
+        if cur_ok and prev_ok:
+            return "MODIFIED", ev.entry.data
+        if cur_ok:
+            return "ADDED", ev.entry.data
+        if prev_ok:
+            return "DELETED", self.encode_deleted(ev.prev, ev.rv)
+        return None
+
+    # --- queue --------------------------------------------------------------------
+
+    def try_add(self, ev: CacheEvent, cache: dict) -> bool | None:
+        """Non-blocking put. None: not interested; True: queued; False: queue full."""
+        if ev.rv <= self.last_rv or self.done:
+            return None   # already covered by the initial/replay phase (S4.7)
+        frame = self.convert(ev, cache)
+        if frame is None:
+            self.last_rv = ev.rv
+            return None
+        if len(self.queue) >= self.queue_size:
+            return False
+        self.queue.append(frame)
+        self.last_rv = ev.rv
+        self._wakeup.set()
+        return True
+
+    def force_add(self, ev: CacheEvent, cache: dict) -> None:
+        frame = self.convert(ev, cache)
+        if frame is not None:
+            self.queue.append(frame)
+            self._wakeup.set()
+        self.last_rv = ev.rv
+
+    def add_bookmark(self, rv: int) -> bool:
+        """Bookmarks never block (S4.15) and are only written past the RV reached by the
+        initial/replay phase (S4.12); their RV may exceed every event this watcher saw."""
+        if self.done or rv <= self.start_rv or len(self.queue) >= self.queue_size:
+            return False
+        self.queue.append(("BOOKMARK", rv))
+        self._wakeup.set()
+        return True
+
+    def stop(self, terminated: bool = False) -> None:
+        self.done = True
+        self.terminated = terminated
+        self._wakeup.set()
+
+    async def wait(self, timeout: float) -> None:
+        if not self.queue and not self.done:
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass

@@ -1,0 +1,443 @@
+"""One watch cache per resource per process (upstream `cacher.go`).
+
+```
+            ┌────────── not ready ◀────────────┐ watch failure / compaction
+  start ──▶ │ list from etcd (paged 10,000)    │ (all client watches end)
+            └──────────▶ ready ─ watch etcd ───┘
+```
+
+* Initialisation: a quorum list paged by 10,000, then one etcd watch from that
+  revision (with progress notifications) feeding every client watch (S4.16-S4.17).
+* While not ready, requests are answered 429 or delegated (S1.25, S1.33).
+* Consistent reads (S3): the current etcd revision (one shared request for
+  concurrent readers), then wait up to 3 s for the cache to reach it, asking
+  etcd for progress every 100 ms while anyone waits.
+* Dispatch: each event goes to every interested watcher without blocking;
+  full queues get a shared time budget, then the watcher is terminated (S4.14).
+* Bookmarks: a 1 s timer delivers one to watchers whose due time passed
+  (min(now + 60 s, deadline - 2 s), S4.11).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import random
+import time
+from typing import Callable
+
+import orjson
+
+from storage import errors as serr
+from storage.etcd import EtcdClient, WatchCompacted, WatchProgress
+from storage.store import EtcdStore, stamp_rv
+
+from . import metrics
+from .cache_watcher import CacheWatcher
+from .watch_cache import CacheEvent, Entry, WatchCache
+
+log = logging.getLogger("cache")
+
+# blockTimeout: how long a read waits for the cache to catch up (S3.4).
+BLOCK_TIMEOUT = 3.0
+# progressRequestPeriod: progress requests while someone waits (S3.2).
+PROGRESS_PERIOD = 0.1
+# Bookmark cadence (S4.11): a timer every ~1 s; per watcher at most once a minute
+# and once ~2 s before its deadline.
+BOOKMARK_TICK = 1.0
+BOOKMARK_FREQUENCY = 60.0
+BOOKMARK_BEFORE_DEADLINE = 2.0
+# Dispatch time budget (S4.14): refills 50 ms per second, capped at 100 ms.
+BUDGET_REFILL_PER_SECOND = 0.05
+BUDGET_MAX = 0.1
+# Grace for a brand-new cache's first list before answering 429 (beyond upstream).
+FIRST_INIT_GRACE = 3.0
+# Initial list page size (S4.17).
+LIST_PAGE = 10_000
+# etcd releases with reliable progress requests (S3.6).
+PROGRESS_OK = {(3, 4): (3, 4, 31), (3, 5): (3, 5, 13)}
+
+
+def progress_requests_supported(version: str) -> bool:
+    """S3.6: >= 3.4.31 on 3.4.x, >= 3.5.13 on 3.5.x, any later minor; unparsable → False."""
+    try:
+        parts = tuple(int(p) for p in version.split("-")[0].split(".")[:3])
+    except ValueError:
+        return False
+    if len(parts) != 3:
+        return False
+    need = PROGRESS_OK.get(parts[:2])
+    if need is not None:
+        return parts >= need
+    return parts >= (3, 6, 0)
+
+
+class NotReady(Exception):
+    def __init__(self, retry_after: int):
+        super().__init__("storage is (re)initializing")
+        self.retry_after = retry_after
+
+
+class TooLargeRV(Exception):
+    def __init__(self, requested: int, current: int):
+        super().__init__(f"Too large resource version: {requested}, current: {current}")
+        self.requested = requested
+        self.current = current
+
+
+class Decoded:
+    """What ingest extracts from one object version (decoded once)."""
+    __slots__ = ("obj", "uid", "namespace", "labels")
+
+    def __init__(self, obj: dict):
+        md = obj.get("metadata") or {}
+        self.obj = obj
+        self.uid = md.get("uid") or ""
+        self.namespace = md.get("namespace") or ""
+        self.labels = md.get("labels") or {}
+
+
+class Cacher:
+    """The cache of one resource: owns its etcd watch, its WatchCache and its watchers."""
+
+    def __init__(self, *, store: EtcdStore, client: EtcdClient, prefix: str, resource_label: str,
+                 group: str, encode: Callable[[dict], bytes], residency: Callable[[str, bytes], bool] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.store = store
+        self.client = client
+        self.prefix = prefix
+        self.resource_label = resource_label
+        self.group = group
+        self.encode = encode
+        self.residency = residency
+        self.clock = clock
+        self.wc = WatchCache(prefix, clock)
+        self.ready = False
+        self.not_ready_since = clock()
+        self.watchers: set[CacheWatcher] = set()
+        self.waiters: list[tuple[int, asyncio.Future]] = []
+        self.progress_supported = progress_requests_supported(client.version or "")
+        self._etcd_watch = None
+        self._task: asyncio.Task | None = None
+        self._bookmark_task: asyncio.Task | None = None
+        self._progress_task: asyncio.Task | None = None
+        self._rev_inflight: asyncio.Future | None = None
+        self._rev_next: asyncio.Future | None = None
+        self._ready_event = asyncio.Event()
+        self._budget = BUDGET_MAX
+        self._budget_at = clock()
+        self.dropped_nonresident = 0
+        self.created_at = clock()
+        self._initialised_once = False
+
+    # --- lifecycle ----------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+        self._bookmark_task = asyncio.create_task(self._bookmarks())
+
+    async def stop(self) -> None:
+        for t in (self._task, self._bookmark_task, self._progress_task):
+            if t is not None:
+                t.cancel()
+        for t in (self._task, self._bookmark_task, self._progress_task):
+            if t is not None:
+                try:
+                    await t
+                except (asyncio.CancelledError, Exception):
+                    pass
+        self._terminate_all()
+
+    def retry_after(self) -> int:
+        """S1.25: clamp(floor(e^(0.06 * downtime)), 1, 30)."""
+        down = max(self.clock() - self.not_ready_since, 0.0)
+        return int(min(max(math.floor(math.exp(0.06 * down)), 1), 30))
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                rv = await self._list_and_replace()
+                await self._watch(rv)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("cache re-initialising resource=%s error=%r", self.resource_label, e)
+            self._set_not_ready()
+            await asyncio.sleep(0.2 + random.random() * 0.3)
+
+    def _set_not_ready(self) -> None:
+        if self.ready:
+            self.ready = False
+            self.not_ready_since = self.clock()
+            self._ready_event.clear()
+        self._terminate_all()
+
+    async def _list_and_replace(self) -> int:
+        t0 = time.perf_counter()
+        objects = []
+        start = self.prefix
+        rev = 0
+        end = _prefix_end_bytes(self.prefix.encode())
+        while True:
+            kvs, hdr, more, _ = await self.client.range(start.encode(), end, revision=rev, limit=LIST_PAGE,
+                                                        resource=self.resource_label)
+            rev = rev or hdr
+            for kv in kvs:
+                item = self._ingest_object(kv.key.decode(), kv.value, kv.mod_revision)
+                if item is not None:
+                    objects.append(item)
+            if not more:
+                break
+            start = kvs[-1].key.decode() + "\x00"
+        self.wc.replace(objects, rev)
+        self.ready = True
+        self._initialised_once = True
+        self._ready_event.set()
+        metrics.initializations.labels(self.group, self.resource_label).inc()
+        metrics.resource_version.labels(self.group, self.resource_label).set(rev)
+        log.info("cache ready resource=%s objects=%d rv=%d seconds=%.3f", self.resource_label,
+                 len(objects), rev, time.perf_counter() - t0)
+        self._wake_waiters()
+        return rev
+
+    def _decode_value(self, key: str, value: bytes) -> dict:
+        try:
+            return orjson.loads(value)
+        except orjson.JSONDecodeError as e:
+            raise serr.StorageError(serr.Code.INTERNAL, key, f"undecodable value: {e}") from None
+
+    def _resident(self, key: str, value: bytes) -> bool:
+        if self.residency is None:
+            return True
+        ok = self.residency(key, value)
+        if not ok:
+            self.dropped_nonresident += 1
+        return ok
+
+    def _ingest_object(self, key: str, value: bytes, rv: int):
+        """(key, rv, wire bytes, uid, namespace, labels) for one stored object, or None if not resident."""
+        if not self._resident(key, value):
+            return None
+        d = Decoded(self._decode_value(key, value))
+        data = self.encode(stamp_rv(d.obj, rv))
+        return key, rv, data, d.uid, d.namespace, d.labels
+
+    async def _watch(self, rv: int) -> None:
+        w = self.client.watch(self.prefix.encode(), rv + 1, resource=self.resource_label, progress_notify=True)
+        self._etcd_watch = w
+        try:
+            async for batch in w:
+                if isinstance(batch, WatchProgress):
+                    self.wc.progress(batch.revision)
+                    metrics.resource_version.labels(self.group, self.resource_label).set(self.wc.rv)
+                    self._wake_waiters()
+                    continue
+                for ev in batch:
+                    metrics.events_received.labels(self.group, self.resource_label).inc()
+                    cev = self._apply(ev)
+                    if cev is not None:
+                        await self._dispatch(cev)
+                metrics.resource_version.labels(self.group, self.resource_label).set(self.wc.rv)
+                self._wake_waiters()
+        except WatchCompacted:
+            log.warning("cache watch compacted resource=%s rv=%d", self.resource_label, rv)
+        finally:
+            self._etcd_watch = None
+            w.close()
+
+    def _apply(self, ev) -> CacheEvent | None:
+        key = ev.kv.key.decode()
+        rv = ev.kv.mod_revision
+        if ev.type == "DELETE":
+            if ev.prev is None or key not in self.wc.store:
+                self.wc.progress(rv)
+                return None
+            prev = Decoded(self._decode_value(key, ev.prev.value))
+            data = self.encode(stamp_rv(prev.obj, rv))  # last state, delete's RV (S4.5)
+            return self.wc.apply_delete(key, rv, data, prev.namespace, prev.labels)
+        if not self._resident(key, ev.kv.value):
+            self.wc.progress(rv)
+            return None
+        cur = Decoded(self._decode_value(key, ev.kv.value))
+        prev_labels = None
+        if ev.prev is not None and key in self.wc.store:
+            prev_labels = (orjson.loads(ev.prev.value).get("metadata") or {}).get("labels") or {}
+        data = self.encode(stamp_rv(cur.obj, rv))
+        return self.wc.apply_put(key, rv, data, cur.uid, cur.namespace, cur.labels, prev_labels)
+
+    # --- dispatch (S4.14) ---------------------------------------------------------------
+
+    async def _dispatch(self, ev: CacheEvent) -> None:
+        cache: dict = {}
+        blocked = []
+        for w in self.watchers:
+            r = w.try_add(ev, cache)
+            if r is False:
+                blocked.append(w)
+        if blocked:
+            await self._dispatch_blocked(ev, blocked, cache)
+        metrics.events_dispatched.labels(self.group, self.resource_label).inc()
+
+    async def _dispatch_blocked(self, ev: CacheEvent, blocked: list[CacheWatcher], cache: dict) -> None:
+        now = self.clock()
+        self._budget = min(BUDGET_MAX, self._budget + (now - self._budget_at) * BUDGET_REFILL_PER_SECOND)
+        self._budget_at = now
+        t0 = self.clock()
+        while blocked:
+            remaining = []
+            for w in blocked:
+                if w.done:
+                    continue
+                if len(w.queue) < w.queue_size:
+                    w.force_add(ev, cache)
+                else:
+                    remaining.append(w)
+            blocked = remaining
+            if not blocked:
+                break
+            spent = self.clock() - t0
+            if spent >= self._budget:
+                for w in blocked:
+                    log.warning("Forcing %s watcher close due to unresponsiveness: prefix=%s",
+                                self.resource_label, w.prefix)
+                    w.stop(terminated=True)
+                    self.watchers.discard(w)
+                    metrics.terminated_watchers.labels(self.group, self.resource_label).inc()
+                break
+            await asyncio.sleep(0.005)
+        self._budget = max(0.0, self._budget - (self.clock() - t0))
+
+    def _terminate_all(self) -> None:
+        for w in list(self.watchers):
+            w.stop()
+        self.watchers.clear()
+
+    # --- bookmarks (S4.11) ---------------------------------------------------------------
+
+    async def _bookmarks(self) -> None:
+        while True:
+            await asyncio.sleep(BOOKMARK_TICK * (1 + random.random() * 0.25))
+            if not self.ready:
+                continue
+            now = self.clock()
+            due = [w for w in self.watchers if w.allow_bookmarks and w.next_bookmark and now >= w.next_bookmark]
+            if due and self.progress_supported and self._etcd_watch is not None:
+                # Beyond upstream: learn the global revision before bookmarking, so a
+                # quiet resource still gets fresh bookmarks (only where progress
+                # requests are reliable, S3.6); later bookmarks carry the answer.
+                self._etcd_watch.request_progress()
+            for w in due:
+                w.add_bookmark(self.wc.rv)
+                w.next_bookmark = next_bookmark_time(now, w.deadline)
+
+    # --- waiting for freshness (S3) ------------------------------------------------------
+
+    async def settle(self, grace: float = FIRST_INIT_GRACE) -> None:
+        """A cache created moments ago (e.g. for a new CRD) gets a short grace period to
+        finish its first list before requests see 429 (beyond upstream, documented)."""
+        if self.ready or self._initialised_once:
+            return
+        left = grace - (self.clock() - self.created_at)
+        if left > 0:
+            try:
+                await asyncio.wait_for(self._ready_event.wait(), left)
+            except asyncio.TimeoutError:
+                pass
+
+    async def current_revision(self) -> int:
+        """The etcd revision now; concurrent callers share one request that started after they
+        arrived (linearizable for each of them), so N simultaneous reads cost ~2 round trips."""
+        if self._rev_next is None:
+            self._rev_next = asyncio.get_running_loop().create_future()
+            asyncio.ensure_future(self._issue_revision_request(self._rev_next))
+        fut = self._rev_next
+        return await asyncio.shield(fut)
+
+    async def _issue_revision_request(self, fut: asyncio.Future) -> None:
+        # Wait for the in-flight request (if any), so ours starts after every joiner arrived.
+        while self._rev_inflight is not None:
+            try:
+                await asyncio.shield(self._rev_inflight)
+            except Exception:
+                pass
+        self._rev_inflight = fut
+        self._rev_next = None
+        try:
+            rev = await self.client.current_revision(self.prefix.encode(), self.resource_label)
+            fut.set_result(rev)
+        except Exception as e:
+            fut.set_exception(e)
+            fut.exception()  # mark retrieved: joiners re-raise it
+        finally:
+            self._rev_inflight = None
+
+    async def wait_until_fresh(self, rv: int, timeout: float = BLOCK_TIMEOUT) -> None:
+        """Block until the cache has seen rv (TooLargeRV after `timeout`)."""
+        if self.wc.rv >= rv:
+            return
+        t0 = time.perf_counter()
+        fut = asyncio.get_running_loop().create_future()
+        self.waiters.append((rv, fut))
+        self._ensure_progress_loop()
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except asyncio.TimeoutError:
+            raise TooLargeRV(rv, self.wc.rv) from None
+        finally:
+            metrics.read_wait.labels(self.group, self.resource_label).observe(time.perf_counter() - t0)
+            self.waiters = [(r, f) for r, f in self.waiters if f is not fut]
+
+    def _wake_waiters(self) -> None:
+        if not self.waiters:
+            return
+        keep = []
+        for rv, fut in self.waiters:
+            if self.wc.rv >= rv:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                keep.append((rv, fut))
+        self.waiters = keep
+
+    def _ensure_progress_loop(self) -> None:
+        if self._progress_task is None or self._progress_task.done():
+            self._progress_task = asyncio.create_task(self._progress_loop())
+
+    async def _progress_loop(self) -> None:
+        while self.waiters:
+            w = self._etcd_watch
+            if w is not None and self.progress_supported:
+                w.request_progress()
+            await asyncio.sleep(PROGRESS_PERIOD)
+
+    # --- watchers ------------------------------------------------------------------------------
+
+    def add_watcher(self, w: CacheWatcher) -> None:
+        self.watchers.add(w)
+
+    def remove_watcher(self, w: CacheWatcher) -> None:
+        self.watchers.discard(w)
+        w.stop()
+
+    def queue_size(self) -> int:
+        """S4.14: clamp(ceil(capacity / 75 s), 10, 100)."""
+        return int(min(max(math.ceil(self.wc.capacity / 75), 10), 100))
+
+    def decode_entry(self, e: Entry) -> dict:
+        return orjson.loads(e.data)
+
+    def encode_deleted(self, prev: Entry, rv: int) -> bytes:
+        """Previous content with the event's RV (S4.6)."""
+        return self.encode(stamp_rv(orjson.loads(prev.data), rv))
+
+
+def next_bookmark_time(now: float, deadline: float) -> float:
+    """S4.11: min(now + 60 s, deadline - 2 s); 0 (none) if that is already past."""
+    t = min(now + BOOKMARK_FREQUENCY, deadline - BOOKMARK_BEFORE_DEADLINE)
+    return t if t > now else 0.0
+
+
+def _prefix_end_bytes(prefix: bytes) -> bytes:
+    from storage.etcd import prefix_end
+    return prefix_end(prefix)
+

@@ -1,0 +1,29 @@
+"""Watch cache metrics under upstream names (S4.20, k8s.io/apiserver/pkg/storage/cacher/metrics)."""
+from prometheus_client import Counter, Gauge, Histogram
+
+_L = ["group", "resource"]
+
+events_received = Counter("apiserver_watch_cache_events_received_total",
+                          "Counter of events received in watch cache broken by resource type.", _L)
+events_dispatched = Counter("apiserver_watch_cache_events_dispatched_total",
+                            "Counter of events dispatched in watch cache broken by resource type.", _L)
+resource_version = Gauge("apiserver_watch_cache_resource_version",
+                         "Current resource version of watch cache broken by resource type.", _L)
+initializations = Counter("apiserver_watch_cache_initializations_total",
+                          "Counter of watch cache initializations broken by resource type.", _L)
+capacity = Gauge("apiserver_watch_cache_capacity", "Total capacity of watch cache broken by resource type.", _L)
+read_wait = Histogram("apiserver_watch_cache_read_wait_seconds",
+                      "Histogram of time spent waiting for a watch cache to become fresh.", _L,
+                      buckets=(0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3))
+consistent_read = Counter("apiserver_watch_cache_consistent_read_total",
+                          "Counter for consistent reads from cache.", _L + ["success", "fallback"])
+terminated_watchers = Counter("apiserver_terminated_watchers_total",
+                              "Counter of watchers closed due to unresponsiveness broken by resource type.", _L)
+cache_list_total = Counter("apiserver_cache_list_total", "Number of LIST requests served from watch cache",
+                           ["resource_prefix", "index"])
+cache_list_fetched = Counter("apiserver_cache_list_fetched_objects_total",
+                             "Number of objects read from watch cache in the course of serving a LIST request",
+                             ["resource_prefix", "index"])
+cache_list_returned = Counter("apiserver_cache_list_returned_objects_total",
+                              "Number of objects returned for a LIST request from watch cache", ["resource_prefix"])
+init_events = Counter("apiserver_init_events_total", "Counter of init events processed in watch cache broken by resource type.", _L)

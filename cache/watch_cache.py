@@ -1,0 +1,360 @@
+"""The per-resource watch cache state (upstream `watch_cache.go`), sans-IO.
+
+Fed with a full list (`replace`) and then etcd events (`process`), it keeps:
+
+* `store`: a copy-on-write B-tree (ext.BTree) from storage key to `Entry`;
+* `history`: the event window (ring buffer, capacity resized as S4.18);
+* `snapshots`: a B-tree snapshot per applied event (S2.14), dropped with the
+  window (S2.16);
+* indexes: roaring bitmaps of dense slot ids per namespace and per label
+  (key=value and key-exists), so label selectors over the latest state are
+  answered without a scan.
+
+Entries hold bytes, not dicts: each object version is decoded once at ingest
+and kept as the exact bytes clients receive (resourceVersion stamped in).
+Nothing here awaits; `Cacher` (cacher.py) owns the IO and the clock.
+"""
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator
+
+from pyroaring import BitMap
+
+import ext
+
+# Event window (S4.18-S4.19): capacity starts at 100, doubles up to 100*1024
+# while the oldest event is younger than the window, halves (not below 100)
+# when old events dominate. The window is 75 s = 60 s bookmark period + 15 s.
+LOWER_CAPACITY = 100
+UPPER_CAPACITY = 100 * 1024
+EVENT_FRESH_SECONDS = 75.0
+
+
+class Entry:
+    """One object version as the cache keeps it.
+
+    `data` is the object exactly as a GET or watch event sends it (kind,
+    apiVersion, resourceVersion stamped in). `slot` is the dense id used by the
+    bitmaps; `uid_hash` is FNV-1a 64 of the UID string (KEP-5866).
+    """
+    __slots__ = ("key", "rv", "data", "slot", "uid_hash")
+
+    def __init__(self, key: str, rv: int, data: bytes, slot: int, uid_hash: int):
+        self.key = key
+        self.rv = rv
+        self.data = data
+        self.slot = slot
+        self.uid_hash = uid_hash
+
+    def __sizeof__(self) -> int:
+        return object.__sizeof__(self) + self.data.__sizeof__()
+
+    def __repr__(self) -> str:  # pragma: no cover
+        return f"Entry({self.key!r}, rv={self.rv})"
+
+
+@dataclass(slots=True)
+class CacheEvent:
+    """One applied event. For DELETED, `entry` carries the last state with the
+    delete's RV (S4.5); `prev` is the entry it replaced (None for ADDED)."""
+    type: str          # ADDED | MODIFIED | DELETED
+    key: str
+    rv: int
+    entry: Entry
+    prev: Entry | None
+    time: float
+
+
+class TooOld(Exception):
+    """The requested RV is older than the window (S1.30): carries M of `too old resource version: N (M)`."""
+
+    def __init__(self, requested: int, oldest: int):
+        super().__init__(f"too old resource version: {requested} ({oldest})")
+        self.requested = requested
+        self.oldest = oldest
+
+
+class SlotAllocator:
+    """Small dense ids for bitmaps (never 64-bit hashes): freed ids are reused."""
+
+    def __init__(self) -> None:
+        self._free: list[int] = []
+        self._next = 0
+
+    def take(self) -> int:
+        if self._free:
+            return self._free.pop()
+        s = self._next
+        self._next += 1
+        return s
+
+    def give(self, slot: int) -> None:
+        self._free.append(slot)
+
+    def reset(self) -> None:
+        self._free.clear()
+        self._next = 0
+
+
+class Indexes:
+    """Namespace and label bitmaps over slot ids (latest state only, S2.15)."""
+
+    def __init__(self) -> None:
+        self.all = BitMap()
+        self.by_namespace: dict[str, BitMap] = {}
+        self.by_label: dict[tuple[str, str], BitMap] = {}
+        self.by_label_key: dict[str, BitMap] = {}
+
+    def add(self, slot: int, namespace: str, labels: dict[str, str]) -> None:
+        self.all.add(slot)
+        self.by_namespace.setdefault(namespace, BitMap()).add(slot)
+        for k, v in labels.items():
+            self.by_label.setdefault((k, v), BitMap()).add(slot)
+            self.by_label_key.setdefault(k, BitMap()).add(slot)
+
+    def remove(self, slot: int, namespace: str, labels: dict[str, str]) -> None:
+        self.all.discard(slot)
+        _discard(self.by_namespace, namespace, slot)
+        for k, v in labels.items():
+            _discard(self.by_label, (k, v), slot)
+            _discard(self.by_label_key, k, slot)
+
+    def select(self, requirements: Iterable[tuple[str, str, Any]], namespace: str | None) -> BitMap:
+        """Slots matching all label requirements (ops from apiserver.selectors) in a namespace."""
+        out = self.by_namespace.get(namespace, BitMap()) if namespace is not None else self.all
+        out = BitMap(out)
+        for key, op, values in requirements:
+            if op in ("=", "==", "in"):
+                m = BitMap()
+                for v in values:
+                    m |= self.by_label.get((key, v), BitMap())
+                out &= m
+            elif op in ("!=", "notin"):
+                for v in values:
+                    out -= self.by_label.get((key, v), BitMap())
+            elif op == "exists":
+                out &= self.by_label_key.get(key, BitMap())
+            elif op == "!":
+                out -= self.by_label_key.get(key, BitMap())
+            else:
+                raise ValueError(f"unsupported label operator for bitmap index: {op}")
+        return out
+
+    def __sizeof__(self) -> int:
+        n = self.all.__sizeof__()
+        for d in (self.by_namespace, self.by_label, self.by_label_key):
+            n += d.__sizeof__() + sum(b.__sizeof__() for b in d.values())
+        return n
+
+
+def _discard(d: dict, k, slot: int) -> None:
+    b = d.get(k)
+    if b is not None:
+        b.discard(slot)
+        if not b:
+            del d[k]
+
+
+INDEXABLE_OPS = {"=", "==", "in", "!=", "notin", "exists", "!"}
+
+
+class WatchCache:
+    """Store + history window + snapshots + indexes for one resource."""
+
+    def __init__(self, prefix: str, clock: Callable[[], float],
+                 window_seconds: float = EVENT_FRESH_SECONDS,
+                 lower_capacity: int = LOWER_CAPACITY, upper_capacity: int = UPPER_CAPACITY):
+        self.prefix = prefix              # e.g. "/registry/configmaps/"
+        self.clock = clock
+        self.window = window_seconds
+        self.lower = lower_capacity
+        self.upper = upper_capacity
+        self.capacity = lower_capacity
+        self.store = ext.BTree()
+        self.history: deque[CacheEvent] = deque()
+        self.snapshots: list[tuple[int, Any]] = []   # (rv, BTree) ascending by rv
+        self.slots: list[Entry | None] = []
+        self.allocator = SlotAllocator()
+        self.indexes = Indexes()
+        self.rv = 0                 # latest processed revision (events or progress)
+        self.list_rv = 0            # revision of the last replace (S1.31)
+        self.evicted = False        # an event has left the window since the last replace
+        self.capacity_changes: list[int] = []  # +1/-1 per resize, for metrics
+
+    # --- ingest ---------------------------------------------------------------
+
+    def _new_entry(self, key: str, rv: int, data: bytes, uid: str, namespace: str,
+                   labels: dict[str, str]) -> Entry:
+        slot = self.allocator.take()
+        e = Entry(key, rv, data, slot, ext.fnv1a64(uid) if uid else 0)
+        if slot == len(self.slots):
+            self.slots.append(e)
+        else:
+            self.slots[slot] = e
+        self.indexes.add(slot, namespace, labels)
+        return e
+
+    def _free_entry(self, e: Entry, namespace: str, labels: dict[str, str]) -> None:
+        self.indexes.remove(e.slot, namespace, labels)
+        self.slots[e.slot] = None
+        self.allocator.give(e.slot)
+
+    def replace(self, objects: Iterable[tuple[str, int, bytes, str, str, dict[str, str]]], rv: int) -> None:
+        """Reset to a full list at `rv`: (key, rv, data, uid, namespace, labels) per object."""
+        self.store = ext.BTree()
+        self.history.clear()
+        self.slots = []
+        self.allocator.reset()
+        self.indexes = Indexes()
+        for key, orv, data, uid, ns, labels in objects:
+            self.store.insert(key, self._new_entry(key, orv, data, uid, ns, labels))
+        self.rv = rv
+        self.list_rv = rv
+        self.evicted = False
+        self.snapshots = [(rv, self.store.snapshot())]
+
+    def apply_put(self, key: str, rv: int, data: bytes, uid: str, namespace: str, labels: dict[str, str],
+                  prev_labels: dict[str, str] | None) -> CacheEvent:
+        prev = self.store.get(key)
+        if prev is not None:
+            # Same slot keeps the object's identity in the bitmaps; only labels move.
+            self.indexes.remove(prev.slot, namespace, prev_labels or {})
+            e = Entry(key, rv, data, prev.slot, prev.uid_hash)
+            self.slots[prev.slot] = e
+            self.indexes.add(prev.slot, namespace, labels)
+        else:
+            e = self._new_entry(key, rv, data, uid, namespace, labels)
+        self.store.insert(key, e)
+        return self._record(CacheEvent("MODIFIED" if prev is not None else "ADDED", key, rv, e, prev,
+                                       self.clock()))
+
+    def apply_delete(self, key: str, rv: int, deleted_data: bytes, namespace: str,
+                     prev_labels: dict[str, str] | None) -> CacheEvent | None:
+        prev = self.store.get(key)
+        if prev is None:
+            self.rv = max(self.rv, rv)
+            return None
+        self.store.delete(key)
+        self._free_entry(prev, namespace, prev_labels or {})
+        tomb = Entry(key, rv, deleted_data, -1, prev.uid_hash)
+        return self._record(CacheEvent("DELETED", key, rv, tomb, prev, self.clock()))
+
+    def _record(self, ev: CacheEvent) -> CacheEvent:
+        self.rv = ev.rv
+        self._resize_locked(ev.time)
+        if len(self.history) >= self.capacity:
+            self.history.popleft()
+            self.evicted = True
+        self.history.append(ev)
+        self.snapshots.append((ev.rv, self.store.snapshot()))
+        self._drop_snapshots()
+        return ev
+
+    def progress(self, rv: int) -> None:
+        """An etcd progress notification: everything up to rv has been seen."""
+        if rv > self.rv:
+            self.rv = rv
+
+    def _resize_locked(self, now: float) -> None:
+        """S4.18: double when full and the oldest event is still fresh; halve when
+        the event capacity/4 from the newest is older than the window."""
+        n = len(self.history)
+        if n >= self.capacity and self.capacity < self.upper and \
+                now - self.history[0].time < self.window:
+            self.capacity = min(self.capacity * 2, self.upper)
+            self.capacity_changes.append(+1)
+        elif self.capacity > self.lower and n > self.capacity // 4 and \
+                now - self.history[n - self.capacity // 4].time > self.window:
+            new = max(self.capacity // 2, self.lower)
+            while len(self.history) > new:
+                self.history.popleft()
+                self.evicted = True
+            self.capacity = new
+            self.capacity_changes.append(-1)
+
+    def _drop_snapshots(self) -> None:
+        """S2.16.1: snapshots older than the oldest buffered event go (keep the one at list_rv
+        only while nothing has been evicted)."""
+        if not self.history:
+            return
+        oldest = self.history[0].rv if self.evicted else self.list_rv
+        i = bisect.bisect_left(self.snapshots, oldest, key=lambda s: s[0])
+        if i > 0:
+            del self.snapshots[:i]
+
+    def compact(self, revision: int) -> None:
+        """S2.16.2: etcd compacted at `revision`: older snapshots are unusable."""
+        i = bisect.bisect_left(self.snapshots, revision, key=lambda s: s[0])
+        keep_last = min(i, len(self.snapshots) - 1)
+        if keep_last > 0:
+            del self.snapshots[:keep_last]
+
+    # --- reads ----------------------------------------------------------------
+
+    def snapshot_at(self, rv: int):
+        """The snapshot with the greatest RV <= rv (S2.14), or None if none is that old."""
+        i = bisect.bisect_right(self.snapshots, rv, key=lambda s: s[0])
+        if i == 0:
+            return None
+        return self.snapshots[i - 1][1]
+
+    def oldest_snapshot_rv(self) -> int:
+        return self.snapshots[0][0] if self.snapshots else 0
+
+    def events_since(self, rv: int) -> list[CacheEvent]:
+        """History events with RV > rv (S1.31), or raise TooOld."""
+        if not self.evicted:
+            oldest_ok = self.list_rv
+        else:
+            oldest_ok = self.history[0].rv - 1 if self.history else self.rv
+        if rv < oldest_ok:
+            raise TooOld(rv, oldest_ok)
+        if not self.history or rv >= self.history[-1].rv:
+            return []
+        i = bisect.bisect_right(self.history, rv, key=lambda e: e.rv)
+        return [self.history[j] for j in range(i, len(self.history))]
+
+    def iter_prefix(self, tree, prefix: str, start: str | None = None) -> Iterator[Entry]:
+        """Entries of `tree` whose key starts with prefix, from start (inclusive), in key order (S2.15)."""
+        for key, e in tree.iter_from(start if start and start > prefix else prefix):
+            if not key.startswith(prefix):
+                return
+            yield e
+
+    def count_prefix(self, tree, prefix: str, start: str) -> int:
+        """Keys in [start, end of prefix) in O(log n) (for remainingItemCount, S2.9)."""
+        return tree.count_from(start, _prefix_end(prefix))
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def stats(self) -> dict[str, int]:
+        """Bytes by structure (debug endpoint, residency benchmark)."""
+        entry_bytes = 0
+        for e in self.slots:
+            if e is not None:
+                entry_bytes += e.__sizeof__() + e.key.__sizeof__()
+        history_bytes = sum(ev.entry.__sizeof__() if ev.type == "DELETED" else 0 for ev in self.history) \
+            + self.history.__sizeof__() + 80 * len(self.history)
+        snap_bytes = 0
+        seen_store_nodes = self.store.node_count()
+        for _, s in self.snapshots:
+            snap_bytes += max(s.node_count() - seen_store_nodes, 0) * 64
+        return {
+            "objects": len(self.store),
+            "entry_bytes": entry_bytes,
+            "btree_bytes": self.store.__sizeof__(),
+            "bitmap_bytes": self.indexes.__sizeof__(),
+            "slots_bytes": self.slots.__sizeof__(),
+            "history_events": len(self.history),
+            "history_bytes": history_bytes,
+            "snapshots": len(self.snapshots),
+            "snapshot_bytes_estimate": snap_bytes,
+        }
+
+
+def _prefix_end(prefix: str) -> str:
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)

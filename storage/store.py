@@ -211,6 +211,10 @@ class EtcdStore:
             remaining = None
         return ListResult(items, read_rev, cont, remaining if remaining else None)
 
+    async def compact(self, revision: int) -> None:
+        """Compact etcd history up to `revision` (reads below it then fail with EXPIRED)."""
+        await self.client.compact(revision)
+
     async def count(self, prefix: str) -> int:
         _, _, _, n = await self.client.range(prefix.encode(), prefix_end(prefix.encode()),
                                              count_only=True, resource=self.resource)

@@ -1,0 +1,133 @@
+"""Sans-IO tests of the watch cache state and the delegator (injected clock, no etcd)."""
+from __future__ import annotations
+
+import pytest
+
+from cache import delegator as d
+from cache.watch_cache import LOWER_CAPACITY, TooOld, WatchCache
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+def obj(key, rv):
+    return (key, rv, b'{"rv":%d}' % rv, f"uid-{key}", "ns", {"app": key[-1]})
+
+
+def fill(wc, clock, n, start_rv=10, dt=0.0):
+    rv = start_rv
+    for i in range(n):
+        rv += 1
+        clock.t += dt
+        wc.apply_put(f"/r/ns/o{i % 50:03d}", rv, b"{}", f"u{i % 50}", "ns", {"i": str(i % 3)}, {"i": str((i - 50) % 3)} if i >= 50 else None)
+    return rv
+
+
+def test_replace_then_events_since_list_rv_is_fine_before_eviction():
+    """S1.31: with nothing evicted, any RV >= the list RV is served."""
+    clock = Clock()
+    wc = WatchCache("/r/", clock)
+    wc.replace([obj("/r/ns/a", 5), obj("/r/ns/b", 7)], 10)
+    assert wc.events_since(10) == []
+    with pytest.raises(TooOld) as ei:
+        wc.events_since(9)
+    assert str(ei.value) == "too old resource version: 9 (10)"
+    wc.apply_put("/r/ns/c", 11, b"{}", "u", "ns", {}, None)
+    assert [e.rv for e in wc.events_since(10)] == [11]
+
+
+def test_window_grows_while_fresh_and_evicts_when_stale():
+    """S4.18: capacity doubles while the oldest event is younger than 75 s; once events are old
+    the ring evicts and TooOld reports oldest-1."""
+    clock = Clock()
+    wc = WatchCache("/r/", clock)
+    wc.replace([], 10)
+    fill(wc, clock, 150)   # all within one instant: capacity doubled
+    assert wc.capacity == 2 * LOWER_CAPACITY and len(wc.history) == 150
+    clock.t += 100          # everything is now older than the window
+    last = fill(wc, clock, 300, start_rv=160, dt=1.0)
+    assert wc.capacity <= 4 * LOWER_CAPACITY
+    oldest = wc.history[0].rv
+    with pytest.raises(TooOld) as ei:
+        wc.events_since(oldest - 2)
+    assert ei.value.oldest == oldest - 1
+    assert [e.rv for e in wc.events_since(last - 3)] == [last - 2, last - 1, last]
+
+
+def test_snapshot_per_event_and_retention_with_the_window():
+    """S2.14, S2.16.1: a snapshot per event; greatest RV <= r; dropped with evicted events."""
+    clock = Clock()
+    wc = WatchCache("/r/", clock, lower_capacity=10, upper_capacity=10)
+    wc.replace([obj("/r/ns/a", 5)], 10)
+    for i in range(1, 6):
+        wc.apply_put("/r/ns/a", 10 + 2 * i, b"v%d" % i, "u", "ns", {}, {})
+    snap = wc.snapshot_at(15)           # between events 14 and 16 -> the one at 14
+    assert snap.get("/r/ns/a").data == b"v2"
+    assert wc.snapshot_at(9) is None
+    assert wc.snapshot_at(10).get("/r/ns/a").data == b'{"rv":5}'
+    for i in range(6, 30):
+        wc.apply_put("/r/ns/a", 10 + 2 * i, b"v%d" % i, "u", "ns", {}, {})
+    assert wc.oldest_snapshot_rv() >= wc.history[0].rv
+    assert wc.snapshot_at(12) is None
+    wc.compact(wc.history[-3].rv)       # S2.16.2
+    assert wc.oldest_snapshot_rv() >= wc.history[-3].rv - 2
+
+
+def test_indexes_follow_label_changes_and_deletes():
+    clock = Clock()
+    wc = WatchCache("/r/", clock)
+    wc.replace([obj("/r/ns/a", 5), obj("/r/ns/b", 6)], 10)
+    sel = lambda reqs, ns="ns": sorted(wc.slots[s].key for s in wc.indexes.select(reqs, ns))  # noqa: E731
+    assert sel([("app", "=", ["a"])]) == ["/r/ns/a"]
+    assert sel([("app", "exists", [])]) == ["/r/ns/a", "/r/ns/b"]
+    wc.apply_put("/r/ns/a", 11, b"{}", "uid-/r/ns/a", "ns", {"app": "z"}, {"app": "a"})
+    assert sel([("app", "=", ["a"])]) == []
+    assert sel([("app", "in", ["z", "b"])]) == ["/r/ns/a", "/r/ns/b"]
+    assert sel([("app", "notin", ["z"])]) == ["/r/ns/b"]
+    wc.apply_delete("/r/ns/b", 12, b"{}", "ns", {"app": "b"})
+    assert sel([("app", "exists", [])]) == ["/r/ns/a"]
+    assert sel([("app", "!", [])]) == []
+    assert sel([], "other") == []
+
+
+@pytest.mark.parametrize("rv,rvm,limit,cont,expect", [
+    (None, "", 0, None, ("cache", d.CONSISTENT)),                  # L1
+    ("0", "", 500, None, ("cache", d.ANY)),                        # L2 (limit ignored, S1.19)
+    ("5", "NotOlderThan", 10, None, ("cache", d.NOT_OLDER_THAN)),  # L3
+    ("5", "", 0, None, ("cache", d.NOT_OLDER_THAN)),               # L4
+    ("5", "", 10, None, ("cache", d.EXACT)),                       # L5
+    ("5", "Exact", 0, None, ("cache", d.EXACT)),                   # L6
+    ("", "", 10, 7, ("cache", d.EXACT)),                           # L7
+    ("", "", 10, -1, ("cache", d.CONSISTENT)),                     # L8
+])
+def test_delegator_table(rv, rvm, limit, cont, expect):
+    """S1.18 (table L1-L8)."""
+    p = d.plan_list(rv, rvm, limit, cont, ready=True, consistent_supported=True, has_selectors=False,
+                    single_key=False, cache_rv=100)
+    assert (p.source, p.mode) == expect
+    if rv == "0":
+        assert p.limit == 0
+
+
+def test_delegator_fallbacks():
+    """S1.20, S1.25, S1.26."""
+    kw = dict(ready=True, has_selectors=False, single_key=False, cache_rv=100)
+    assert d.plan_list(None, "", 0, None, consistent_supported=False, **kw).source == "etcd"
+    assert d.plan_list("500", "Exact", 0, None, consistent_supported=False, **kw).source == "etcd"
+    assert d.plan_list("50", "Exact", 0, None, consistent_supported=False, **kw).source == "cache"
+    assert d.plan_list("50", "Exact", 0, None, consistent_supported=True,
+                       **{**kw, "single_key": True}).source == "etcd"
+    nr = dict(ready=False, consistent_supported=True, single_key=False, cache_rv=0)
+    assert d.plan_list(None, "", 10, None, has_selectors=False, **nr).source == "etcd"
+    with pytest.raises(d.NotReadyError):
+        d.plan_list(None, "", 10, None, has_selectors=True, **nr)
+    with pytest.raises(d.NotReadyError):
+        d.plan_list(None, "", 0, None, has_selectors=False, **nr)
+    assert d.plan_get(None, ready=True) == "etcd"       # S1.14
+    assert d.plan_get("0", ready=False) == "etcd"       # S1.15
+    assert d.plan_get("7", ready=True) == "cache"       # S1.16

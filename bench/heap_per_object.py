@@ -1,0 +1,358 @@
+"""Heap per cached object, three ways, for four realistic object shapes (issue 3).
+
+In-process, no server: a `cache.watch_cache.WatchCache` is built directly and N objects are ingested the
+way `Cacher._ingest_object` does it (decode the etcd value with orjson, stamp the resourceVersion with
+`storage.store.stamp_rv`, encode with `apiserver.jsonenc.dumps`, then `WatchCache.replace`). The etcd values
+(bytes as `storage.store.encode_value` writes them) exist before the measurement starts, so only what the
+cache retains is counted. Per object kind:
+
+* tracemalloc: traced bytes retained after ingest minus before, / N (Python allocations only; CRoaring
+  bitmaps are invisible to it);
+* native: `__sizeof__` of the cache's structures from `WatchCache.stats()` (entries with their bytes and key
+  strings, B-tree nodes, bitmaps, slot list), / N;
+* RSS: `VmRSS` after minus before, / N, in a fresh child process without tracemalloc (includes allocator
+  slack and fragmentation);
+* exact copy: the same ingest with each encoded value copied to an exact-size `bytes` before caching
+  (orjson's result keeps an allocation larger than its length: >= 4 KB per object, see the README);
+* baseline: the same objects kept as decoded dicts (what an upstream-style decoded object costs in Python),
+  tracemalloc and RSS.
+
+Target: bytes/object <= 1.2 x JSON size + 100 B (JSON size = the stamped wire bytes the cache keeps).
+Anchors (ANCHORS.md): Go apiserver keeps decoded objects at 5.2-7x JSON size; a Python dict costs 4-6.6x.
+
+    .venv/bin/python -m bench.heap_per_object            # N = 20k pods, 50k ConfigMaps, 50k RoleBindings, 1k AI pods
+    .venv/bin/python -m bench.heap_per_object --quick    # N / 25 (< 30 s)
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import tracemalloc
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import orjson
+
+from apiserver import jsonenc
+from cache.watch_cache import WatchCache
+from storage.store import encode_value, stamp_rv
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KINDS = ("pod", "configmap", "rolebinding", "ai_pod")
+DEFAULT_N = {"pod": 20_000, "configmap": 50_000, "rolebinding": 50_000, "ai_pod": 1_000}
+RESOURCE = {"pod": "pods", "configmap": "configmaps", "rolebinding": "rolebindings", "ai_pod": "pods"}
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# --- object shapes -----------------------------------------------------------------------------------------
+
+def _meta(name: str, ns: str, i: int, labels: dict, annotations: dict | None = None, owner: bool = False) -> dict:
+    md = {"name": name, "namespace": ns, "uid": str(uuid.UUID(int=i + 1)),
+          "creationTimestamp": "2026-01-15T10:%02d:%02dZ" % (i // 60 % 60, i % 60), "labels": labels}
+    if annotations:
+        md["annotations"] = annotations
+    if owner:
+        md["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"web-{i % 97:05x}",
+                                  "uid": str(uuid.UUID(int=(i % 97) + 10**9)), "controller": True,
+                                  "blockOwnerDeletion": True}]
+    return md
+
+
+def pod(i: int) -> dict:
+    """A Deployment-owned web Pod, scheduled and running (~3.4 KB of JSON)."""
+    name = f"web-{i % 97:05x}-{i:08x}"
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": _meta(name, f"ns-{i % 50:02d}", i,
+                          {"app": "web", "pod-template-hash": f"{i % 97:05x}", "tier": "frontend"},
+                          {"kubectl.kubernetes.io/restartedAt": "2026-01-15T10:00:00Z",
+                           "prometheus.io/scrape": "true"}, owner=True),
+        "spec": {
+            "containers": [{
+                "name": "web", "image": "registry.example.com/team/web:1.27.3",
+                "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"},
+                          {"name": "metrics", "containerPort": 9102, "protocol": "TCP"}],
+                "env": [{"name": f"ENV_VAR_{k}", "value": f"value-{k}-{i % 13}"} for k in range(3)]
+                + [{"name": "POD_IP", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}}}],
+                "resources": {"limits": {"cpu": "1", "memory": "512Mi"}, "requests": {"cpu": "250m", "memory": "256Mi"}},
+                "volumeMounts": [{"name": "config", "mountPath": "/etc/web"},
+                                 {"name": "kube-api-access-x7k2p", "readOnly": True,
+                                  "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
+                "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080, "scheme": "HTTP"},
+                                  "initialDelaySeconds": 10, "timeoutSeconds": 1, "periodSeconds": 10,
+                                  "successThreshold": 1, "failureThreshold": 3},
+                "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080, "scheme": "HTTP"},
+                                   "timeoutSeconds": 1, "periodSeconds": 5, "successThreshold": 1,
+                                   "failureThreshold": 3},
+                "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+                "imagePullPolicy": "IfNotPresent"}],
+            "volumes": [{"name": "config", "configMap": {"name": "web-config", "defaultMode": 420}},
+                        {"name": "kube-api-access-x7k2p", "projected": {"sources": [
+                            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {
+                                "apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}], "defaultMode": 420}}],
+            "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
+            "serviceAccountName": "default", "serviceAccount": "default", "nodeName": f"node-{i % 500:04d}",
+            "securityContext": {}, "schedulerName": "default-scheduler",
+            "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+                             "tolerationSeconds": 300},
+                            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+                             "tolerationSeconds": 300}],
+            "priority": 0, "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority"},
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": t, "status": "True", "lastProbeTime": None,
+                            "lastTransitionTime": "2026-01-15T10:00:%02dZ" % k}
+                           for k, t in enumerate(("PodReadyToStartContainers", "Initialized", "Ready",
+                                                  "ContainersReady", "PodScheduled"))],
+            "hostIP": f"10.0.{i % 250}.{i % 200 + 1}", "podIP": f"10.244.{i % 250}.{i % 200 + 2}",
+            "podIPs": [{"ip": f"10.244.{i % 250}.{i % 200 + 2}"}], "startTime": "2026-01-15T10:00:00Z",
+            "containerStatuses": [{"name": "web", "state": {"running": {"startedAt": "2026-01-15T10:00:03Z"}},
+                                   "lastState": {}, "ready": True, "restartCount": 0,
+                                   "image": "registry.example.com/team/web:1.27.3",
+                                   "imageID": "registry.example.com/team/web@sha256:" + "ab12" * 16,
+                                   "containerID": "containerd://" + f"{i:016x}" * 4, "started": True}],
+            "qosClass": "Burstable"}}
+
+
+def configmap(i: int) -> dict:
+    """An application ConfigMap (~1 KB of JSON)."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": _meta(f"app-config-{i:08x}", f"ns-{i % 50:02d}", i, {"app": "web", "component": "config"}),
+            "data": {"app.properties": "server.port=8080\nserver.threads=%d\nlog.level=info\n" % (i % 64)
+                     + "feature.flags=" + ",".join(f"flag{k}" for k in range(40)) + "\n",
+                     "endpoints.yaml": "primary: https://db-%d.internal:5432\nreplica: https://db-%d-ro.internal:5432\n"
+                     % (i % 7, i % 7) + "timeout: 30s\nretries: 5\n" * 8}}
+
+
+def rolebinding(i: int) -> dict:
+    """A RoleBinding of one user to a Role (~0.4 KB of JSON)."""
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": _meta(f"rb-{i:08x}", f"ns-{i % 50:02d}", i, {"team": f"t{i % 20}"}),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "edit"},
+            "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": f"user{i}@example.com"}]}
+
+
+def ai_pod(i: int) -> dict:
+    """A distributed-training Pod (~100 KB): hundreds of env vars (rank table, hyper-parameters), a large
+    launcher-config annotation and many volume mounts, as training operators generate them."""
+    p = pod(i)
+    p["metadata"]["name"] = f"train-llm-{i:06d}-worker-{i % 512}"
+    p["metadata"]["labels"] = {"training.kubeflow.org/job-name": f"train-llm-{i // 512}",
+                               "training.kubeflow.org/replica-type": "worker",
+                               "training.kubeflow.org/replica-index": str(i % 512)}
+    p["metadata"]["annotations"]["training.example.com/launcher-config"] = json.dumps(
+        {"hosts": [f"train-llm-{i // 512}-worker-{k}.train-llm.svc:2222" for k in range(512)],
+         "hyper": {f"param_{k}": k * 0.001 for k in range(300)}})
+    c = p["spec"]["containers"][0]
+    c["image"] = "nvcr.io/nvidia/pytorch:25.01-py3"
+    c["env"] = [{"name": f"NCCL_RANK_{k}", "value": f"train-llm-{i // 512}-worker-{k}:{29500 + k}"}
+                for k in range(740)]
+    c["resources"] = {"limits": {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1600Gi"},
+                      "requests": {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1600Gi"}}
+    c["volumeMounts"] += [{"name": f"shard-{k}", "mountPath": f"/data/shard-{k:03d}", "readOnly": True}
+                          for k in range(120)]
+    p["spec"]["volumes"] += [{"name": f"shard-{k}", "persistentVolumeClaim": {"claimName": f"dataset-shard-{k:03d}"}}
+                             for k in range(120)]
+    return p
+
+
+MAKERS = {"pod": pod, "configmap": configmap, "rolebinding": rolebinding, "ai_pod": ai_pod}
+
+
+def etcd_values(kind: str, n: int) -> list[tuple[str, bytes]]:
+    """(key, value) as the storage layer writes them to etcd."""
+    make = MAKERS[kind]
+    out = []
+    for i in range(n):
+        o = make(i)
+        md = o["metadata"]
+        out.append((f"/registry/{RESOURCE[kind]}/{md['namespace']}/{md['name']}", encode_value(o)))
+    return out
+
+
+# --- ingest like Cacher._ingest_object ---------------------------------------------------------------------
+
+def ingest(values: list[tuple[str, bytes]], rv0: int = 100, exact: bool = False) -> WatchCache:
+    """`exact`: copy each encoded value into an exact-size bytes (memoryview.tobytes) before caching: orjson
+    returns bytes whose allocation is larger than their length (>= 4 KB, up to ~2.6x for large objects)."""
+    wc = WatchCache("/registry/", clock=lambda: 0.0)
+    objects = []
+    for j, (key, value) in enumerate(values):
+        obj = orjson.loads(value)
+        md = obj.get("metadata") or {}
+        rv = rv0 + j
+        data = jsonenc.dumps(stamp_rv(obj, rv))
+        if exact:
+            data = memoryview(data).tobytes()
+        objects.append((key, rv, data, md.get("uid") or "", md.get("namespace") or "", md.get("labels") or {}))
+    wc.replace(objects, rv0 + len(values))
+    return wc
+
+
+def decode_dicts(values: list[tuple[str, bytes]]) -> dict:
+    """Baseline: decoded dicts keyed by storage key (an informer-style store in Python)."""
+    return {key: stamp_rv(orjson.loads(value), 100 + j) for j, (key, value) in enumerate(values)}
+
+
+def rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def child(kind: str, n: int, method: str, store: str) -> dict:
+    """One measurement in this (fresh) process: method tracemalloc|rss, store cache|dict."""
+    values = etcd_values(kind, n)
+    gc.collect()
+    if method == "tracemalloc":
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+    else:
+        before = rss_kib() * 1024
+    t0 = time.perf_counter()
+    kept = decode_dicts(values) if store == "dict" else ingest(values, exact=store == "cache_exact")
+    ingest_s = time.perf_counter() - t0
+    gc.collect()
+    if method == "tracemalloc":
+        after = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+    else:
+        after = rss_kib() * 1024
+    out = {"kind": kind, "n": n, "method": method, "store": store, "bytes_per_object": (after - before) / n,
+           "ingest_us_per_object": ingest_s / n * 1e6}
+    if store != "dict":
+        wc = kept
+        out["json_bytes"] = sum(len(e.data) for e in wc.slots if e is not None) / n
+        out["etcd_value_bytes"] = sum(len(v) for _, v in values) / n
+        if method == "tracemalloc" and store == "cache":
+            st = wc.stats()
+            native = st["entry_bytes"] + st["btree_bytes"] + st["bitmap_bytes"] + st["slots_bytes"]
+            out["native_bytes_per_object"] = native / n
+            out["native_breakdown_per_object"] = {k: st[k] / n for k in ("entry_bytes", "btree_bytes",
+                                                                        "bitmap_bytes", "slots_bytes")}
+    return out
+
+
+def run_child(kind: str, n: int, method: str, store: str) -> dict:
+    r = subprocess.run([sys.executable, "-m", "bench.heap_per_object", "--child", kind, str(n), method, store],
+                       cwd=ROOT, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"child {kind} {method} {store} failed: {r.stderr[-2000:]}")
+    return json.loads(r.stdout)
+
+
+def measure(kinds: list[str], ns: dict[str, int]) -> dict:
+    # Children are independent processes: run two at a time (each measures only itself).
+    jobs = [(kind, ns[kind], method, store) for kind in kinds for method in ("tracemalloc", "rss")
+            for store in ("cache", "cache_exact", "dict")]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        done = dict(zip(jobs, pool.map(lambda j: run_child(*j), jobs)))
+    res = {}
+    for kind in kinds:
+        n = ns[kind]
+        row: dict = {"n": n}
+        for method in ("tracemalloc", "rss"):
+            for store in ("cache", "cache_exact", "dict"):
+                r = done[(kind, n, method, store)]
+                row[f"{store}_{method}_bytes"] = r["bytes_per_object"]
+                row.setdefault("ingest_us_per_object", r["ingest_us_per_object"]) if store == "cache" else None
+                for k in ("json_bytes", "etcd_value_bytes", "native_bytes_per_object", "native_breakdown_per_object"):
+                    if k in r and store == "cache":
+                        row[k] = r[k]
+        js = row["json_bytes"]
+        row["target_bytes"] = 1.2 * js + 100
+        for m in ("tracemalloc", "rss"):
+            row[f"cache_{m}_ratio"] = row[f"cache_{m}_bytes"] / js
+            row[f"cache_exact_{m}_ratio"] = row[f"cache_exact_{m}_bytes"] / js
+            row[f"dict_{m}_ratio"] = row[f"dict_{m}_bytes"] / js
+        row["native_ratio"] = row["native_bytes_per_object"] / js
+        row["pass_tracemalloc"] = row["cache_tracemalloc_bytes"] <= row["target_bytes"]
+        row["pass_native"] = row["native_bytes_per_object"] <= row["target_bytes"]
+        row["pass_rss"] = row["cache_rss_bytes"] <= row["target_bytes"]
+        row["pass_exact_tracemalloc"] = row["cache_exact_tracemalloc_bytes"] <= row["target_bytes"]
+        row["pass_exact_rss"] = row["cache_exact_rss_bytes"] <= row["target_bytes"]
+        log(f"{kind}: json {js:.0f} B, cache {row['cache_tracemalloc_bytes']:.0f} B traced, "
+            f"{row['native_bytes_per_object']:.0f} B native, {row['cache_rss_bytes']:.0f} B RSS")
+        res[kind] = row
+    return res
+
+
+def versions() -> dict:
+    import pyroaring
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    return {"python": platform.python_version(), "orjson": orjson.__version__,
+            "pyroaring": getattr(pyroaring, "__version__", "?"), "platform": platform.platform(),
+            "cpu_model": cpu, "cpu_count": os.cpu_count()}
+
+
+def table(res: dict, vers: dict) -> str:
+    def v(ok):
+        return "PASS" if ok else "FAIL"
+    rows = []
+    for kind, r in res.items():
+        rows.append((kind, f"{r['n']:,}", f"{r['json_bytes']:,.0f}", f"{r['target_bytes']:,.0f}",
+                     f"{r['cache_tracemalloc_bytes']:,.0f} ({r['cache_tracemalloc_ratio']:.2f}x) {v(r['pass_tracemalloc'])}",
+                     f"{r['native_bytes_per_object']:,.0f} ({r['native_ratio']:.2f}x) {v(r['pass_native'])}",
+                     f"{r['cache_rss_bytes']:,.0f} ({r['cache_rss_ratio']:.2f}x) {v(r['pass_rss'])}",
+                     f"{r['cache_exact_tracemalloc_bytes']:,.0f} ({r['cache_exact_tracemalloc_ratio']:.2f}x) "
+                     f"{v(r['pass_exact_tracemalloc'])}",
+                     f"{r['cache_exact_rss_bytes']:,.0f} ({r['cache_exact_rss_ratio']:.2f}x) {v(r['pass_exact_rss'])}",
+                     f"{r['dict_tracemalloc_bytes']:,.0f} ({r['dict_tracemalloc_ratio']:.2f}x)",
+                     f"{r['dict_rss_bytes']:,.0f} ({r['dict_rss_ratio']:.2f}x)"))
+    from bench.cache_reads import render
+    head = (f"# bytes/object in the watch cache (WatchCache.replace after Cacher-style ingest); Python "
+            f"{vers['python']}, orjson {vers['orjson']}, pyroaring {vers['pyroaring']}; {vers['cpu_model']}\n"
+            f"# target <= 1.2 x JSON + 100 B; anchors: Go apiserver 5.2-7x JSON (k/k #142062), Python dict 4-6.6x\n")
+    return head + render(rows, ("object", "N", "JSON B", "target B", "cache tracemalloc", "cache native __sizeof__",
+                                "cache RSS", "exact-copy tracemalloc", "exact-copy RSS", "dict tracemalloc",
+                                "dict RSS"))
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--child":
+        kind, n, method, store = argv[1], int(argv[2]), argv[3], argv[4]
+        print(json.dumps(child(kind, n, method, store)))
+        return 0
+    ap = argparse.ArgumentParser(prog="python -m bench.heap_per_object", description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="N / 25 (< 30 s)")
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply every N")
+    ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--out", default="bench/out/heap_per_object.json")
+    p = ap.parse_args(argv)
+    scale = p.scale * (0.04 if p.quick else 1.0)
+    ns = {k: max(10, int(v * scale)) for k, v in DEFAULT_N.items()}
+    t0 = time.perf_counter()
+    res = measure(p.kinds.split(","), ns)
+    vers = versions()
+    from bench.cache_reads import write_json
+    write_json(p.out, {"benchmark": "heap_per_object", "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                       "elapsed_s": time.perf_counter() - t0, "params": {"quick": p.quick, "n": ns},
+                       "measured": "in-process, one fresh child process per (kind, method, store); etcd values "
+                                   "allocated before the baseline; tracemalloc misses CRoaring (see native)",
+                       "versions": vers, "figures": res})
+    print(table(res, vers))
+    log(f"wrote {p.out} in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -16,6 +16,8 @@ import sys
 
 from aiohttp import web
 
+from cache.residency import DEFAULT_FULL_RESOURCES
+
 
 def _bool(v: str) -> bool:
     t = v.strip().lower()
@@ -67,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-private-key-file", default="")
     p.add_argument("--watch-cache", type=_bool, default=True, nargs="?", const=True,
                    help="serve lists and watches from the watch cache (default true; false: everything from etcd)")
+    p.add_argument("--residency", default="",
+                   help="shard selector (KEP-5866 grammar) of the objects this process keeps in its watch caches, "
+                        "e.g. \"shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')\"; "
+                        "default: everything")
+    p.add_argument("--residency-full-resources", default=",".join(DEFAULT_FULL_RESOURCES),
+                   help="comma-separated plural resources kept fully resident whatever --residency says "
+                        f"(default: {','.join(DEFAULT_FULL_RESOURCES)})")
     p.add_argument("--state-dir", default=os.environ.get("RESIDENCY_STATE_DIR", "state"),
                    help="where the embedded etcd keeps its data (default ./state)")
     p.add_argument("-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity (0-10)")
@@ -87,6 +96,14 @@ def parse_args(argv: list[str] | None = None):
     for f in (a.tls_cert_file, a.tls_private_key_file):
         if f and not os.path.isfile(f):
             p.error(f"TLS file not found: {f}")
+    from cache.sharding import ShardSelectorError, parse_shard_selector
+    try:
+        a.residency_selector = parse_shard_selector(a.residency)
+    except ShardSelectorError as e:
+        p.error(f"--residency: {e}")
+    a.full_resources = tuple(r.strip() for r in a.residency_full_resources.split(",") if r.strip())
+    if a.residency_selector is not None and not a.watch_cache:
+        p.error("--residency needs the watch cache (--watch-cache=true)")
     if not a.port and not a.secure_port:
         p.error("nothing to serve: both --port and --secure-port are 0")
     return a
@@ -109,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"embedded etcd: {etcd.endpoint} data={etcd.data_dir} log={etcd.log_path}", file=sys.stderr)
     try:
         cfg = Config(etcd_servers=servers, etcd_prefix=a.etcd_prefix, etcd_overrides=a.overrides,
-                     watch_cache=a.watch_cache, bind_address=a.bind_address, port=a.port)
+                     watch_cache=a.watch_cache, bind_address=a.bind_address, port=a.port,
+                     residency=a.residency_selector, full_resources=a.full_resources)
         asyncio.run(_serve(APIServer(cfg), a))
     finally:
         if etcd is not None:

@@ -130,8 +130,14 @@ def _select(wc, tree, prefix: str, start_key: str | None, limit: int, predicate,
     after = wc.count_prefix(tree, prefix, last + "\x00")
     if after == 0:
         return out, None, None
-    # S2.9: remainingItemCount only without a filter.
-    remaining = after if predicate is None and shard is None else None
+    # S2.9: remainingItemCount only without a label/field filter; with a shard selector it
+    # counts matching items only (1.37-dev omits it; 1.36 counts everything, S7.14).
+    if predicate is not None:
+        remaining = None
+    elif shard is None:
+        remaining = after
+    else:
+        remaining = sum(1 for e in wc.iter_prefix(tree, prefix, last + "\x00") if shard(e))
     return out, last, remaining
 
 

@@ -17,9 +17,11 @@ from storage import errors as serr
 from storage.continue_token import decode_continue, encode_continue
 from storage.store import EtcdStore, Event, ListResult
 
-from cache import delegator
+from cache import delegator, sharding
+from cache.residency import entry_shard_filter
 
 from . import cached, errors, jsonenc, objects, patch as patchmod, tables, validation
+from .metrics import residency_delegated, sharded_watch_metrics
 from .listoptions import ListOptions, parse_list_options, parse_resource_version
 from .resources import Resource
 from .selectors import field_selectors_for
@@ -163,6 +165,25 @@ class ResourceHandlers:
             return ls.matches((obj.get("metadata") or {}).get("labels") or {}) and fs.matches(obj)
         return pred, fs.exact_name()
 
+    @staticmethod
+    def shard_selector(opts: ListOptions):
+        """The request's KEP-5866 shardSelector (S7.1), or None; 400 if invalid (S7.9: upstream 500)."""
+        try:
+            return sharding.parse_shard_selector(opts.shard_selector or "")
+        except sharding.ShardSelectorError as e:
+            raise sharding.status_error(e) from None
+
+    @staticmethod
+    def with_shard(pred, shard):
+        """The etcd-path object predicate: label/field selectors AND the shard selector (S7.12)."""
+        if shard is None:
+            return pred
+
+        def p(obj: Obj) -> bool:
+            md = obj.get("metadata") or {}
+            return shard.matches(md.get("uid") or "", md.get("namespace") or "") and (pred is None or pred(obj))
+        return p
+
     async def ensure_namespace(self, namespace: str) -> None:
         ns_res = self.server.registry.lookup("", "v1", "namespaces")
         try:
@@ -219,13 +240,17 @@ class ResourceHandlers:
         res = scope.resource
         opts = self.list_options(request, res, watch=False)
         pred, exact_name = self.predicate(res, opts)
+        shard = self.shard_selector(opts)
         prefix = res.prefix(self.server.etcd_prefix, scope.namespace)
         cacher = await self.server.settled_cacher(res)
         if cacher is not None:
-            served = await self.list_from_cache(request, scope, opts, pred, exact_name, cacher, prefix)
-            if served is not None:
-                return served
-        result = await self.list_from_etcd(scope, opts, pred, exact_name)
+            if self.server.residency.serves(res.plural, shard):
+                served = await self.list_from_cache(request, scope, opts, pred, exact_name, cacher, prefix, shard)
+                if served is not None:
+                    return served
+            else:
+                residency_delegated.labels(res.group, res.plural, "list").inc()
+        result = await self.list_from_etcd(scope, opts, self.with_shard(pred, shard), exact_name)
         meta: Obj = {"resourceVersion": str(result.resource_version)}
         if result.continue_key is not None:
             # continue_key is "<last key>\x00"; the token format appends the NUL itself (S2.1).
@@ -233,13 +258,15 @@ class ResourceHandlers:
             meta["continue"] = encode_continue(last.removesuffix("\x00"), result.resource_version)
             if result.remaining is not None:
                 meta["remainingItemCount"] = result.remaining
+        if shard is not None:
+            meta["shardInfo"] = {"selector": str(shard)}  # S7.3 (custom resources too, unlike 1.36)
         if wants_table(request):
             table = tables.to_table(res, result.items, meta, request.query.get("includeObject", "Metadata"))
             return json_response(jsonenc.dumps(table) + b"\n")
         return await self.stream_list(request, res, meta, (encode_list_item(res, o) for o in result.items))
 
     async def list_from_cache(self, request: web.Request, scope: RequestScope, opts: ListOptions, pred,
-                              exact_name: str | None, cacher, prefix: str) -> web.StreamResponse | None:
+                              exact_name: str | None, cacher, prefix: str, shard) -> web.StreamResponse | None:
         """Serve a LIST from the watch cache, or None when it must go to etcd (delegator, S1.18-S1.26)."""
         res = scope.resource
         if opts.resource_version not in (None, "", "0"):
@@ -251,7 +278,7 @@ class ResourceHandlers:
         try:
             plan = delegator.plan_list(opts.resource_version, opts.resource_version_match, opts.limit, cont_rv,
                                        ready=cacher.ready, consistent_supported=cacher.progress_supported,
-                                       has_selectors=pred is not None, single_key=single_key,
+                                       has_selectors=pred is not None or shard is not None, single_key=single_key,
                                        cache_rv=cacher.wc.rv)
         except delegator.NotReadyError:
             raise errors.too_many_requests("storage is (re)initializing", cacher.retry_after()) from None
@@ -259,8 +286,9 @@ class ResourceHandlers:
             return None
         label_reqs = cached.indexable(opts.labels) if opts.fields.empty else None
         try:
-            page = await cached.list_from_cache(cacher, res, plan, prefix, start_key, pred, label_reqs,
-                                                scope.namespace)
+            page = await cached.list_from_cache(
+                cacher, res, plan, prefix, start_key, pred, label_reqs, scope.namespace,
+                shard=entry_shard_filter(shard, res.prefix(self.server.etcd_prefix)) if shard else None)
         except cached.Delegate:
             return None
         meta: Obj = {"resourceVersion": str(page.resource_version)}
@@ -268,6 +296,8 @@ class ResourceHandlers:
             meta["continue"] = encode_continue(page.continue_key[len(prefix):], page.resource_version)
             if page.remaining is not None:
                 meta["remainingItemCount"] = page.remaining
+        if shard is not None:
+            meta["shardInfo"] = {"selector": str(shard)}  # S7.3
         if wants_table(request):
             table = tables.to_table(res, [jsonenc.loads(e.data) for e in page.entries], meta,
                                     request.query.get("includeObject", "Metadata"))
@@ -369,15 +399,23 @@ class ResourceHandlers:
         timeout = opts.timeout_seconds if opts.timeout_seconds else \
             random.uniform(MIN_REQUEST_TIMEOUT, 2 * MIN_REQUEST_TIMEOUT)
         table = wants_table(request)
+        shard = self.shard_selector(opts)
         cacher = await self.server.settled_cacher(res)
+        if cacher is not None and not self.server.residency.serves(res.plural, shard):
+            residency_delegated.labels(res.group, res.plural, "watch").inc()
+            cacher = None
         if cacher is not None:
             if not cacher.ready:  # S1.33: a plain 429, not an ERROR event
                 raise errors.too_many_requests("storage is (re)initializing", cacher.retry_after())
             return await cached.serve_watch(
                 request, cacher, res, prefix=res.prefix(self.server.etcd_prefix, scope.namespace),
                 rv_s=rv_s, send_initial=opts.send_initial_events, allow_bookmarks=opts.allow_watch_bookmarks,
-                timeout=timeout, predicate=pred, shard=None, encode_obj=lambda o: encode_obj(res, o),
-                table=table, include_object=request.query.get("includeObject", "Metadata"))
+                timeout=timeout, predicate=pred,
+                shard=entry_shard_filter(shard, res.prefix(self.server.etcd_prefix)) if shard else None,
+                encode_obj=lambda o: encode_obj(res, o),
+                table=table, include_object=request.query.get("includeObject", "Metadata"),
+                on_watcher=sharded_watch_metrics(res) if shard else None)
+        pred = self.with_shard(pred, shard)
         resp = web.StreamResponse(status=200)
         resp.content_type = "application/json"
         resp.enable_chunked_encoding()
@@ -399,12 +437,24 @@ class ResourceHandlers:
         async def pump() -> None:
             # Bookmarks: ask etcd for progress once a minute, or ~2 s before the
             # timeout for short watches (the cadence of S4.11).
-            gen = self.store(res).watch(prefix, rv, pred, initial_state=(rv == 0),
+            start = rv
+            if opts.send_initial_events is None:
+                initial = rv == 0   # RV unset/0 without watch-list: state first (S1.29)
+            else:
+                initial = opts.send_initial_events  # watch-list served from etcd (S5.5-S5.7)
+                if not initial and rv == 0:
+                    start = await self.store(res).current_revision(prefix)
+            gen = self.store(res).watch(prefix, start, pred, initial_state=initial,
+                                        mark_initial_end=bool(opts.send_initial_events),
                                         progress=opts.allow_watch_bookmarks,
                                         progress_interval=min(BOOKMARK_FREQUENCY, max(timeout - 2, 0.5)))
             try:
                 async for ev in gen:
-                    if ev.type == "BOOKMARK":
+                    if ev.type == "INITIAL_END":
+                        if opts.allow_watch_bookmarks:  # S5.4, S5.8
+                            await resp.write(jsonenc.watch_event("BOOKMARK", encode_obj(
+                                res, objects.bookmark(res, ev.rv, initial_events_end=True))))
+                    elif ev.type == "BOOKMARK":
                         await resp.write(frame("BOOKMARK", objects.bookmark(res, ev.rv)))
                     else:
                         await resp.write(frame(ev.type, ev.obj))
@@ -632,6 +682,7 @@ class ResourceHandlers:
         opts = self.list_options(request, res, watch=False)
         await self.delete_options(request)
         pred, exact_name = self.predicate(res, opts)
+        pred = self.with_shard(pred, self.shard_selector(opts))  # S7.1: deletecollection lists first
         opts.limit = 0
         opts.continue_ = ""
         result = await self.list_from_etcd(scope, opts, pred, exact_name)

@@ -18,6 +18,7 @@ from storage.store import EtcdStore
 
 from . import discovery, errors, jsonenc, metrics
 from cache.cacher import Cacher
+from cache.residency import DEFAULT_FULL_RESOURCES, Residency
 
 from .handlers import RequestScope, ResourceHandlers, encode_obj, json_response, map_storage_error
 from .resources import CRD, Registry, Resource
@@ -40,6 +41,8 @@ class Config:
     watch_cache: bool = False
     bind_address: str = "127.0.0.1"
     port: int = 8080
+    residency: Any = None                      # cache.sharding.ShardSelector or None (everything)
+    full_resources: tuple[str, ...] = DEFAULT_FULL_RESOURCES
 
 
 class APIServer:
@@ -53,6 +56,7 @@ class APIServer:
         # upstream does with the WatchList gate off (S5.3).
         self.watch_list_enabled = config.watch_cache
         self._cachers: dict[tuple[str, str], Cacher] = {}
+        self.residency = Residency(config.residency, config.full_resources)
         self.watchers: set[asyncio.Future] = set()
         self._stores: dict[tuple[str, str], EtcdStore] = {}
         self._tasks: list[asyncio.Task] = []
@@ -78,9 +82,11 @@ class APIServer:
             # every watch on a gRPC stream (S3.2).
             client = self.router.client_for(res.group, res.plural, dedicated=True)
             client.version = self.etcd_version
-            c = Cacher(store=self.store_for(res), client=client, prefix=res.prefix(self.etcd_prefix),
+            prefix = res.prefix(self.etcd_prefix)
+            c = Cacher(store=self.store_for(res), client=client, prefix=prefix,
                        resource_label=res.plural, group=res.group,
-                       encode=lambda obj, _r=res: encode_obj(_r, obj))
+                       encode=lambda obj, _r=res: encode_obj(_r, obj),
+                       residency=self.residency.ingest_filter(res.plural, prefix, res.namespaced))
             self._cachers[k] = c
             c.start()
         return c
@@ -212,6 +218,17 @@ class APIServer:
             checks["watch-cache"] = self.check_watch_cache
         return checks
 
+    def residency_report(self) -> dict[str, Any]:
+        """Per resource: resident objects and bytes by structure (debug endpoint, residency benchmark)."""
+        out: dict[str, Any] = {"residency": str(self.residency.selector) if self.residency.selector else "",
+                               "fullResources": sorted(self.residency.full_resources), "resources": {}}
+        for (group, plural), c in sorted(self._cachers.items()):
+            st = c.wc.stats()
+            st.update({"ready": c.ready, "partial": self.residency.partial(plural), "rv": c.wc.rv,
+                       "droppedNonResident": c.dropped_nonresident})
+            out["resources"][f"{plural}.{group}" if group else plural] = st
+        return out
+
     async def check_watch_cache(self) -> str | None:
         """Ready once every built-in resource's cache is initialised (upstream 1.36 default)."""
         pending = [f"{r.plural}" for r in self.registry.all()
@@ -290,6 +307,8 @@ class APIServer:
             return await self.health(request, head, parts[1] if len(parts) == 2 else None)
         if head == "metrics" and len(parts) == 1:
             return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        if parts == ["debug", "residency"]:
+            return json_response(jsonenc.dumps(self.residency_report()) + b"\n")
         if head == "version" and len(parts) == 1:
             return json_response(jsonenc.dumps(discovery.version_info()) + b"\n")
         if head == "openapi":

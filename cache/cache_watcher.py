@@ -39,6 +39,7 @@ class CacheWatcher:
         self.replay: list[CacheEvent] = []
         self.done = False
         self.terminated = False
+        self.on_filtered: Callable[[], None] | None = None
         self._wakeup = asyncio.Event()
 
     # --- filtering (S4.6) -------------------------------------------------------
@@ -47,6 +48,8 @@ class CacheWatcher:
         if not e.key.startswith(self.prefix):
             return False
         if self.shard is not None and not self.shard(e):
+            if self.on_filtered is not None:
+                self.on_filtered()  # apiserver_watch_filtered_events_total (S7.15)
             return False
         if self.predicate is None:
             return True

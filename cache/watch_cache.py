@@ -189,7 +189,7 @@ class WatchCache:
     def _new_entry(self, key: str, rv: int, data: bytes, uid: str, namespace: str,
                    labels: dict[str, str]) -> Entry:
         slot = self.allocator.take()
-        e = Entry(key, rv, data, slot, ext.fnv1a64(uid) if uid else 0)
+        e = Entry(key, rv, data, slot, ext.fnv1a64(uid))
         if slot == len(self.slots):
             self.slots.append(e)
         else:

@@ -40,13 +40,24 @@ def stamp_rv(obj: Obj, rv: int) -> Obj:
     return obj
 
 
+_HEAD = ("kind", "apiVersion", "metadata")
+
+
 def encode_value(obj: Obj) -> bytes:
-    """Bytes stored in etcd: the object without its resourceVersion."""
+    """Bytes stored in etcd: the object without its resourceVersion.
+
+    Layout guarantee (cache/residency.uid_of relies on it): top-level `kind`,
+    `apiVersion`, then `metadata` come first, so metadata.uid can be read from
+    the bytes without decoding the object.
+    """
     md = obj.get("metadata") or {}
     if "resourceVersion" in md:
         md = {k: v for k, v in md.items() if k != "resourceVersion"}
-        obj = {**obj, "metadata": md}
-    return orjson.dumps(obj)
+    out = {k: (md if k == "metadata" else obj[k]) for k in _HEAD if k in obj}
+    for k, v in obj.items():
+        if k not in out:
+            out[k] = v
+    return orjson.dumps(out)
 
 
 def decode_kv(kv: KV) -> Obj:
@@ -223,7 +234,7 @@ class EtcdStore:
     # --- watch --------------------------------------------------------------
 
     async def watch(self, prefix: str, rv: int, predicate: Predicate | None = None, *,
-                    initial_state: bool = False, progress: bool = False,
+                    initial_state: bool = False, mark_initial_end: bool = False, progress: bool = False,
                     progress_interval: float | None = None) -> AsyncIterator[Event]:
         """Watch keys under `prefix` from after `rv`.
 
@@ -238,6 +249,8 @@ class EtcdStore:
             for obj in res.items:
                 yield Event("ADDED", obj, int(obj["metadata"]["resourceVersion"]))
             rv = res.resource_version
+            if mark_initial_end:
+                yield Event("INITIAL_END", {}, rv)
         w = self.client.watch(prefix.encode(), rv + 1, resource=self.resource, progress_notify=progress)
         ticker = None
         if progress and progress_interval:

@@ -111,6 +111,10 @@ def parse_args(argv: list[str] | None = None):
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
+    if os.environ.get("RESIDENCY_TRACEMALLOC") == "1":
+        # Heap measurement for bench/residency.py (tracemalloc costs CPU and memory; opt-in).
+        import tracemalloc
+        tracemalloc.start(1)
     logging.basicConfig(level=logging.DEBUG if a.verbosity >= 4 else logging.INFO,
                         format="time=%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)s")
     if a.verbosity < 6:

@@ -227,6 +227,7 @@ class APIServer:
             st.update({"ready": c.ready, "partial": self.residency.partial(plural), "rv": c.wc.rv,
                        "droppedNonResident": c.dropped_nonresident})
             out["resources"][f"{plural}.{group}" if group else plural] = st
+        out["process"] = process_memory()
         return out
 
     async def check_watch_cache(self) -> str | None:
@@ -308,6 +309,9 @@ class APIServer:
         if head == "metrics" and len(parts) == 1:
             return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
         if parts == ["debug", "residency"]:
+            if "gc" in request.query:
+                import gc
+                gc.collect()
             return json_response(jsonenc.dumps(self.residency_report()) + b"\n")
         if head == "version" and len(parts) == 1:
             return json_response(jsonenc.dumps(discovery.version_info()) + b"\n")
@@ -439,6 +443,26 @@ class APIServer:
             labels = (verb, "", r.group, r.version, r.plural, scope.subresource, sc, "apiserver")
         metrics.apiserver_request_total.labels(*labels, str(code)).inc()
         metrics.apiserver_request_duration_seconds.labels(*labels).observe(seconds)
+
+
+def process_memory() -> dict[str, int]:
+    """RSS / peak RSS from /proc and the Python heap from tracemalloc (when the process was started
+    with RESIDENCY_TRACEMALLOC=1, see __main__)."""
+    import tracemalloc
+    out: dict[str, int] = {}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(("VmRSS:", "VmHWM:")):
+                    k, v = line.split(":", 1)
+                    out["rss_bytes" if k == "VmRSS" else "rss_peak_bytes"] = int(v.split()[0]) * 1024
+    except OSError:
+        pass
+    if tracemalloc.is_tracing():
+        cur, peak = tracemalloc.get_traced_memory()
+        out["tracemalloc_bytes"] = cur
+        out["tracemalloc_peak_bytes"] = peak
+    return out
 
 
 def status_response(e: errors.StatusError) -> web.Response:

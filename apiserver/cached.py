@@ -38,13 +38,17 @@ class CachedList:
     remaining: int | None
 
 
-def list_item_bytes(res: Resource, e: Entry) -> bytes:
-    """Items of built-in lists carry no kind/apiVersion (S8.1): splice them out of the cached bytes."""
+def wire_head(res: Resource) -> bytes | None:
+    """`{"kind":"X","apiVersion":"v",` of a typed kind (None for custom resources, whose items keep them)."""
     if res.custom:
+        return None
+    return b'{"kind":' + jsonenc.dumps(res.kind) + b',"apiVersion":' + jsonenc.dumps(res.api_version) + b","
+
+
+def list_item_bytes(res: Resource, e: Entry) -> bytes:
+    """Items of built-in lists carry no kind/apiVersion (S8.1): the cache stores them that way."""
+    if res.custom or not e.data.startswith(b'{"kind":'):
         return e.data
-    head = b'{"kind":' + jsonenc.dumps(res.kind) + b',"apiVersion":' + jsonenc.dumps(res.api_version) + b","
-    if e.data.startswith(head):
-        return b"{" + e.data[len(head):]
     obj = jsonenc.loads(e.data)
     return jsonenc.dumps({k: v for k, v in obj.items() if k not in ("kind", "apiVersion")})
 
@@ -169,6 +173,7 @@ async def serve_watch(request: web.Request, cacher: Cacher, res: Resource, *, pr
     first_table = [True]
 
     def frame(ev_type: str, data: bytes) -> bytes:
+        data = cacher.wire(data)
         if table and ev_type not in ("ERROR", "BOOKMARK"):
             t = tables.watch_table(res, jsonenc.loads(data), first_table[0], include_object)
             first_table[0] = False

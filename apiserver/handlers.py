@@ -220,8 +220,8 @@ class ResourceHandlers:
                 if e is None:
                     raise errors.not_found(res.plural, scope.name or "", res.group)
                 if wants_table(request):
-                    return self.respond_obj(request, res, jsonenc.loads(e.data))
-                return json_response(e.data + b"\n")
+                    return self.respond_obj(request, res, jsonenc.loads(cacher.wire(e.data)))
+                return json_response(cacher.wire(e.data) + b"\n")
         try:
             # S1.14: RV unset is a quorum read. On the etcd path RV=N reads the
             # latest state and checks it is not older than N.

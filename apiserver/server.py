@@ -16,7 +16,7 @@ from storage import errors as serr
 from storage.router import Router
 from storage.store import EtcdStore
 
-from . import discovery, errors, jsonenc, metrics
+from . import cached, discovery, errors, jsonenc, metrics
 from cache.cacher import Cacher
 from cache.residency import DEFAULT_FULL_RESOURCES, Residency
 
@@ -86,7 +86,8 @@ class APIServer:
             c = Cacher(store=self.store_for(res), client=client, prefix=prefix,
                        resource_label=res.plural, group=res.group,
                        encode=lambda obj, _r=res: encode_obj(_r, obj),
-                       residency=self.residency.ingest_filter(res.plural, prefix, res.namespaced))
+                       residency=self.residency.ingest_filter(res.plural, prefix, res.namespaced),
+                       head=cached.wire_head(res))
             self._cachers[k] = c
             c.start()
         return c

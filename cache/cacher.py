@@ -102,7 +102,7 @@ class Cacher:
 
     def __init__(self, *, store: EtcdStore, client: EtcdClient, prefix: str, resource_label: str,
                  group: str, encode: Callable[[dict], bytes], residency: Callable[[str, bytes], bool] | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 head: bytes | None = None, clock: Callable[[], float] = time.monotonic):
         self.store = store
         self.client = client
         self.prefix = prefix
@@ -110,6 +110,9 @@ class Cacher:
         self.group = group
         self.encode = encode
         self.residency = residency
+        # Typed objects' wire bytes start with `{"kind":"X","apiVersion":"v",`; entries keep
+        # the rest only (list items carry no kind/apiVersion anyway, S8.1), `wire` puts it back.
+        self.head = head
         self.clock = clock
         self.wc = WatchCache(prefix, clock)
         self.ready = False
@@ -219,8 +222,21 @@ class Cacher:
         if not self._resident(key, value):
             return None
         d = Decoded(self._decode_value(key, value))
-        data = self.encode(stamp_rv(d.obj, rv))
+        data = self._stored_form(self.encode(stamp_rv(d.obj, rv)))
         return key, rv, data, d.uid, d.namespace, d.labels
+
+    def _stored_form(self, full: bytes) -> bytes:
+        h = self.head
+        if h is not None and full.startswith(h):
+            return b"{" + full[len(h):]
+        return full
+
+    def wire(self, data: bytes) -> bytes:
+        """The bytes a GET or watch event sends for a stored entry."""
+        h = self.head
+        if h is not None and not data.startswith(b'{"kind":'):
+            return h + data[1:]
+        return data
 
     async def _watch(self, rv: int) -> None:
         w = self.client.watch(self.prefix.encode(), rv + 1, resource=self.resource_label, progress_notify=True)
@@ -253,7 +269,7 @@ class Cacher:
                 self.wc.progress(rv)
                 return None
             prev = Decoded(self._decode_value(key, ev.prev.value))
-            data = self.encode(stamp_rv(prev.obj, rv))  # last state, delete's RV (S4.5)
+            data = self._stored_form(self.encode(stamp_rv(prev.obj, rv)))  # last state, delete's RV (S4.5)
             return self.wc.apply_delete(key, rv, data, prev.namespace, prev.labels)
         if not self._resident(key, ev.kv.value):
             self.wc.progress(rv)
@@ -262,7 +278,7 @@ class Cacher:
         prev_labels = None
         if ev.prev is not None and key in self.wc.store:
             prev_labels = (orjson.loads(ev.prev.value).get("metadata") or {}).get("labels") or {}
-        data = self.encode(stamp_rv(cur.obj, rv))
+        data = self._stored_form(self.encode(stamp_rv(cur.obj, rv)))
         return self.wc.apply_put(key, rv, data, cur.uid, cur.namespace, cur.labels, prev_labels)
 
     # --- dispatch (S4.14) ---------------------------------------------------------------
@@ -428,7 +444,7 @@ class Cacher:
 
     def encode_deleted(self, prev: Entry, rv: int) -> bytes:
         """Previous content with the event's RV (S4.6)."""
-        return self.encode(stamp_rv(orjson.loads(prev.data), rv))
+        return self._stored_form(self.encode(stamp_rv(orjson.loads(self.wire(prev.data)), rv)))
 
 
 def next_bookmark_time(now: float, deadline: float) -> float:

@@ -88,7 +88,7 @@ class CacherStore:
         items: list[Obj] = []
         last = None
         for e in wc.iter_prefix(tree, prefix, start_key):
-            obj = orjson.loads(e.data)
+            obj = orjson.loads(c.wire(e.data))
             if predicate is not None and not predicate(obj):
                 continue
             items.append(obj)
@@ -130,7 +130,7 @@ class CacherStore:
         c.add_watcher(w)
         try:
             for t, data in first:
-                obj = orjson.loads(data)
+                obj = orjson.loads(c.wire(data))
                 yield Event(t, obj, int(obj["metadata"]["resourceVersion"]))
             while not w.done:
                 if not w.queue:
@@ -139,7 +139,7 @@ class CacherStore:
                 t, data = w.queue.popleft()
                 if t == "BOOKMARK":
                     continue
-                obj = orjson.loads(data)
+                obj = orjson.loads(c.wire(data))
                 yield Event(t, obj, int(obj["metadata"]["resourceVersion"]))
             if w.terminated:
                 raise serr.StorageError(serr.Code.INTERNAL, prefix, "watcher terminated (too slow)")
@@ -147,13 +147,13 @@ class CacherStore:
             c.remove_watcher(w)
 
 
-async def start_cacher_store(etcd_store: EtcdStore, prefix: str, encode) -> CacherStore:
+async def start_cacher_store(etcd_store: EtcdStore, prefix: str, encode, head: bytes | None = None) -> CacherStore:
     """A started, ready CacherStore for `prefix` (tests)."""
     client = etcd_store.client
     if client.version is None:
         await client.status()
     c = Cacher(store=etcd_store, client=client, prefix=prefix, resource_label=etcd_store.resource,
-               group="", encode=encode)
+               group="", encode=encode, head=head)
     c.start()
     for _ in range(200):
         if c.ready:

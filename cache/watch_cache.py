@@ -33,27 +33,8 @@ UPPER_CAPACITY = 100 * 1024
 EVENT_FRESH_SECONDS = 75.0
 
 
-class Entry:
-    """One object version as the cache keeps it.
-
-    `data` is the object exactly as a GET or watch event sends it (kind,
-    apiVersion, resourceVersion stamped in). `slot` is the dense id used by the
-    bitmaps; `uid_hash` is FNV-1a 64 of the UID string (KEP-5866).
-    """
-    __slots__ = ("key", "rv", "data", "slot", "uid_hash")
-
-    def __init__(self, key: str, rv: int, data: bytes, slot: int, uid_hash: int):
-        self.key = key
-        self.rv = rv
-        self.data = data
-        self.slot = slot
-        self.uid_hash = uid_hash
-
-    def __sizeof__(self) -> int:
-        return object.__sizeof__(self) + self.data.__sizeof__()
-
-    def __repr__(self) -> str:  # pragma: no cover
-        return f"Entry({self.key!r}, rv={self.rv})"
+# The per-object record (ext/entry.pyx): key, wire bytes, RV, slot, UID hash.
+Entry = ext.Entry
 
 
 @dataclass(slots=True)

@@ -2,7 +2,8 @@
 
 Each compiled module ``ext.<name>`` has a pure-Python twin ``ext.<name>_py`` with the same API;
 both are tested against each other. This package re-exports the compiled functions and classes:
-``fnv1a64*`` (:mod:`ext.fnv`) and ``BTree`` (:mod:`ext.btree`, the watch cache's copy-on-write B-tree).
+``fnv1a64*`` (:mod:`ext.fnv`), ``BTree`` (:mod:`ext.btree`, the watch cache's copy-on-write B-tree) and
+``Entry`` (:mod:`ext.entry`, the cache's per-object record).
 
 The compiled modules are REQUIRED: if they are missing (the source tree was never built), importing
 ``ext`` raises ImportError instead of silently running 100x slower. Build them with::
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["COMPILED", "BTree", "fnv1a64", "fnv1a64_bytes", "fnv1a64_hex"]
+__all__ = ["COMPILED", "BTree", "Entry", "fnv1a64", "fnv1a64_bytes", "fnv1a64_hex"]
 
 _PURE_PYTHON = os.environ.get("RESIDENCY_PURE_PYTHON") == "1"
 
@@ -35,11 +36,17 @@ if _PURE_PYTHON:
 
             globals()["BTree"] = BTree
             return BTree
+        if name == "Entry":
+            from ext.entry_py import Entry
+
+            globals()["Entry"] = Entry
+            return Entry
         raise AttributeError(f"module 'ext' has no attribute {name!r}")
 else:
     try:
         from ext.fnv import fnv1a64, fnv1a64_bytes, fnv1a64_hex
         from ext.btree import BTree
+        from ext.entry import Entry
     except ImportError as exc:
         raise ImportError(
             f"residency-apiserver: the compiled module {exc.name or 'ext.fnv'} is missing or failed to load "

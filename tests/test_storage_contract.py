@@ -28,7 +28,7 @@ async def backend(request, unique_prefix):
     if request.param == "etcd":
         yield es, client
     else:
-        cs = await start_cacher_store(es, f"{unique_prefix}/", jsonenc.dumps)
+        cs = await start_cacher_store(es, f"{unique_prefix}/", jsonenc.dumps, head=b'{"kind":"ConfigMap","apiVersion":"v1",')
         assert cs.cacher.ready and cs.cacher.progress_supported
         yield cs, client
         await cs.cacher.stop()

@@ -200,6 +200,8 @@ async def wait_cache_ready(base: str, n: int, timeout: float = 120.0, ns: str = 
 
 
 def write_json(path: str, doc: dict) -> None:
+    # The machine may be shared: the load average says how much other work competed with the run.
+    doc.setdefault("loadavg_1_5_15_at_end", list(os.getloadavg()))
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump(doc, f, indent=2)

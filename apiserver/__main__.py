@@ -47,6 +47,19 @@ def _address(v: str) -> str:
     return v
 
 
+def _duration(v: str) -> float:
+    """Go-style durations as kube-apiserver takes them: 300, 30s, 5m, 1h, 1m30s, 0."""
+    import re
+    t = v.strip()
+    if re.fullmatch(r"\d+(\.\d+)?", t):
+        return float(t)
+    parts = re.findall(r"(\d+(?:\.\d+)?)(h|ms|m|s)", t)
+    if not parts or "".join(n + u for n, u in parts) != t:
+        raise argparse.ArgumentTypeError(f"invalid duration {v!r} (e.g. 5m, 30s, 1h)")
+    scale = {"h": 3600, "m": 60, "s": 1, "ms": 0.001}
+    return sum(float(n) * scale[u] for n, u in parts)
+
+
 def _prefix(v: str) -> str:
     if not v.startswith("/"):
         raise argparse.ArgumentTypeError(f"--etcd-prefix must start with '/', got {v!r}")
@@ -69,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-private-key-file", default="")
     p.add_argument("--watch-cache", type=_bool, default=True, nargs="?", const=True,
                    help="serve lists and watches from the watch cache (default true; false: everything from etcd)")
+    p.add_argument("--etcd-compaction-interval", type=_duration, default=300.0,
+                   help="how often etcd history is compacted (upstream default 5m; 0 disables), e.g. 5m, 30s")
     p.add_argument("--residency", default="",
                    help="shard selector (KEP-5866 grammar) of the objects this process keeps in its watch caches, "
                         "e.g. \"shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')\"; "
@@ -131,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = Config(etcd_servers=servers, etcd_prefix=a.etcd_prefix, etcd_overrides=a.overrides,
                      watch_cache=a.watch_cache, bind_address=a.bind_address, port=a.port,
-                     residency=a.residency_selector, full_resources=a.full_resources)
+                     residency=a.residency_selector, full_resources=a.full_resources,
+                     compaction_interval=a.etcd_compaction_interval)
         asyncio.run(_serve(APIServer(cfg), a))
     finally:
         if etcd is not None:

@@ -43,6 +43,7 @@ class Config:
     port: int = 8080
     residency: Any = None                      # cache.sharding.ShardSelector or None (everything)
     full_resources: tuple[str, ...] = DEFAULT_FULL_RESOURCES
+    compaction_interval: float = 300.0        # --etcd-compaction-interval (0: never)
 
 
 class APIServer:
@@ -87,7 +88,9 @@ class APIServer:
                        resource_label=res.plural, group=res.group,
                        encode=lambda obj, _r=res: encode_obj(_r, obj),
                        residency=self.residency.ingest_filter(res.plural, prefix, res.namespaced),
-                       head=cached.wire_head(res))
+                       head=cached.wire_head(res),
+                       # Poll at least as often as we compact (upstream: every 15 s).
+                       compaction_poll=min(15.0, self.config.compaction_interval or 15.0))
             self._cachers[k] = c
             c.start()
         return c
@@ -115,6 +118,10 @@ class APIServer:
             for r in self.registry.all():
                 self.cacher_for(r)
         self._tasks.append(asyncio.create_task(self._sync_crds_forever()))
+        if self.config.compaction_interval > 0:
+            from storage.compact import run_compactor
+            self._tasks.append(asyncio.create_task(
+                run_compactor(self.router.default_client(), self.config.compaction_interval)))
         self._tasks.append(asyncio.create_task(self._count_objects_forever()))
 
     async def stop(self) -> None:

@@ -29,6 +29,7 @@ from typing import Callable
 import orjson
 
 from storage import errors as serr
+from storage.compact import last_compacted
 from storage.etcd import EtcdClient, WatchCompacted, WatchProgress
 from storage.store import EtcdStore, stamp_rv
 
@@ -50,6 +51,8 @@ BOOKMARK_BEFORE_DEADLINE = 2.0
 # Dispatch time budget (S4.14): refills 50 ms per second, capped at 100 ms.
 BUDGET_REFILL_PER_SECOND = 0.05
 BUDGET_MAX = 0.1
+# compactorPollPeriod (S2.16.2).
+COMPACTION_POLL = 15.0
 # Grace for a brand-new cache's first list before answering 429 (beyond upstream).
 FIRST_INIT_GRACE = 3.0
 # Initial list page size (S4.17).
@@ -102,7 +105,8 @@ class Cacher:
 
     def __init__(self, *, store: EtcdStore, client: EtcdClient, prefix: str, resource_label: str,
                  group: str, encode: Callable[[dict], bytes], residency: Callable[[str, bytes], bool] | None = None,
-                 head: bytes | None = None, clock: Callable[[], float] = time.monotonic):
+                 head: bytes | None = None, compaction_poll: float = COMPACTION_POLL,
+                 clock: Callable[[], float] = time.monotonic):
         self.store = store
         self.client = client
         self.prefix = prefix
@@ -113,6 +117,7 @@ class Cacher:
         # Typed objects' wire bytes start with `{"kind":"X","apiVersion":"v",`; entries keep
         # the rest only (list items carry no kind/apiVersion anyway, S8.1), `wire` puts it back.
         self.head = head
+        self.compaction_poll = compaction_poll
         self.clock = clock
         self.wc = WatchCache(prefix, clock)
         self.ready = False
@@ -124,6 +129,7 @@ class Cacher:
         self._task: asyncio.Task | None = None
         self._bookmark_task: asyncio.Task | None = None
         self._progress_task: asyncio.Task | None = None
+        self._compaction_task: asyncio.Task | None = None
         self._rev_inflight: asyncio.Future | None = None
         self._rev_next: asyncio.Future | None = None
         self._ready_event = asyncio.Event()
@@ -138,12 +144,14 @@ class Cacher:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
         self._bookmark_task = asyncio.create_task(self._bookmarks())
+        self._compaction_task = asyncio.create_task(self._follow_compactions())
 
     async def stop(self) -> None:
-        for t in (self._task, self._bookmark_task, self._progress_task):
+        tasks = (self._task, self._bookmark_task, self._progress_task, self._compaction_task)
+        for t in tasks:
             if t is not None:
                 t.cancel()
-        for t in (self._task, self._bookmark_task, self._progress_task):
+        for t in tasks:
             if t is not None:
                 try:
                     await t
@@ -197,6 +205,7 @@ class Cacher:
         self._initialised_once = True
         self._ready_event.set()
         metrics.initializations.labels(self.group, self.resource_label).inc()
+        metrics.capacity.labels(self.group, self.resource_label).set(self.wc.capacity)
         metrics.resource_version.labels(self.group, self.resource_label).set(rev)
         log.info("cache ready resource=%s objects=%d rv=%d seconds=%.3f", self.resource_label,
                  len(objects), rev, time.perf_counter() - t0)
@@ -253,6 +262,8 @@ class Cacher:
                     cev = self._apply(ev)
                     if cev is not None:
                         await self._dispatch(cev)
+                if self.wc.capacity_changes:
+                    self._report_capacity()
                 metrics.resource_version.labels(self.group, self.resource_label).set(self.wc.rv)
                 self._wake_waiters()
         except WatchCompacted:
@@ -280,6 +291,13 @@ class Cacher:
             prev_labels = (orjson.loads(ev.prev.value).get("metadata") or {}).get("labels") or {}
         data = self._stored_form(self.encode(stamp_rv(cur.obj, rv)))
         return self.wc.apply_put(key, rv, data, cur.uid, cur.namespace, cur.labels, prev_labels)
+
+    def _report_capacity(self) -> None:
+        for change in self.wc.capacity_changes:
+            (metrics.capacity_increase if change > 0 else metrics.capacity_decrease).labels(
+                self.group, self.resource_label).inc()
+        self.wc.capacity_changes.clear()
+        metrics.capacity.labels(self.group, self.resource_label).set(self.wc.capacity)
 
     # --- dispatch (S4.14) ---------------------------------------------------------------
 
@@ -345,6 +363,18 @@ class Cacher:
             for w in due:
                 w.add_bookmark(self.wc.rv)
                 w.next_bookmark = next_bookmark_time(now, w.deadline)
+
+    async def _follow_compactions(self) -> None:
+        """S2.16.2: every 15 s read the last compacted revision and drop older snapshots."""
+        while True:
+            await asyncio.sleep(self.compaction_poll)
+            try:
+                rev = await last_compacted(self.client)
+            except Exception as e:
+                log.warning("compaction poll failed resource=%s error=%r", self.resource_label, e)
+                continue
+            if rev:
+                self.wc.compact(rev)
 
     # --- waiting for freshness (S3) ------------------------------------------------------
 

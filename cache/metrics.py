@@ -12,6 +12,10 @@ resource_version = Gauge("apiserver_watch_cache_resource_version",
 initializations = Counter("apiserver_watch_cache_initializations_total",
                           "Counter of watch cache initializations broken by resource type.", _L)
 capacity = Gauge("apiserver_watch_cache_capacity", "Total capacity of watch cache broken by resource type.", _L)
+capacity_increase = Counter("apiserver_watch_cache_capacity_increase_total",
+                            "Total number of watch cache capacity increase events broken by resource type.", _L)
+capacity_decrease = Counter("apiserver_watch_cache_capacity_decrease_total",
+                            "Total number of watch cache capacity decrease events broken by resource type.", _L)
 read_wait = Histogram("apiserver_watch_cache_read_wait_seconds",
                       "Histogram of time spent waiting for a watch cache to become fresh.", _L,
                       buckets=(0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3))

@@ -127,7 +127,25 @@ _NINF = float("-inf")
 _BS, _BSBS, _BSQ, _Q = b"\\", b"\\\\", b'\\"', b'"'
 
 
+# A number token in compact JSON starts the text or follows ':', ',' or '['; with '.' or an exponent it is a
+# float. The same text can occur inside strings ("nginx:1.25"), so candidates are checked:
+# without backslashes, a position is outside strings iff an even number of quotes precede it.
+_FLOAT_CAND = re.compile(rb"(?:^|[:,\[])-?\d+(?:\.\d|[eE])")
+
+
 def _has_float(b: bytes) -> bool:
+    m = _FLOAT_CAND.search(b)
+    if m is None:
+        return False
+    if _BS not in b:
+        for m in _FLOAT_CAND.finditer(b):
+            if b.count(_Q, 0, m.start()) % 2 == 0:
+                return True
+        return False
+    return _has_float_slow(b)
+
+
+def _has_float_slow(b: bytes) -> bool:
     if b"." not in b and b"e" not in b:
         return False
     if _BS in b:

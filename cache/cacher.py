@@ -201,6 +201,8 @@ class Cacher:
                 break
             start = kvs[-1].key.decode() + "\x00"
         self.wc.replace(objects, rev)
+        del objects
+        release_free_memory()
         self.ready = True
         self._initialised_once = True
         self._ready_event.set()
@@ -475,6 +477,16 @@ class Cacher:
     def encode_deleted(self, prev: Entry, rv: int) -> bytes:
         """Previous content with the event's RV (S4.6)."""
         return self._stored_form(self.encode(stamp_rv(orjson.loads(self.wire(prev.data)), rv)))
+
+
+def release_free_memory() -> None:
+    """Give freed heap back to the OS after a (re)list: the decoded pages are garbage now, and
+    without this glibc keeps them, so RSS would reflect the list's peak rather than the cache."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to do
+        pass
 
 
 def next_bookmark_time(now: float, deadline: float) -> float:

@@ -17,6 +17,7 @@ Nothing here awaits; `Cacher` (cacher.py) owns the IO and the clock.
 from __future__ import annotations
 
 import bisect
+import math
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
@@ -156,7 +157,10 @@ class WatchCache:
         self.capacity = lower_capacity
         self.store = ext.BTree()
         self.history: deque[CacheEvent] = deque()
-        self.snapshots: list[tuple[int, Any]] = []   # (rv, BTree) ascending by rv
+        # A snapshot per applied event (S2.14): RVs and trees in two deques, ascending by RV,
+        # so dropping the oldest is O(1) per event.
+        self.snapshot_rvs: deque[int] = deque()
+        self.snapshot_trees: deque[Any] = deque()
         self.slots: list[Entry | None] = []
         self.allocator = SlotAllocator()
         self.indexes = Indexes()
@@ -195,7 +199,8 @@ class WatchCache:
         self.rv = rv
         self.list_rv = rv
         self.evicted = False
-        self.snapshots = [(rv, self.store.snapshot())]
+        self.snapshot_rvs = deque([rv])
+        self.snapshot_trees = deque([self.store.snapshot()])
 
     def apply_put(self, key: str, rv: int, data: bytes, uid: str, namespace: str, labels: dict[str, str],
                   prev_labels: dict[str, str] | None) -> CacheEvent:
@@ -230,7 +235,8 @@ class WatchCache:
             self.history.popleft()
             self.evicted = True
         self.history.append(ev)
-        self.snapshots.append((ev.rv, self.store.snapshot()))
+        self.snapshot_rvs.append(ev.rv)
+        self.snapshot_trees.append(self.store.snapshot())
         self._drop_snapshots()
         return ev
 
@@ -257,33 +263,40 @@ class WatchCache:
             self.capacity_changes.append(-1)
 
     def _drop_snapshots(self) -> None:
-        """S2.16.1: snapshots older than the oldest buffered event go (keep the one at list_rv
-        only while nothing has been evicted)."""
+        """S2.16.1: snapshots older than the oldest buffered event go (the one at list_rv
+        stays while nothing has been evicted)."""
         if not self.history:
             return
         oldest = self.history[0].rv if self.evicted else self.list_rv
-        i = bisect.bisect_left(self.snapshots, oldest, key=lambda s: s[0])
-        if i > 0:
-            del self.snapshots[:i]
+        self._drop_below(oldest, keep_last=False)
+
+    def _drop_below(self, rv: int, keep_last: bool) -> None:
+        rvs, trees = self.snapshot_rvs, self.snapshot_trees
+        while rvs and rvs[0] < rv and not (keep_last and len(rvs) == 1):
+            rvs.popleft()
+            trees.popleft()
 
     def compact(self, revision: int) -> None:
-        """S2.16.2: etcd compacted at `revision`: older snapshots are unusable."""
-        i = bisect.bisect_left(self.snapshots, revision, key=lambda s: s[0])
-        keep_last = min(i, len(self.snapshots) - 1)
-        if keep_last > 0:
-            del self.snapshots[:keep_last]
+        """S2.16.2: etcd compacted at `revision`: snapshots older than it are unusable
+        (the newest snapshot stays: it is the current state)."""
+        self._drop_below(revision, keep_last=True)
 
     # --- reads ----------------------------------------------------------------
 
     def snapshot_at(self, rv: int):
-        """The snapshot with the greatest RV <= rv (S2.14), or None if none is that old."""
-        i = bisect.bisect_right(self.snapshots, rv, key=lambda s: s[0])
+        """The snapshot with the greatest RV <= rv (S2.14), or None if none is that old. O(log n)."""
+        i = bisect.bisect_right(self.snapshot_rvs, rv)
         if i == 0:
             return None
-        return self.snapshots[i - 1][1]
+        return self.snapshot_trees[i - 1]
 
     def oldest_snapshot_rv(self) -> int:
-        return self.snapshots[0][0] if self.snapshots else 0
+        return self.snapshot_rvs[0] if self.snapshot_rvs else 0
+
+    @property
+    def snapshots(self) -> list[tuple[int, Any]]:
+        """(rv, tree) pairs, oldest first (for stats and tests)."""
+        return list(zip(self.snapshot_rvs, self.snapshot_trees))
 
     def events_since(self, rv: int) -> list[CacheEvent]:
         """History events with RV > rv (S1.31), or raise TooOld."""
@@ -320,10 +333,11 @@ class WatchCache:
                 entry_bytes += e.__sizeof__() + e.key.__sizeof__()
         history_bytes = sum(ev.entry.__sizeof__() if ev.type == "DELETED" else 0 for ev in self.history) \
             + self.history.__sizeof__() + 80 * len(self.history)
-        snap_bytes = 0
-        seen_store_nodes = self.store.node_count()
-        for _, s in self.snapshots:
-            snap_bytes += max(s.node_count() - seen_store_nodes, 0) * 64
+        # Each snapshot keeps alive the path a later write copied (about one node per level);
+        # an estimate, as walking every snapshot's nodes would be O(snapshots * n).
+        nodes = max(self.store.node_count(), 1)
+        depth = max(1, math.ceil(math.log(max(len(self.store), 2), 16)))
+        snap_bytes = max(len(self.snapshot_rvs) - 1, 0) * depth * (self.store.__sizeof__() // nodes)
         return {
             "objects": len(self.store),
             "entry_bytes": entry_bytes,

@@ -30,13 +30,27 @@ _META_ORDER = ("name", "generateName", "namespace", "selfLink", "uid", "resource
 _META_RANK = {k: i for i, k in enumerate(_META_ORDER)}
 
 
+_RV_RANK = _META_RANK["resourceVersion"]
+
+
 def stamp_rv(obj: Obj, rv: int) -> Obj:
-    """Set metadata.resourceVersion keeping ObjectMeta key order."""
+    """Set metadata.resourceVersion at its ObjectMeta position (S8.5). O(fields), no sort:
+    stored metadata is already in order and only lacks the RV."""
     md = obj.get("metadata")
     if not isinstance(md, dict):
         md = {}
-    md["resourceVersion"] = str(rv)
-    obj["metadata"] = {k: md[k] for k in sorted(md, key=lambda k: _META_RANK.get(k, 99))}
+    out: dict = {}
+    placed = False
+    for k, v in md.items():
+        if k == "resourceVersion":
+            continue
+        if not placed and _META_RANK.get(k, 99) > _RV_RANK:
+            out["resourceVersion"] = str(rv)
+            placed = True
+        out[k] = v
+    if not placed:
+        out["resourceVersion"] = str(rv)
+    obj["metadata"] = out
     return obj
 
 

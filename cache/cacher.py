@@ -200,6 +200,7 @@ class Cacher:
             if not more:
                 break
             start = kvs[-1].key.decode() + "\x00"
+        n = len(objects)
         self.wc.replace(objects, rev)
         del objects
         release_free_memory()
@@ -210,7 +211,7 @@ class Cacher:
         metrics.capacity.labels(self.group, self.resource_label).set(self.wc.capacity)
         metrics.resource_version.labels(self.group, self.resource_label).set(rev)
         log.info("cache ready resource=%s objects=%d rv=%d seconds=%.3f", self.resource_label,
-                 len(objects), rev, time.perf_counter() - t0)
+                 n, rev, time.perf_counter() - t0)
         self._wake_waiters()
         return rev
 

@@ -1,0 +1,105 @@
+"""The real k8s.io/client-go (tests/clientgo, a Go module) against real apiserver processes.
+
+The Go test binary is built once per session (`go test -c`; a missing `go` fails, never skips) and
+run once per Go test with the servers' URLs in the environment (see tests/clientgo/helpers_test.go).
+Servers: a fully resident cache server and two complementary `--residency` shards over the current
+etcd, and a `--watch-cache=false` server over its own etcd 3.5.1 (the compaction test compacts it).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from cache.sharding import complementary
+from storage.embedded import EmbeddedEtcd
+from tests.conftest import start_apiserver_process
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODULE = os.path.join(HERE, "clientgo")
+
+
+@pytest.fixture(scope="module")
+def clientgo_binary(tmp_path_factory):
+    go = shutil.which("go")
+    assert go, "`go` not found: the client-go tests need Go (>= 1.26) and the Go module proxy"
+    out = str(tmp_path_factory.mktemp("clientgo") / "clientgo.test")
+    t0 = time.monotonic()
+    r = subprocess.run([go, "test", "-c", "-o", out, "."], cwd=MODULE, capture_output=True, text=True,
+                       timeout=1200, env=dict(os.environ, GOFLAGS="-mod=mod"))
+    assert r.returncode == 0, f"go test -c failed:\n{r.stdout}\n{r.stderr}"
+    print(f"client-go test binary built in {time.monotonic() - t0:.1f}s")
+    return out
+
+
+@pytest.fixture(scope="module")
+def clientgo_servers(current_etcd):
+    prefix = f"/registry-cg{os.getpid()}"
+    sels = [str(s) for s in complementary(2)]
+    with EmbeddedEtcd() as own_etcd:
+        specs = [(current_etcd.endpoint, prefix), (current_etcd.endpoint, prefix, "--residency", sels[0]),
+                 (current_etcd.endpoint, prefix, "--residency", sels[1]),
+                 (own_etcd.endpoint, "/registry", "--watch-cache=false")]
+        with ThreadPoolExecutor(len(specs)) as ex:
+            started = list(ex.map(lambda s: start_apiserver_process(*s), specs))
+        env = {
+            "APISERVER_URL": started[0][1],
+            "SHARD_URLS": "\n".join(b for _, b in started[1:3]),
+            "SHARD_SELECTORS": "\n".join(sels),
+            "APISERVER_ETCD_URL": started[3][1],
+            "ETCD_URL": own_etcd.endpoint,
+        }
+        yield env
+        for p, _ in started:
+            p.terminate()
+        for p, _ in started:
+            p.wait(10)
+
+
+def run_go(binary, servers, test, **extra_env):
+    env = dict(os.environ, **servers, **extra_env)
+    r = subprocess.run([binary, "-test.v", "-test.count=1", "-test.timeout=120s", "-test.run", f"^{test}$"],
+                       cwd=MODULE, capture_output=True, text=True, timeout=180, env=env)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and f"--- PASS: {test}" in out, f"go {test} failed (rc={r.returncode}):\n{out[-8000:]}"
+    assert "data inconsistency detected" not in out, out[-8000:]
+    return out
+
+
+@pytest.mark.parametrize("watchlist", ["true", "false"])
+def test_informer_configmaps(clientgo_binary, clientgo_servers, watchlist):
+    out = run_go(clientgo_binary, clientgo_servers, "TestInformerConfigMaps",
+                 KUBE_FEATURE_WatchListClient=watchlist, KUBE_WATCHLIST_INCONSISTENCY_DETECTOR="true")
+    assert f"WatchListClient={watchlist} detector=true" in out
+    if watchlist == "true":
+        # The detector ran (it logs this before its Exact list, and panics on a difference).
+        assert "data consistency check is enabled" in out, out[-4000:]
+
+
+def test_default_content_type_is_protobuf(clientgo_binary, clientgo_servers):
+    run_go(clientgo_binary, clientgo_servers, "TestDefaultContentType")
+
+
+@pytest.mark.parametrize("watchlist", ["true", "false"])
+def test_relist_after_stale_rv(clientgo_binary, clientgo_servers, watchlist):
+    run_go(clientgo_binary, clientgo_servers, "TestRelistAfterStaleRV", KUBE_FEATURE_WatchListClient=watchlist)
+
+
+def test_relist_after_compaction(clientgo_binary, clientgo_servers):
+    run_go(clientgo_binary, clientgo_servers, "TestRelistAfterCompaction")
+
+
+def test_pager_exact_list(clientgo_binary, clientgo_servers):
+    run_go(clientgo_binary, clientgo_servers, "TestPagerExactList")
+
+
+def test_dynamic_client_and_informer_on_crd(clientgo_binary, clientgo_servers):
+    run_go(clientgo_binary, clientgo_servers, "TestDynamicCRD")
+
+
+def test_sharded_informers(clientgo_binary, clientgo_servers):
+    run_go(clientgo_binary, clientgo_servers, "TestShardedInformers")

@@ -100,7 +100,7 @@ def _select(wc, tree, prefix: str, start_key: str | None, limit: int, predicate,
     start = start_key if start_key and start_key > prefix else prefix
     if use_index:
         # Label selector from the bitmaps (latest state only, S2.15): slots -> entries, key order.
-        slots = wc.indexes.select(label_reqs, namespace)
+        slots, exact = wc.indexes.select(label_reqs, namespace)
         cands = sorted((wc.slots[s] for s in slots), key=lambda e: e.key)
         cands = [e for e in cands if e.key >= start and e.key.startswith(prefix)]
         out = []
@@ -108,7 +108,8 @@ def _select(wc, tree, prefix: str, start_key: str | None, limit: int, predicate,
         for e in cands:
             if shard is not None and not shard(e):
                 continue
-            if predicate is not None and not predicate(decode(e)):
+            # The bitmaps answer label selectors exactly unless a key was too unique to index.
+            if not exact and predicate is not None and not predicate(decode(e)):
                 continue
             out.append(e)
             last = e.key

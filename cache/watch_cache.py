@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import sys
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
@@ -82,33 +83,73 @@ class SlotAllocator:
 
 
 class Indexes:
-    """Namespace and label bitmaps over slot ids (latest state only, S2.15)."""
+    """Namespace and label bitmaps over slot ids (latest state only, S2.15).
+
+    Label values are indexed per key until the key turns out to be near-unique
+    (e.g. `kubernetes.io/hostname`): a bitmap per distinct value would then cost
+    far more than the objects' share of 4 B. Such a key keeps only its
+    "exists" bitmap; selectors on it get candidates from that bitmap and are
+    finished by matching the objects (`select` says the answer is not exact).
+    """
 
     def __init__(self) -> None:
         self.all = BitMap()
         self.by_namespace: dict[str, BitMap] = {}
         self.by_label: dict[tuple[str, str], BitMap] = {}
         self.by_label_key: dict[str, BitMap] = {}
+        self.values_per_key: dict[str, int] = {}
+        self.unindexed_keys: set[str] = set()
 
     def add(self, slot: int, namespace: str, labels: dict[str, str]) -> None:
         self.all.add(slot)
         self.by_namespace.setdefault(namespace, BitMap()).add(slot)
         for k, v in labels.items():
-            self.by_label.setdefault((k, v), BitMap()).add(slot)
             self.by_label_key.setdefault(k, BitMap()).add(slot)
+            if k in self.unindexed_keys:
+                continue
+            b = self.by_label.get((k, v))
+            if b is None:
+                b = self.by_label[(sys.intern(k), v)] = BitMap()
+                n = self.values_per_key[k] = self.values_per_key.get(k, 0) + 1
+                if n > HIGH_CARDINALITY_VALUES and n * HIGH_CARDINALITY_SHARE > len(self.all):
+                    b.add(slot)
+                    self._stop_indexing(k)
+                    continue
+            b.add(slot)
+
+    def _stop_indexing(self, key: str) -> None:
+        self.unindexed_keys.add(key)
+        self.values_per_key.pop(key, None)
+        for kv in [kv for kv in self.by_label if kv[0] == key]:
+            del self.by_label[kv]
 
     def remove(self, slot: int, namespace: str, labels: dict[str, str]) -> None:
         self.all.discard(slot)
         _discard(self.by_namespace, namespace, slot)
         for k, v in labels.items():
-            _discard(self.by_label, (k, v), slot)
             _discard(self.by_label_key, k, slot)
+            if k in self.unindexed_keys:
+                continue
+            b = self.by_label.get((k, v))
+            if b is not None:
+                b.discard(slot)
+                if not b:
+                    del self.by_label[(k, v)]
+                    self.values_per_key[k] -= 1
 
-    def select(self, requirements: Iterable[tuple[str, str, Any]], namespace: str | None) -> BitMap:
-        """Slots matching all label requirements (ops from apiserver.selectors) in a namespace."""
+    def select(self, requirements: Iterable[tuple[str, str, Any]], namespace: str | None) -> tuple[BitMap, bool]:
+        """(slots, exact): slots matching the label requirements (ops from apiserver.selectors) in a
+        namespace; `exact` is False when a requirement on an unindexed key only narrowed the
+        candidates (the caller must then match the objects). O(bitmap sizes)."""
         out = self.by_namespace.get(namespace, BitMap()) if namespace is not None else self.all
         out = BitMap(out)
+        exact = True
         for key, op, values in requirements:
+            if key in self.unindexed_keys and op not in ("exists", "!"):
+                exact = False
+                if op in ("=", "==", "in"):
+                    out &= self.by_label_key.get(key, BitMap())
+                continue
             if op in ("=", "==", "in"):
                 m = BitMap()
                 for v in values:
@@ -123,9 +164,17 @@ class Indexes:
                 out -= self.by_label_key.get(key, BitMap())
             else:
                 raise ValueError(f"unsupported label operator for bitmap index: {op}")
-        return out
+        return out, exact
+
+    def optimize(self) -> None:
+        """Convert dense runs of slots to run containers (after a full list, slots are contiguous)."""
+        self.all.run_optimize()
+        for d in (self.by_namespace, self.by_label, self.by_label_key):
+            for b in d.values():
+                b.run_optimize()
 
     def __sizeof__(self) -> int:
+        """Bitmaps plus the dicts holding them (keys' strings are shared with nothing else)."""
         n = self.all.__sizeof__()
         for d in (self.by_namespace, self.by_label, self.by_label_key):
             n += d.__sizeof__() + sum(b.__sizeof__() for b in d.values())
@@ -139,6 +188,11 @@ def _discard(d: dict, k, slot: int) -> None:
         if not b:
             del d[k]
 
+
+# A label key stops being indexed by value once it has more than this many distinct
+# values and they are more than 1/HIGH_CARDINALITY_SHARE of the objects (near-unique).
+HIGH_CARDINALITY_VALUES = 64
+HIGH_CARDINALITY_SHARE = 4
 
 INDEXABLE_OPS = {"=", "==", "in", "!=", "notin", "exists", "!"}
 
@@ -196,6 +250,7 @@ class WatchCache:
         self.indexes = Indexes()
         for key, orv, data, uid, ns, labels in objects:
             self.store.insert(key, self._new_entry(key, orv, data, uid, ns, labels))
+        self.indexes.optimize()
         self.rv = rv
         self.list_rv = rv
         self.evicted = False

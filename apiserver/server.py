@@ -17,7 +17,7 @@ from storage.router import Router
 from storage.store import EtcdStore
 
 from . import cached, discovery, errors, jsonenc, metrics
-from cache.cacher import Cacher
+from cache.cacher import LIST_PAGE, RESIDENT_LIST_PAGE, Cacher
 from cache.residency import DEFAULT_FULL_RESOURCES, Residency
 
 from .handlers import RequestScope, ResourceHandlers, encode_obj, json_response, map_storage_error
@@ -90,7 +90,8 @@ class APIServer:
                        residency=self.residency.ingest_filter(res.plural, prefix, res.namespaced),
                        head=cached.wire_head(res),
                        # Poll at least as often as we compact (upstream: every 15 s).
-                       compaction_poll=min(15.0, self.config.compaction_interval or 15.0))
+                       compaction_poll=min(15.0, self.config.compaction_interval or 15.0),
+                       list_page=RESIDENT_LIST_PAGE if self.residency.partial(res.plural) else LIST_PAGE)
             self._cachers[k] = c
             c.start()
         return c

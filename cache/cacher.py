@@ -55,8 +55,11 @@ BUDGET_MAX = 0.1
 COMPACTION_POLL = 15.0
 # Grace for a brand-new cache's first list before answering 429 (beyond upstream).
 FIRST_INIT_GRACE = 3.0
-# Initial list page size (S4.17).
+# Initial list page size (S4.17). A partially resident cache reads pages of
+# RESIDENT_LIST_PAGE instead: it keeps a fraction of each page, and a smaller page
+# keeps the transient peak (raw page + decoded copies) from dominating its RSS.
 LIST_PAGE = 10_000
+RESIDENT_LIST_PAGE = 1_000
 # etcd releases with reliable progress requests (S3.6).
 PROGRESS_OK = {(3, 4): (3, 4, 31), (3, 5): (3, 5, 13)}
 
@@ -106,6 +109,7 @@ class Cacher:
     def __init__(self, *, store: EtcdStore, client: EtcdClient, prefix: str, resource_label: str,
                  group: str, encode: Callable[[dict], bytes], residency: Callable[[str, bytes], bool] | None = None,
                  head: bytes | None = None, compaction_poll: float = COMPACTION_POLL,
+                 list_page: int = LIST_PAGE,
                  clock: Callable[[], float] = time.monotonic):
         self.store = store
         self.client = client
@@ -118,6 +122,7 @@ class Cacher:
         # the rest only (list items carry no kind/apiVersion anyway, S8.1), `wire` puts it back.
         self.head = head
         self.compaction_poll = compaction_poll
+        self.list_page = list_page
         self.clock = clock
         self.wc = WatchCache(prefix, clock)
         self.ready = False
@@ -190,7 +195,7 @@ class Cacher:
         rev = 0
         end = _prefix_end_bytes(self.prefix.encode())
         while True:
-            kvs, hdr, more, _ = await self.client.range(start.encode(), end, revision=rev, limit=LIST_PAGE,
+            kvs, hdr, more, _ = await self.client.range(start.encode(), end, revision=rev, limit=self.list_page,
                                                         resource=self.resource_label)
             rev = rev or hdr
             for kv in kvs:

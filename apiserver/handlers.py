@@ -335,7 +335,7 @@ class ResourceHandlers:
                 items = [obj] if pred is None or pred(obj) else []
             except serr.StorageError as e:
                 if e.code is not serr.Code.KEY_NOT_FOUND:
-                    raise self._list_error(e, opts, prefix, start_key) from None
+                    raise self._list_error(e, res, opts, prefix, start_key) from None
                 items = []
             rev = revision or await store.current_revision(prefix)
             return ListResult(items, rev, None, None)
@@ -343,9 +343,9 @@ class ResourceHandlers:
             return await store.list(prefix, revision=revision, start_key=start_key, limit=limit,
                                     predicate=pred, not_older_than=not_older_than)
         except serr.StorageError as e:
-            raise self._list_error(e, opts, prefix, start_key) from None
+            raise self._list_error(e, res, opts, prefix, start_key) from None
 
-    def _list_error(self, e: serr.StorageError, opts: ListOptions, prefix: str,
+    def _list_error(self, e: serr.StorageError, res: Resource, opts: ListOptions, prefix: str,
                     start_key: str | None) -> errors.StatusError:
         if e.code is serr.Code.EXPIRED and opts.continue_ and start_key is not None:
             # S2.12: a new token continuing inconsistently from the same key.
@@ -359,7 +359,7 @@ class ResourceHandlers:
                 metadata={"continue": token})
         if e.code is serr.Code.TOO_LARGE_RV and not e.rv:
             e.rv = int(opts.resource_version or 0)
-        return map_storage_error(e, self.server.registry.lookup("", "v1", "namespaces"))
+        return map_storage_error(e, res)
 
     async def stream_list(self, request: web.Request, res: Resource, meta: Obj,
                           items: Iterable[bytes]) -> web.StreamResponse:

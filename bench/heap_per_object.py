@@ -1,8 +1,8 @@
 """Heap per cached object, three ways, for four realistic object shapes (issue 3).
 
-In-process, no server: a `cache.watch_cache.WatchCache` is built directly and N objects are ingested the
-way `Cacher._ingest_object` does it (decode the etcd value with orjson, stamp the resourceVersion with
-`storage.store.stamp_rv`, encode with `apiserver.jsonenc.dumps`, then `WatchCache.replace`). The etcd values
+In-process, no server: a real `cache.cacher.Cacher`, configured as `apiserver.server` configures it (encode,
+wire head) but never started, ingests N objects with its own `_ingest_object` (decode, stamp the RV, encode,
+stored form) and fills its `WatchCache` with `replace`, as `_list_and_replace` does. The etcd values
 (bytes as `storage.store.encode_value` writes them) exist before the measurement starts, so only what the
 cache retains is counted. Per object kind:
 
@@ -10,8 +10,8 @@ cache retains is counted. Per object kind:
   bitmaps are invisible to it);
 * native: `__sizeof__` of the cache's structures from `WatchCache.stats()` (entries with their bytes and key
   strings, B-tree nodes, bitmaps, slot list), / N;
-* RSS: `VmRSS` after minus before, / N, in a fresh child process without tracemalloc (includes allocator
-  slack and fragmentation);
+* RSS: `VmRSS` after minus before, / N, in a fresh child process without tracemalloc, glibc `malloc_trim(0)`
+  before both readings (includes allocator slack and fragmentation);
 * exact copy: the same ingest with each encoded value copied to an exact-size `bytes` before caching
   (orjson's result keeps an allocation larger than its length: >= 4 KB per object, see the README);
 * baseline: the same objects kept as decoded dicts (what an upstream-style decoded object costs in Python),
@@ -39,7 +39,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import orjson
 
-from apiserver import jsonenc
 from cache.watch_cache import WatchCache
 from storage.store import encode_value, stamp_rv
 
@@ -183,26 +182,51 @@ def etcd_values(kind: str, n: int) -> list[tuple[str, bytes]]:
 
 # --- ingest like Cacher._ingest_object ---------------------------------------------------------------------
 
-def ingest(values: list[tuple[str, bytes]], rv0: int = 100, exact: bool = False) -> WatchCache:
-    """`exact`: copy each encoded value into an exact-size bytes (memoryview.tobytes) before caching: orjson
-    returns bytes whose allocation is larger than their length (>= 4 KB, up to ~2.6x for large objects)."""
-    wc = WatchCache("/registry/", clock=lambda: 0.0)
+class _NoClient:
+    """Stands in for the etcd client: ingest never talks to etcd."""
+    version = "3.5.35"
+
+
+def make_cacher(kind: str):
+    """A real `Cacher` configured as `apiserver.server` configures it (encode, wire head); never started."""
+    from apiserver import cached
+    from apiserver.handlers import encode_obj
+    from apiserver.resources import Registry
+    from cache.cacher import Cacher
+    group = "rbac.authorization.k8s.io" if kind == "rolebinding" else ""
+    res = Registry().lookup(group, "v1", RESOURCE[kind])
+    prefix = f"/registry/{RESOURCE[kind]}/"
+    return Cacher(store=None, client=_NoClient(), prefix=prefix, resource_label=res.plural, group=res.group,
+                  encode=lambda obj, _r=res: encode_obj(_r, obj), head=cached.wire_head(res), clock=lambda: 0.0)
+
+
+def ingest(kind: str, values: list[tuple[str, bytes]], rv0: int = 100, exact: bool = False) -> WatchCache:
+    """What `Cacher._list_and_replace` does per page: `_ingest_object` for each etcd value, then
+    `WatchCache.replace`. `exact`: additionally copy each stored value into an exact-size bytes
+    (memoryview.tobytes) before caching: orjson returns bytes whose allocation is larger than their length."""
+    c = make_cacher(kind)
     objects = []
     for j, (key, value) in enumerate(values):
-        obj = orjson.loads(value)
-        md = obj.get("metadata") or {}
-        rv = rv0 + j
-        data = jsonenc.dumps(stamp_rv(obj, rv))
+        item = c._ingest_object(key, value, rv0 + j)
         if exact:
-            data = memoryview(data).tobytes()
-        objects.append((key, rv, data, md.get("uid") or "", md.get("namespace") or "", md.get("labels") or {}))
-    wc.replace(objects, rv0 + len(values))
-    return wc
+            item = (item[0], item[1], memoryview(item[2]).tobytes()) + tuple(item[3:])
+        objects.append(item)
+    c.wc.replace(objects, rv0 + len(values))
+    return c.wc
 
 
 def decode_dicts(values: list[tuple[str, bytes]]) -> dict:
     """Baseline: decoded dicts keyed by storage key (an informer-style store in Python)."""
     return {key: stamp_rv(orjson.loads(value), 100 + j) for j, (key, value) in enumerate(values)}
+
+
+def malloc_trim() -> None:
+    """Return free heap pages to the OS (glibc), so RSS deltas are not hidden by reused freed memory."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def rss_kib() -> int:
@@ -216,16 +240,22 @@ def rss_kib() -> int:
 def child(kind: str, n: int, method: str, store: str) -> dict:
     """One measurement in this (fresh) process: method tracemalloc|rss, store cache|dict."""
     values = etcd_values(kind, n)
+    if store != "dict":  # imports and first-use caches (registry, orjson keys) before the baseline
+        ingest(kind, values[:10])
+    else:
+        decode_dicts(values[:10])
     gc.collect()
+    malloc_trim()
     if method == "tracemalloc":
         tracemalloc.start()
         before = tracemalloc.get_traced_memory()[0]
     else:
         before = rss_kib() * 1024
     t0 = time.perf_counter()
-    kept = decode_dicts(values) if store == "dict" else ingest(values, exact=store == "cache_exact")
+    kept = decode_dicts(values) if store == "dict" else ingest(kind, values, exact=store == "cache_exact")
     ingest_s = time.perf_counter() - t0
     gc.collect()
+    malloc_trim()  # as the server does after a (re)list (release_free_memory)
     if method == "tracemalloc":
         after = tracemalloc.get_traced_memory()[0]
         tracemalloc.stop()
@@ -235,7 +265,10 @@ def child(kind: str, n: int, method: str, store: str) -> dict:
            "ingest_us_per_object": ingest_s / n * 1e6}
     if store != "dict":
         wc = kept
-        out["json_bytes"] = sum(len(e.data) for e in wc.slots if e is not None) / n
+        # JSON size = the wire bytes a GET returns (stored form plus the kind/apiVersion head, if stripped)
+        c = make_cacher(kind)
+        out["json_bytes"] = sum(len(c.encode(stamp_rv(orjson.loads(v), 100 + j))) for j, (_, v) in enumerate(values)) / n
+        out["stored_bytes"] = sum(len(e.data) for e in wc.slots if e is not None) / n
         out["etcd_value_bytes"] = sum(len(v) for _, v in values) / n
         if method == "tracemalloc" and store == "cache":
             st = wc.stats()
@@ -269,7 +302,7 @@ def measure(kinds: list[str], ns: dict[str, int]) -> dict:
                 r = done[(kind, n, method, store)]
                 row[f"{store}_{method}_bytes"] = r["bytes_per_object"]
                 row.setdefault("ingest_us_per_object", r["ingest_us_per_object"]) if store == "cache" else None
-                for k in ("json_bytes", "etcd_value_bytes", "native_bytes_per_object", "native_breakdown_per_object"):
+                for k in ("json_bytes", "stored_bytes", "etcd_value_bytes", "native_bytes_per_object", "native_breakdown_per_object"):
                     if k in r and store == "cache":
                         row[k] = r[k]
         js = row["json_bytes"]

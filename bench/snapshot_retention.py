@@ -40,6 +40,16 @@ def value(i: int, rv: int, size: int) -> bytes:
     return head + b"x" * max(0, size - len(head) - 3) + b'"}}'
 
 
+def _drop_all_but_newest(wc: WatchCache) -> None:
+    """Keep only the newest snapshot (works with the deque pair and with the older list layout)."""
+    if hasattr(wc, "snapshot_trees"):
+        while len(wc.snapshot_trees) > 1:
+            wc.snapshot_rvs.popleft()
+            wc.snapshot_trees.popleft()
+    else:
+        del wc.snapshots[:-1]
+
+
 def run(n: int, updates: int, rate: float, size: int, keep_snapshots: bool) -> dict:
     now = [0.0]
     wc = WatchCache("/registry/configmaps/", clock=lambda: now[0])
@@ -61,12 +71,13 @@ def run(n: int, updates: int, rate: float, size: int, keep_snapshots: bool) -> d
         rv = 2 + k
         wc.apply_put(keys[i], rv, value(i, rv, size), f"uid-{i}", f"ns-{i % 50:02d}", labels, labels)
         if not keep_snapshots:
-            del wc.snapshots[:-1]
+            _drop_all_but_newest(wc)
     el = time.perf_counter() - p0
     gc.collect()
     retained = tracemalloc.get_traced_memory()[0] - t1
     tracemalloc.stop()
-    return {"live_cache_bytes": live, "retained_after_updates_bytes": retained, "snapshots": len(wc.snapshots),
+    n_snap = len(wc.snapshot_trees) if hasattr(wc, "snapshot_trees") else len(wc.snapshots)
+    return {"live_cache_bytes": live, "retained_after_updates_bytes": retained, "snapshots": n_snap,
             "history_events": len(wc.history), "capacity": wc.capacity, "window_s": wc.window,
             "store_nodes": wc.store.node_count(), "apply_us": el / updates * 1e6,
             "oldest_event_age_s": now[0] - wc.history[0].time if wc.history else 0.0}

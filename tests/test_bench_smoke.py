@@ -31,3 +31,73 @@ def test_etcd_path_quick(tmp_path):
     for k in ("python", "aiohttp", "etcd", "cpu_model", "cpu_count"):
         assert vers.get(k), k
     assert isinstance(vers["etcd"], dict) and vers["etcd"].get("etcdserver"), vers["etcd"]
+
+
+# --- the watch-cache benchmarks (issue 3): --quick runs, figures present and sane, no timing thresholds ----
+
+def _run_quick(module: str, out, timeout: int = 120) -> dict:
+    r = subprocess.run([sys.executable, "-m", f"bench.{module}", "--quick", "--out", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip(), "no table on stdout"
+    doc = json.loads(out.read_text())
+    assert doc["versions"].get("python"), doc["versions"]
+    return doc
+
+
+def _positive(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+
+
+def test_cache_reads_quick(tmp_path):
+    from bench.cache_reads import FIGURES as CR_FIGURES
+    doc = _run_quick("cache_reads", tmp_path / "cache_reads.json")
+    figs = doc["figures"]
+    for mode in ("cache_on", "cache_off"):
+        for name in CR_FIGURES:
+            if name in ("etcd_list", "etcd_current_rv", "etcd_requests_per_list"):
+                assert isinstance(figs[mode][name], (int, float)), (mode, name)
+            else:
+                assert _positive(figs[mode][name]), (mode, name, figs[mode][name])
+    assert figs["cache_off"]["etcd_list"] >= figs["cache_off"]["lists"]  # every list is a range from etcd
+    assert isinstance(doc["versions"]["etcd"], dict) and doc["versions"]["etcd"].get("etcdserver")
+
+
+def test_heap_per_object_quick(tmp_path):
+    doc = _run_quick("heap_per_object", tmp_path / "heap.json")
+    for kind in ("pod", "configmap", "rolebinding", "ai_pod"):
+        row = doc["figures"][kind]
+        for k in ("json_bytes", "cache_tracemalloc_bytes", "native_bytes_per_object", "cache_rss_bytes",
+                  "dict_tracemalloc_bytes", "target_bytes"):
+            assert _positive(row[k]), (kind, k, row[k])
+        assert row["native_bytes_per_object"] >= row["json_bytes"]  # the bytes themselves are kept
+
+
+def test_watch_fanout_quick(tmp_path):
+    doc = _run_quick("watch_fanout", tmp_path / "fanout.json")
+    runs = doc["figures"]["runs"]
+    assert {"on_20", "on_100", "off_20"} <= set(runs)
+    for r in runs.values():
+        assert r["deliveries"] == r["deliveries_expected"], r
+        assert _positive(r["deliveries_per_s"]) and r["latency_p99_ms"] is not None
+
+
+def test_list_memory_quick(tmp_path):
+    doc = _run_quick("list_memory", tmp_path / "lm.json")
+    cases = doc["figures"]
+    assert set(cases) == {"cache on, RV=0", "cache on, consistent", "cache off, consistent"}
+    for c in cases.values():
+        assert _positive(c["list_bytes"]) and _positive(c["hwm_mib"]) and c["growth_mib"] >= 0
+
+
+def test_snapshot_retention_quick(tmp_path):
+    doc = _run_quick("snapshot_retention", tmp_path / "sr.json")
+    f = doc["figures"]
+    assert _positive(f["live_cache_bytes"]) and f["kept"]["snapshots"] > f["dropped"]["snapshots"]
+    assert isinstance(f["snapshot_fraction_of_live"], float)
+
+
+def test_all_lists_every_benchmark():
+    from bench.all import BENCHMARKS
+    for name in BENCHMARKS:
+        assert os.path.exists(os.path.join(ROOT, "bench", f"{name}.py")), name

@@ -207,6 +207,11 @@ class ResourceHandlers:
         rv_s = request.query.get("resourceVersion")
         rv = parse_resource_version(rv_s) if rv_s else 0
         cacher = await self.server.settled_cacher(res)
+        if cacher is not None and self.server.residency.partial(res.plural):
+            # A name does not tell which shard holds the object: never answer 404 for an
+            # object that merely lives outside this process's residency.
+            residency_delegated.labels(res.group, res.plural, "get").inc()
+            cacher = None
         if cacher is not None:
             try:
                 where = delegator.plan_get(rv_s, ready=cacher.ready)

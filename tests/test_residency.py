@@ -185,3 +185,14 @@ def test_residency_readiness_and_flag_validation(cluster):
     p = subprocess.run([sys.executable, "-m", "apiserver", "--residency", "shardRange(object.metadata.uid, 'x', 'y')"],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and "--residency: invalid shard selector" in p.stderr
+
+
+def test_get_of_a_non_resident_object_is_not_a_false_404(cluster):
+    """GETs on a partially resident resource go to etcd (with RV=0 too), counted."""
+    full, shards, ns = cluster
+    for api, sel in shards:
+        before = metric(api, "apiserver_residency_delegated_total", verb="get")
+        for i in range(5):
+            r = api.get(f"/api/v1/namespaces/{ns}/configmaps/cm{i:03d}", params={"resourceVersion": "0"})
+            assert r.status_code == 200, r.text
+        assert metric(api, "apiserver_residency_delegated_total", verb="get") == before + 5

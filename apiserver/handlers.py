@@ -101,14 +101,24 @@ class ResourceHandlers:
     async def read_body(self, request: web.Request) -> bytes:
         if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
             raise errors.request_entity_too_large(f"limit is {MAX_BODY_BYTES}")
-        body = await request.content.read(MAX_BODY_BYTES + 1)
-        if len(body) > MAX_BODY_BYTES:
+        # read() may return a part of the body: read until EOF (or just past the limit).
+        parts: list[bytes] = []
+        size = 0
+        while size <= MAX_BODY_BYTES:
+            chunk = await request.content.read(MAX_BODY_BYTES + 1 - size)
+            if not chunk:
+                break
+            parts.append(chunk)
+            size += len(chunk)
+        if size > MAX_BODY_BYTES:
             raise errors.request_entity_too_large(f"limit is {MAX_BODY_BYTES}")
-        return body
+        return b"".join(parts)
 
     async def decode_body(self, request: web.Request, res: Resource) -> Obj:
         body = await self.read_body(request)
-        ctype = (request.content_type or "application/json").lower()
+        # No Content-Type means the first supported type, JSON (upstream NegotiateInputSerializer);
+        # aiohttp would report application/octet-stream.
+        ctype = request.content_type.lower() if request.headers.get("Content-Type") else "application/json"
         if ctype in ("application/yaml", "application/apply-patch+yaml"):
             import yaml
             try:

@@ -164,10 +164,9 @@ def test_watch_410_error_event(gone):
     assert w.resource_version and int(w.resource_version) > int(lst.metadata.resource_version)
 
 
-@pytest.mark.xfail(strict=True, reason="server bug: a write without Content-Type is answered 415; upstream "
-                   "decodes it as JSON (negotiation.NegotiateInputSerializer defaults to the first supported "
-                   "type); kubernetes 37.x's create_* sends no Content-Type")
 def test_official_client_create_without_content_type(apiserver, api, namespace):
+    """kubernetes 37.x's create_* sends no Content-Type: decoded as JSON, as upstream's
+    negotiation.NegotiateInputSerializer defaults to the first supported type."""
     v1 = official_client(apiserver)
     created = v1.create_namespaced_config_map(namespace, cm_body("plain", {"k": "v"}))
     assert created.metadata.name == "plain" and created.data == {"k": "v"}
@@ -183,10 +182,8 @@ def pieces(i, n):
 
 
 @pytest.mark.filterwarnings("ignore:Sending a large body:ResourceWarning")  # aiohttp, on the client's POSTs
-@pytest.mark.xfail(strict=True, reason="server bug: read_body uses one request.content.read(n), a short read "
-                   "of bodies beyond the first socket read (~64 KiB), so a 256 KiB create is 400 'malformed JSON'; "
-                   "upstream reads the whole body up to 3 MiB")
 def test_asyncio_create_256k_configmap(apiserver, api, namespace):
+    """Bodies beyond one socket read (~64 KiB) are read whole (up to 3 MiB, as upstream)."""
     from kubernetes_asyncio import client
 
     async def main():
@@ -203,7 +200,7 @@ def test_asyncio_create_256k_configmap(apiserver, api, namespace):
 def test_asyncio_watch_large_configmaps(apiserver, api, namespace):
     """kubernetes_asyncio: watch events carrying ConfigMaps of 256 KiB .. 1 MiB arrive complete (one JSON
     line per event, far above aiohttp's default 64 KiB line buffer). The objects are grown with 32 KiB merge
-    patches (large request bodies hit the server bug in test_asyncio_create_256k_configmap)."""
+    patches, so each one produces many events."""
     from kubernetes_asyncio import client, watch
     cms = f"/api/v1/namespaces/{namespace}/configmaps"
     want = {f"big{i}": pieces(i, n) for i, n in enumerate(SIZES)}

@@ -20,7 +20,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Order: in-process ones first (no etcd), then the server ones.
-BENCHMARKS = ("btree_snapshot", "snapshot_retention", "heap_per_object", "etcd_path", "cache_reads",
+BENCHMARKS = ("btree_snapshot", "snapshot_retention", "heap_per_object", "residency", "etcd_path", "cache_reads",
               "list_memory", "watch_fanout")
 
 

@@ -792,7 +792,7 @@ def micro_select(n: int, runs: int) -> dict:
     reqs = sel.requirements
 
     def by_bitmap():
-        slots = wc.indexes.select(reqs, None)
+        slots, _exact = wc.indexes.select(reqs, None)
         return [e.data for e in sorted((wc.slots[s] for s in slots), key=lambda e: e.key)]
 
     def by_scan():

@@ -243,10 +243,12 @@ class Cacher:
         return key, rv, data, d.uid, d.namespace, d.labels
 
     def _stored_form(self, full: bytes) -> bytes:
+        """What an entry keeps: a fresh, exactly sized copy (orjson hands out bytes whose
+        allocation is rounded up to >= 4 KiB; keeping those would cost up to 10x a small object)."""
         h = self.head
         if h is not None and full.startswith(h):
             return b"{" + full[len(h):]
-        return full
+        return memoryview(full).tobytes()
 
     def wire(self, data: bytes) -> bytes:
         """The bytes a GET or watch event sends for a stored entry."""

@@ -47,6 +47,9 @@ def uid_of(value: bytes) -> str | None:
     i = value.find(_UID, m)
     if i < 0:
         return ""
+    between = value[m + len(_META):i]
+    if b"{" in between or b"[" in between:
+        return None  # the first "uid" is nested (no metadata.uid before it): decode instead
     j = value.find(b'"', i + 7)
     return value[i + 7:j].decode()
 

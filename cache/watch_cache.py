@@ -120,8 +120,8 @@ class Indexes:
     def _stop_indexing(self, key: str) -> None:
         self.unindexed_keys.add(key)
         self.values_per_key.pop(key, None)
-        for kv in [kv for kv in self.by_label if kv[0] == key]:
-            del self.by_label[kv]
+        # Rebuilt rather than deleted from: a dict never shrinks its table.
+        self.by_label = {kv: b for kv, b in self.by_label.items() if kv[0] != key}
 
     def remove(self, slot: int, namespace: str, labels: dict[str, str]) -> None:
         self.all.discard(slot)
@@ -191,7 +191,7 @@ def _discard(d: dict, k, slot: int) -> None:
 
 # A label key stops being indexed by value once it has more than this many distinct
 # values and they are more than 1/HIGH_CARDINALITY_SHARE of the objects (near-unique).
-HIGH_CARDINALITY_VALUES = 64
+HIGH_CARDINALITY_VALUES = 1024
 HIGH_CARDINALITY_SHARE = 4
 
 INDEXABLE_OPS = {"=", "==", "in", "!=", "notin", "exists", "!"}

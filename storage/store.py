@@ -61,12 +61,14 @@ def encode_value(obj: Obj) -> bytes:
     """Bytes stored in etcd: the object without its resourceVersion.
 
     Layout guarantee (cache/residency.uid_of relies on it): top-level `kind`,
-    `apiVersion`, then `metadata` come first, so metadata.uid can be read from
-    the bytes without decoding the object.
+    `apiVersion`, then `metadata` come first, and metadata is in ObjectMeta order,
+    so metadata.uid can be read from the bytes without decoding the object (and
+    `stamp_rv` can insert the RV without sorting).
     """
-    md = obj.get("metadata") or {}
-    if "resourceVersion" in md:
-        md = {k: v for k, v in md.items() if k != "resourceVersion"}
+    md = obj.get("metadata")
+    if isinstance(md, dict):
+        # ObjectMeta order (S8.5), without the RV: uid then precedes every nested field.
+        md = {k: md[k] for k in sorted(md, key=lambda k: _META_RANK.get(k, 99)) if k != "resourceVersion"}
     out = {k: (md if k == "metadata" else obj[k]) for k in _HEAD if k in obj}
     for k, v in obj.items():
         if k not in out:

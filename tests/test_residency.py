@@ -196,3 +196,15 @@ def test_get_of_a_non_resident_object_is_not_a_false_404(cluster):
             r = api.get(f"/api/v1/namespaces/{ns}/configmaps/cm{i:03d}", params={"resourceVersion": "0"})
             assert r.status_code == 200, r.text
         assert metric(api, "apiserver_residency_delegated_total", verb="get") == before + 5
+
+
+def test_uid_is_read_from_stored_bytes_without_decoding():
+    """The ingest filter reads metadata.uid from the stored layout; nested uids never fool it."""
+    from cache.residency import uid_of
+    from storage.store import encode_value
+    obj = {"apiVersion": "g/v1", "kind": "W", "spec": {"uid": "spec-uid"},
+           "metadata": {"ownerReferences": [{"uid": "owner-uid"}], "name": "w", "uid": "meta-uid"}}
+    assert uid_of(encode_value(obj)) == "meta-uid"
+    no_uid = {"kind": "W", "metadata": {"name": "w", "ownerReferences": [{"uid": "owner-uid"}]}}
+    assert uid_of(encode_value(no_uid)) is None   # caller decodes
+    assert uid_of(b'{"spec":{"uid":"x"},"metadata":{"uid":"y"}}') is None

@@ -139,13 +139,13 @@ def test_near_unique_label_keys_are_not_indexed_by_value():
     clock = Clock()
     wc = WatchCache("/r/", clock)
     wc.replace([("/r/n%04d" % i, i + 1, b"{}", f"u{i}", "", {"host": f"h{i}", "zone": f"z{i % 3}"})
-                for i in range(1000)], 2000)
+                for i in range(4000)], 5000)
     idx = wc.indexes
     assert "host" in idx.unindexed_keys and "zone" not in idx.unindexed_keys
     assert not any(k == "host" for k, _ in idx.by_label)
     slots, exact = idx.select([("zone", "=", ["z1"])], None)
-    assert exact and len(slots) == 333
+    assert exact and len(slots) == 1333
     slots, exact = idx.select([("host", "=", ["h5"]), ("zone", "in", ["z2"])], None)
-    assert not exact and len(slots) == 333   # candidates; objects decide
-    # ~4.7 B/object here (2 B per bitmap membership in array containers; dense sets run-encoded).
-    assert idx.__sizeof__() / 1000 < 6
+    assert not exact and len(slots) == 1333   # candidates; objects decide
+    # a few B/object here (2 B per bitmap membership in array containers; dense sets run-encoded).
+    assert idx.__sizeof__() / 4000 < 6

@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 import math
 import sys
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
@@ -189,6 +189,11 @@ def _discard(d: dict, k, slot: int) -> None:
             del d[k]
 
 
+# Snapshots kept per event (the most recent ones; older states are rebuilt by undo),
+# and how many rebuilt states are kept for continuing pages.
+RECENT_SNAPSHOTS = 256
+REBUILT_KEPT = 4
+
 # A label key stops being indexed by value once it has more than this many distinct
 # values and they are more than 1/HIGH_CARDINALITY_SHARE of the objects (near-unique).
 HIGH_CARDINALITY_VALUES = 1024
@@ -202,7 +207,8 @@ class WatchCache:
 
     def __init__(self, prefix: str, clock: Callable[[], float],
                  window_seconds: float = EVENT_FRESH_SECONDS,
-                 lower_capacity: int = LOWER_CAPACITY, upper_capacity: int = UPPER_CAPACITY):
+                 lower_capacity: int = LOWER_CAPACITY, upper_capacity: int = UPPER_CAPACITY,
+                 recent_snapshots: int = RECENT_SNAPSHOTS):
         self.prefix = prefix              # e.g. "/registry/configmaps/"
         self.clock = clock
         self.window = window_seconds
@@ -211,10 +217,14 @@ class WatchCache:
         self.capacity = lower_capacity
         self.store = ext.BTree()
         self.history: deque[CacheEvent] = deque()
-        # A snapshot per applied event (S2.14): RVs and trees in two deques, ascending by RV,
-        # so dropping the oldest is O(1) per event.
+        # A snapshot per applied event (S2.14) for the most recent `recent_snapshots` events:
+        # RVs and trees in two deques, ascending by RV (dropping the oldest is O(1)). Older
+        # states in the window are rebuilt on demand by undoing events (see snapshot_at).
+        self.recent_snapshots = recent_snapshots
         self.snapshot_rvs: deque[int] = deque()
         self.snapshot_trees: deque[Any] = deque()
+        self.compacted = 0          # etcd compaction revision we were told of (S2.16.2)
+        self._rebuilt: OrderedDict[int, Any] = OrderedDict()
         self.slots: list[Entry | None] = []
         self.allocator = SlotAllocator()
         self.indexes = Indexes()
@@ -256,6 +266,7 @@ class WatchCache:
         self.evicted = False
         self.snapshot_rvs = deque([rv])
         self.snapshot_trees = deque([self.store.snapshot()])
+        self._rebuilt.clear()
 
     def apply_put(self, key: str, rv: int, data: bytes, uid: str, namespace: str, labels: dict[str, str],
                   prev_labels: dict[str, str] | None) -> CacheEvent:
@@ -292,6 +303,9 @@ class WatchCache:
         self.history.append(ev)
         self.snapshot_rvs.append(ev.rv)
         self.snapshot_trees.append(self.store.snapshot())
+        if len(self.snapshot_rvs) > self.recent_snapshots:
+            self.snapshot_rvs.popleft()
+            self.snapshot_trees.popleft()
         self._drop_snapshots()
         return ev
 
@@ -332,20 +346,64 @@ class WatchCache:
             trees.popleft()
 
     def compact(self, revision: int) -> None:
-        """S2.16.2: etcd compacted at `revision`: snapshots older than it are unusable
-        (the newest snapshot stays: it is the current state)."""
+        """S2.16.2: etcd compacted at `revision`: states older than it are not served from the
+        cache any more (the newest snapshot stays: it is the current state)."""
+        self.compacted = max(self.compacted, revision)
         self._drop_below(revision, keep_last=True)
+        for rv in [rv for rv in self._rebuilt if rv < revision]:
+            del self._rebuilt[rv]
 
     # --- reads ----------------------------------------------------------------
 
+    def oldest_servable_rv(self) -> int:
+        """The oldest RV whose state the window can reproduce (every later event is buffered)."""
+        if not self.evicted:
+            floor = self.list_rv
+        elif self.history:
+            floor = self.history[0].rv - 1
+        else:
+            floor = self.rv
+        return max(floor, self.compacted)
+
     def snapshot_at(self, rv: int):
-        """The snapshot with the greatest RV <= rv (S2.14), or None if none is that old. O(log n)."""
-        i = bisect.bisect_right(self.snapshot_rvs, rv)
-        if i == 0:
+        """The state at `rv` as a B-tree (S2.14), or None if the window cannot reproduce it
+        (S1.21: the caller goes to etcd).
+
+        Recent RVs: the snapshot with the greatest RV <= rv, O(log n). Older RVs in the
+        window: the oldest retained snapshot with the later events undone (each event keeps
+        the entry it replaced), O(k log n) for k undone events; the last few rebuilt states
+        are kept for continuing pages. This keeps upstream's per-event snapshot semantics
+        while retaining path copies for the recent events only.
+        """
+        if rv < self.oldest_servable_rv():
             return None
-        return self.snapshot_trees[i - 1]
+        i = bisect.bisect_right(self.snapshot_rvs, rv)
+        if i > 0:
+            return self.snapshot_trees[i - 1]
+        tree = self._rebuilt.get(rv)
+        if tree is not None:
+            self._rebuilt.move_to_end(rv)
+            return tree
+        if self.snapshot_rvs:
+            base_rv, base = self.snapshot_rvs[0], self.snapshot_trees[0]
+        else:
+            base_rv, base = self.rv, self.store
+        tree = base.snapshot()
+        lo = bisect.bisect_right(self.history, rv, key=lambda e: e.rv)
+        hi = bisect.bisect_right(self.history, base_rv, key=lambda e: e.rv)
+        for j in range(hi - 1, lo - 1, -1):
+            ev = self.history[j]
+            if ev.prev is None:
+                tree.delete(ev.key)
+            else:
+                tree.insert(ev.key, ev.prev)
+        self._rebuilt[rv] = tree
+        while len(self._rebuilt) > REBUILT_KEPT:
+            self._rebuilt.popitem(last=False)
+        return tree
 
     def oldest_snapshot_rv(self) -> int:
+        """RV of the oldest retained (not rebuilt) snapshot."""
         return self.snapshot_rvs[0] if self.snapshot_rvs else 0
 
     @property

@@ -21,6 +21,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from apiserver.errors import bad_request
+# Go's %q and the label key/value validators are shared with the shard-selector parser and
+# object validation (one implementation each).
+from apiserver.validation import is_qualified_name, is_valid_label_value  # noqa: F401 (re-exported)
+from cache.sharding import go_quote
 
 __all__ = [
     "LabelSelector", "FieldSelector", "SelectableFields",
@@ -32,127 +36,6 @@ __all__ = [
 # ---------------------------------------------------------------------------
 # Go formatting helpers
 # ---------------------------------------------------------------------------
-
-def go_quote(s: str) -> str:
-    """Go's `strconv.Quote` / `%q` for a string (printable runes kept as is)."""
-    out = ['"']
-    for ch in s:
-        o = ord(ch)
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch == "\a":
-            out.append("\\a")
-        elif ch == "\b":
-            out.append("\\b")
-        elif ch == "\f":
-            out.append("\\f")
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\v":
-            out.append("\\v")
-        elif o < 0x20 or o == 0x7F:
-            out.append(f"\\x{o:02x}")
-        elif 0xD800 <= o <= 0xDFFF:
-            out.append("\\ufffd")
-        elif o >= 0x80 and not ch.isprintable():
-            out.append(f"\\u{o:04x}" if o <= 0xFFFF else f"\\U{o:08x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-# ---------------------------------------------------------------------------
-# k8s.io/apimachinery/pkg/util/validation: qualified names and label values
-# ---------------------------------------------------------------------------
-
-_QNAME_FMT = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-_QNAME_RE = re.compile(_QNAME_FMT)
-_QNAME_ERR = ("must consist of alphanumeric characters, '-', '_' or '.', and must start "
-              "and end with an alphanumeric character")
-_LABEL_VALUE_FMT = "(" + _QNAME_FMT + ")?"
-_LABEL_VALUE_RE = re.compile(_LABEL_VALUE_FMT)
-_LABEL_VALUE_ERR = ("a valid label must be an empty string or consist of alphanumeric characters, "
-                    "'-', '_' or '.', and must start and end with an alphanumeric character")
-_DNS1123_LABEL_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN_FMT = _DNS1123_LABEL_FMT + "(\\." + _DNS1123_LABEL_FMT + ")*"
-_DNS1123_SUBDOMAIN_RE = re.compile(_DNS1123_SUBDOMAIN_FMT)
-_DNS1123_SUBDOMAIN_ERR = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
-                          "characters, '-' or '.', and must start and end with an alphanumeric character")
-
-
-def _regex_error(msg: str, fmt: str, *examples: str) -> str:
-    if not examples:
-        return f"{msg} (regex used for validation is '{fmt}')"
-    msg += " (e.g. "
-    for i, ex in enumerate(examples):
-        if i > 0:
-            msg += " or "
-        msg += "'" + ex + "', "
-    return msg + "regex used for validation is '" + fmt + "')"
-
-
-def _max_len_error(n: int) -> str:
-    return f"must be no more than {n} characters"
-
-
-def _len_bytes(s: str) -> int:
-    return len(s.encode("utf-8", "surrogatepass"))
-
-
-def _fullmatch(regex: re.Pattern, s: str) -> bool:
-    # fullmatch, not `$`: Go's `$` does not accept a trailing newline.
-    return regex.fullmatch(s) is not None
-
-
-def is_dns1123_subdomain(value: str) -> list[str]:
-    errs = []
-    if _len_bytes(value) > 253:
-        errs.append(_max_len_error(253))
-    if not _fullmatch(_DNS1123_SUBDOMAIN_RE, value):
-        errs.append(_regex_error(_DNS1123_SUBDOMAIN_ERR, _DNS1123_SUBDOMAIN_FMT, "example.com"))
-    return errs
-
-
-def is_qualified_name(value: str) -> list[str]:
-    """validation.IsQualifiedName: `[prefix/]name`, error strings as upstream."""
-    errs: list[str] = []
-    parts = value.split("/")
-    if len(parts) == 1:
-        name = parts[0]
-    elif len(parts) == 2:
-        prefix, name = parts
-        if len(prefix) == 0:
-            errs.append("prefix part must be non-empty")
-        else:
-            errs.extend("prefix part " + m for m in is_dns1123_subdomain(prefix))
-    else:
-        return [
-            "a qualified name " + _regex_error(_QNAME_ERR, _QNAME_FMT, "MyName", "my.name", "123-abc")
-            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"]
-    if len(name) == 0:
-        errs.append("name part must be non-empty")
-    elif _len_bytes(name) > 63:
-        errs.append("name part " + _max_len_error(63))
-    if not _fullmatch(_QNAME_RE, name):
-        errs.append("name part " + _regex_error(_QNAME_ERR, _QNAME_FMT, "MyName", "my.name", "123-abc"))
-    return errs
-
-
-def is_valid_label_value(value: str) -> list[str]:
-    errs = []
-    if _len_bytes(value) > 63:
-        errs.append(_max_len_error(63))
-    if not _fullmatch(_LABEL_VALUE_RE, value):
-        errs.append(_regex_error(_LABEL_VALUE_ERR, _LABEL_VALUE_FMT, "MyValue", "my_value", "12345"))
-    return errs
-
 
 def _invalid(field: str, value: str, detail: str) -> str:
     """field.Invalid(...).Error() for a string value."""

@@ -439,12 +439,8 @@ class ResourceHandlers:
         first_table = [True]
 
         def frame(ev_type: str, obj: Obj) -> bytes:
-            if table and ev_type != "ERROR":
-                t = tables.to_table(res, [obj] if ev_type != "BOOKMARK" else [],
-                                    {"resourceVersion": obj["metadata"].get("resourceVersion", "")},
-                                    request.query.get("includeObject", "Metadata"))
-                if not first_table[0]:
-                    t["columnDefinitions"] = None
+            if table and ev_type not in ("ERROR", "BOOKMARK"):  # same framing as the cache path
+                t = tables.watch_table(res, obj, first_table[0], request.query.get("includeObject", "Metadata"))
                 first_table[0] = False
                 return jsonenc.watch_event(ev_type, jsonenc.dumps(t))
             return jsonenc.watch_event(ev_type, encode_obj(res, obj))

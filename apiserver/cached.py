@@ -223,6 +223,8 @@ async def serve_watch(request: web.Request, cacher: Cacher, res: Resource, *, pr
             return await error_event(errors.expired(str(e)))
         start_rv = max(rv, wc.rv)
     w.start_rv = w.last_rv = start_rv
+    if not table:
+        w.make_frame = frame   # one encoded frame per event shared by all plain watchers
     if allow_bookmarks:
         w.next_bookmark = next_bookmark_time(time.monotonic(), deadline)
     cacher.add_watcher(w)
@@ -264,7 +266,9 @@ async def serve_watch(request: web.Request, cacher: Cacher, res: Resource, *, pr
             out = []
             while w.queue:
                 t, payload = w.queue.popleft()
-                if t == "BOOKMARK":
+                if t == "FRAME":
+                    out.append(payload)
+                elif t == "BOOKMARK":
                     out.append(jsonenc.watch_event("BOOKMARK", encode_obj(objects.bookmark(res, payload))))
                 else:
                     out.append(frame(t, payload))

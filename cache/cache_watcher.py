@@ -40,6 +40,8 @@ class CacheWatcher:
         self.done = False
         self.terminated = False
         self.on_filtered: Callable[[], None] | None = None
+        # (type, stored bytes) -> wire frame; set for plain JSON watches (not Table ones).
+        self.make_frame: Callable[[str, bytes], bytes] | None = None
         self._wakeup = asyncio.Event()
 
     # --- filtering (S4.6) -------------------------------------------------------
@@ -76,6 +78,17 @@ class CacheWatcher:
 
     # --- queue --------------------------------------------------------------------
 
+    def _encoded(self, frame: tuple[str, bytes], cache: dict) -> tuple[str, bytes]:
+        """With `make_frame`, the finished wire frame, built once per event for all watchers
+        that get the same (type, bytes) — `cache` lives for one dispatch only."""
+        if self.make_frame is None:
+            return frame
+        key = (frame[0], id(frame[1]))
+        b = cache.get(key)
+        if b is None:
+            b = cache[key] = self.make_frame(*frame)
+        return ("FRAME", b)
+
     def try_add(self, ev: CacheEvent, cache: dict) -> bool | None:
         """Non-blocking put. None: not interested; True: queued; False: queue full."""
         if ev.rv <= self.last_rv or self.done:
@@ -86,7 +99,7 @@ class CacheWatcher:
             return None
         if len(self.queue) >= self.queue_size:
             return False
-        self.queue.append(frame)
+        self.queue.append(self._encoded(frame, cache))
         self.last_rv = ev.rv
         self._wakeup.set()
         return True
@@ -94,7 +107,7 @@ class CacheWatcher:
     def force_add(self, ev: CacheEvent, cache: dict) -> None:
         frame = self.convert(ev, cache)
         if frame is not None:
-            self.queue.append(frame)
+            self.queue.append(self._encoded(frame, cache))
             self._wakeup.set()
         self.last_rv = ev.rv
 

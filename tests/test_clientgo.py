@@ -80,8 +80,10 @@ def test_informer_configmaps(clientgo_binary, clientgo_servers, watchlist):
         assert "data consistency check is enabled" in out, out[-4000:]
 
 
-def test_default_content_type_is_protobuf(clientgo_binary, clientgo_servers):
-    run_go(clientgo_binary, clientgo_servers, "TestDefaultContentType")
+@pytest.mark.parametrize("server", ["APISERVER_URL", "APISERVER_ETCD_URL"])
+def test_protobuf_writes(clientgo_binary, clientgo_servers, server):
+    """Typed clientsets' default protobuf bodies (creates, updates, deletes), cache and etcd servers."""
+    run_go(clientgo_binary, dict(clientgo_servers, APISERVER_URL=clientgo_servers[server]), "TestProtobufWrites")
 
 
 @pytest.mark.parametrize("watchlist", ["true", "false"])

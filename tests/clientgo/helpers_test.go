@@ -74,11 +74,10 @@ func (r logRT) RoundTrip(req *http.Request) (*http.Response, error) {
 	return r.next.RoundTrip(req)
 }
 
-// config builds a rest.Config. JSON request bodies: the server answers 415 to protobuf bodies
-// (docs/differences.md), and client-go's typed clients default to protobuf for built-in types.
+// config builds a rest.Config with client-go's defaults: typed clients send protobuf bodies
+// for built-in kinds, the dynamic client JSON.
 func config(url string, log *requestLog) *rest.Config {
 	c := &rest.Config{Host: url, QPS: 2000, Burst: 2000}
-	c.ContentType = "application/json"
 	if log != nil {
 		c.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return logRT{log, rt} }
 	}

@@ -2,7 +2,6 @@ package clientgo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -165,43 +163,6 @@ func TestInformerConfigMaps(t *testing.T) {
 		ev := rec.snapshot()[before:]
 		return fmt.Sprint(ev) == fmt.Sprint(wantEv), fmt.Sprint(ev)
 	})
-}
-
-// TestDefaultContentType documents what client-go does by default: typed clients for built-in
-// types send protobuf bodies (Content-Type application/vnd.kubernetes.protobuf) and accept
-// "application/vnd.kubernetes.protobuf,application/json". Reads work (the server answers JSON);
-// writes get 415 (docs/differences.md: protobuf request bodies).
-func TestDefaultContentType(t *testing.T) {
-	url := env(t, "APISERVER_URL")
-	c := config(url, nil)
-	c.ContentType = ""
-	var seen []string
-	var mu sync.Mutex
-	c.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return rtFunc(func(r *http.Request) (*http.Response, error) {
-			mu.Lock()
-			seen = append(seen, r.Method+" ct="+r.Header.Get("Content-Type")+" accept="+r.Header.Get("Accept"))
-			mu.Unlock()
-			return rt.RoundTrip(r)
-		})
-	}
-	cs, err := kubernetes.NewForConfig(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{Limit: 1}); err != nil {
-		t.Fatalf("protobuf-preferring list: %v", err)
-	}
-	_, err = cs.CoreV1().Namespaces().Create(context.Background(),
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "pb-"}}, metav1.CreateOptions{})
-	var se *apierrors.StatusError
-	if !errors.As(err, &se) || se.ErrStatus.Code != http.StatusUnsupportedMediaType {
-		t.Fatalf("protobuf create: want 415 (documented difference), got %v", err)
-	}
-	t.Logf("default typed client requests: %v", seen)
-	if !strings.Contains(fmt.Sprint(seen), "ct=application/vnd.kubernetes.protobuf") {
-		t.Fatalf("expected client-go to default to protobuf bodies: %v", seen)
-	}
 }
 
 type rtFunc func(*http.Request) (*http.Response, error)

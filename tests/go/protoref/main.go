@@ -1,0 +1,147 @@
+// Command protoref is the reference for apiserver/protobuf.py: it fills objects of
+// every kind the apiserver decodes from protobuf with random values (randfill),
+// encodes each with apimachinery's protobuf serializer (the bytes client-go
+// sends), decodes those bytes again as upstream's apiserver does, and prints one
+// JSON line per object: {"key": apiVersion/kind, "pb": base64 bytes, "json":
+// encoding/json of the decoded object}. The Python test decodes "pb" and must
+// produce exactly "json".
+//
+// Usage: protoref SEED COUNT_PER_KIND
+package main
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+
+	coordv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/randfill"
+)
+
+func main() {
+	seed, _ := strconv.ParseInt(os.Args[1], 10, 64)
+	count, _ := strconv.Atoi(os.Args[2])
+
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, coordv1.AddToScheme,
+		rbacv1.AddToScheme, apiextv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			panic(err)
+		}
+	}
+	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Group: "meta.k8s.io", Version: "v1"})
+	ser := protobuf.NewSerializer(scheme, scheme)
+
+	kinds := map[string]func() runtime.Object{
+		"v1/Namespace":                      func() runtime.Object { return &corev1.Namespace{} },
+		"v1/ConfigMap":                      func() runtime.Object { return &corev1.ConfigMap{} },
+		"v1/Secret":                         func() runtime.Object { return &corev1.Secret{} },
+		"v1/Pod":                            func() runtime.Object { return &corev1.Pod{} },
+		"v1/Node":                           func() runtime.Object { return &corev1.Node{} },
+		"v1/Service":                        func() runtime.Object { return &corev1.Service{} },
+		"v1/ServiceAccount":                 func() runtime.Object { return &corev1.ServiceAccount{} },
+		"v1/Event":                          func() runtime.Object { return &corev1.Event{} },
+		"coordination.k8s.io/v1/Lease":      func() runtime.Object { return &coordv1.Lease{} },
+		"rbac.authorization.k8s.io/v1/Role": func() runtime.Object { return &rbacv1.Role{} },
+		"rbac.authorization.k8s.io/v1/RoleBinding":         func() runtime.Object { return &rbacv1.RoleBinding{} },
+		"rbac.authorization.k8s.io/v1/ClusterRole":         func() runtime.Object { return &rbacv1.ClusterRole{} },
+		"rbac.authorization.k8s.io/v1/ClusterRoleBinding":  func() runtime.Object { return &rbacv1.ClusterRoleBinding{} },
+		"apiextensions.k8s.io/v1/CustomResourceDefinition": func() runtime.Object { return &apiextv1.CustomResourceDefinition{} },
+		"meta.k8s.io/v1/DeleteOptions":                     func() runtime.Object { return &metav1.DeleteOptions{} },
+	}
+	keys := make([]string, 0, len(kinds))
+	for k := range kinds {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+
+	jsonDoc := func(c randfill.Continue) []byte {
+		// encoding/json's string form: Go keeps raw JSON as written, the decoder re-encodes it.
+		k, _ := json.Marshal(c.String(8))
+		return []byte(fmt.Sprintf(`{"k":%s,"n":%d,"l":[true,null]}`, k, c.Intn(1000)))
+	}
+	f := randfill.NewWithSeed(seed).NilChance(0.3).NumElements(0, 3).MaxDepth(12).Funcs(
+		func(q *resource.Quantity, c randfill.Continue) {
+			*q = *resource.NewMilliQuantity(c.Int63n(1<<40), resource.DecimalSI)
+		},
+		func(v *intstr.IntOrString, c randfill.Continue) {
+			if c.Bool() {
+				*v = intstr.FromInt32(c.Int31() - 1<<30)
+			} else {
+				*v = intstr.FromString(c.String(10))
+			}
+		},
+		func(r *runtime.RawExtension, c randfill.Continue) {
+			if c.Bool() {
+				r.Raw = jsonDoc(c)
+			}
+		},
+		func(r *metav1.FieldsV1, c randfill.Continue) {
+			*r = metav1.FieldsV1{Raw: jsonDoc(c)}
+		},
+		func(r *apiextv1.JSON, c randfill.Continue) {
+			if c.Bool() {
+				r.Raw = jsonDoc(c)
+			}
+		},
+		func(t *metav1.Time, c randfill.Continue) {
+			if c.Intn(4) > 0 {
+				*t = metav1.Unix(c.Int63n(4_000_000_000), c.Int63n(1_000_000_000))
+			}
+		},
+		func(t *metav1.MicroTime, c randfill.Continue) {
+			if c.Intn(4) > 0 {
+				*t = metav1.NewMicroTime(metav1.Unix(c.Int63n(4_000_000_000), c.Int63n(1_000_000_000)).Time)
+			}
+		},
+	)
+
+	out := json.NewEncoder(os.Stdout)
+	for _, k := range keys {
+		for i := 0; i < count; i++ {
+			obj := kinds[k]()
+			f.Fill(obj)
+			gvks, _, err := scheme.ObjectKinds(obj)
+			if err != nil {
+				panic(err)
+			}
+			gvk := gvks[0]
+			if k == "meta.k8s.io/v1/DeleteOptions" {
+				gvk = schema.GroupVersionKind{Version: "v1", Kind: "DeleteOptions"}
+			}
+			obj.GetObjectKind().SetGroupVersionKind(gvk)
+			var pb bytes.Buffer
+			if err := ser.Encode(obj, &pb); err != nil {
+				panic(fmt.Sprintf("%s: %v", k, err))
+			}
+			into := kinds[k]()
+			decoded, _, err := ser.Decode(pb.Bytes(), nil, into)
+			if err != nil {
+				panic(fmt.Sprintf("%s: decode: %v", k, err))
+			}
+			decoded.GetObjectKind().SetGroupVersionKind(gvk)
+			js, err := json.Marshal(decoded)
+			if err != nil {
+				// e.g. a float NaN: not a JSON document, so not a case to compare.
+				continue
+			}
+			if err := out.Encode(map[string]string{"key": k, "pb": base64.StdEncoding.EncodeToString(pb.Bytes()),
+				"json": string(js)}); err != nil {
+				panic(err)
+			}
+		}
+	}
+}

@@ -657,6 +657,12 @@ class ResourceHandlers:
             if q in request.query:
                 pre[q.split(".", 1)[1]] = request.query[q]
         opts["preconditions"] = pre
+        for q in ("propagationPolicy", "orphanDependents"):
+            if q in request.query:
+                opts[q] = request.query[q]
+        # dryRun may come in the body (client-go, kubectl --dry-run=server) or the query.
+        opts["dryRun"] = list(opts.get("dryRun") or []) + request.query.getall("dryRun", [])
+        validate_delete_options(opts)
         return opts
 
     async def delete(self, request: web.Request, scope: RequestScope) -> web.Response:
@@ -664,11 +670,12 @@ class ResourceHandlers:
         opts = await self.delete_options(request)
         pre = opts["preconditions"]
         out, status = await self.delete_one(request, res, scope.namespace, scope.name or "",
-                                            uid=pre.get("uid"), rv=pre.get("resourceVersion"))
+                                            uid=pre.get("uid"), rv=pre.get("resourceVersion"),
+                                            dry=bool(opts["dryRun"]))
         return self.respond_obj(request, res, out, status)
 
     async def delete_one(self, request: web.Request, res: Resource, namespace: str | None, name: str,
-                         uid: str | None = None, rv: str | None = None) -> tuple[Obj, int]:
+                         uid: str | None = None, rv: str | None = None, dry: bool = False) -> tuple[Obj, int]:
         """Delete one object; objects with finalizers only get a deletionTimestamp (202)."""
         store = self.store(res)
         key = res.key(self.server.etcd_prefix, namespace, name)
@@ -685,7 +692,7 @@ class ResourceHandlers:
             raise errors.conflict(res.plural, name, res.group,
                                   f"Precondition failed: ResourceVersion in precondition: {rv}, "
                                   f"ResourceVersion in object meta: {md.get('resourceVersion')}")
-        if dry_run(request):
+        if dry:
             return cur, 200
         if md.get("finalizers") and res.plural != "namespaces":
             if md.get("deletionTimestamp"):
@@ -712,7 +719,7 @@ class ResourceHandlers:
     async def deletecollection(self, request: web.Request, scope: RequestScope) -> web.StreamResponse:
         res = scope.resource
         opts = self.list_options(request, res, watch=False)
-        await self.delete_options(request)
+        dopts = await self.delete_options(request)
         pred, exact_name = self.predicate(res, opts)
         pred = self.with_shard(pred, self.shard_selector(opts))  # S7.1: deletecollection lists first
         opts.limit = 0
@@ -722,7 +729,8 @@ class ResourceHandlers:
         for obj in result.items:
             md = obj["metadata"]
             try:
-                out, _ = await self.delete_one(request, res, md.get("namespace"), md["name"])
+                out, _ = await self.delete_one(request, res, md.get("namespace"), md["name"],
+                                               dry=bool(dopts["dryRun"]))
             except errors.StatusError as e:
                 if e.code == 404:
                     continue  # deleted concurrently
@@ -730,6 +738,27 @@ class ResourceHandlers:
             deleted.append(out)
         meta = {"resourceVersion": str(result.resource_version)}
         return await self.stream_list(request, res, meta, (encode_list_item(res, o) for o in deleted))
+
+
+_PROPAGATION = ("Foreground", "Background", "Orphan")
+
+
+def validate_delete_options(opts: Obj) -> None:
+    """Upstream ValidateDeleteOptions: 422 on DeleteOptions.meta.k8s.io."""
+    causes = []
+    policy = opts.get("propagationPolicy")
+    if opts.get("orphanDependents") is not None and policy is not None:
+        causes.append(errors.field_error("FieldValueInvalid", "propagationPolicy",
+                                         "orphanDependents and deletionPropagation cannot be both set", policy))
+    if policy is not None and policy not in _PROPAGATION:
+        causes.append(errors.field_error("FieldValueNotSupported", "propagationPolicy",
+                                         "supported values: " + ", ".join(f'"{p}"' for p in _PROPAGATION + ("nil",)),
+                                         policy))
+    for v in opts.get("dryRun") or []:
+        if v != "All":
+            causes.append(errors.field_error("FieldValueNotSupported", "dryRun", 'supported values: "All"', v))
+    if causes:
+        raise errors.invalid("DeleteOptions", "", "meta.k8s.io", causes)
 
 
 def dry_run(request: web.Request) -> bool:

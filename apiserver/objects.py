@@ -6,6 +6,7 @@ generation), status-subresource semantics, and CRD status conditions.
 """
 from __future__ import annotations
 
+import base64
 import datetime as _dt
 import uuid
 from typing import Any
@@ -82,6 +83,8 @@ def prepare_create(resource: Resource, obj: Obj) -> Obj:
                                                                        if k != "phase"}}
     elif resource.plural == "customresourcedefinitions":
         obj["status"] = crd_status(obj)
+    elif resource.plural == "secrets":
+        _secret_conversion(obj)
     elif resource.custom and resource.status_subresource:
         obj.pop("status", None)  # status is written through /status only
     return canonical(resource, obj)
@@ -118,7 +121,22 @@ def prepare_update(resource: Resource, new: Obj, old: Obj, subresource: str = ""
         md.pop("generation", None)
     if resource.plural == "customresourcedefinitions":
         new["status"] = crd_status(new)
+    elif resource.plural == "secrets":
+        _secret_conversion(new)
     return canonical(resource, new)
+
+
+def _secret_conversion(obj: Obj) -> None:
+    """What upstream's decoding does to a v1 Secret: stringData is merged into data (write-only
+    field, v1 conversion) and an empty type defaults to Opaque (SetDefaults_Secret)."""
+    string_data = obj.pop("stringData", None)
+    if isinstance(string_data, dict) and string_data:
+        data = dict(obj.get("data") or {})
+        for k, v in string_data.items():
+            data[k] = base64.b64encode(str(v).encode()).decode()
+        obj["data"] = data
+    if not obj.get("type"):
+        obj["type"] = "Opaque"
 
 
 def _spec_part(obj: Obj) -> Obj:

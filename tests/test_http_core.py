@@ -126,6 +126,46 @@ def test_delete_with_preconditions(api, namespace):
     assert api.get(f"/api/v1/namespaces/{namespace}/configmaps/d").status_code == 404
 
 
+def test_delete_dry_run_in_body_keeps_the_object(api, namespace):
+    """kubectl delete --dry-run=server and client-go send dryRun in the DeleteOptions body."""
+    api.post(f"/api/v1/namespaces/{namespace}/configmaps", cm("dry"))
+    r = api.delete(f"/api/v1/namespaces/{namespace}/configmaps/dry", {"dryRun": ["All"]})
+    assert r.status_code == 200 and r.json()["metadata"]["name"] == "dry", r.text
+    assert api.get(f"/api/v1/namespaces/{namespace}/configmaps/dry").status_code == 200
+    r = api.delete(f"/api/v1/namespaces/{namespace}/configmaps", {"dryRun": ["All"]})
+    assert r.status_code == 200 and [i["metadata"]["name"] for i in r.json()["items"]] == ["dry"]
+    assert api.get(f"/api/v1/namespaces/{namespace}/configmaps/dry").status_code == 200
+
+
+@pytest.mark.parametrize("opts,message", [
+    ({"propagationPolicy": "Sideways"},
+     'propagationPolicy: Unsupported value: "Sideways": supported values: "Foreground", "Background", "Orphan", '
+     '"nil"'),
+    ({"propagationPolicy": "Orphan", "orphanDependents": True},
+     'propagationPolicy: Invalid value: "Orphan": orphanDependents and deletionPropagation cannot be both set'),
+    ({"dryRun": ["Some"]}, 'dryRun: Unsupported value: "Some": supported values: "All"'),
+])
+def test_invalid_delete_options_are_422(api, namespace, opts, message):
+    api.post(f"/api/v1/namespaces/{namespace}/configmaps", cm("keep"))
+    r = api.delete(f"/api/v1/namespaces/{namespace}/configmaps/keep", opts)
+    assert r.status_code == 422, r.text
+    st = status_of(r)
+    assert st["reason"] == "Invalid" and st["details"]["kind"] == "DeleteOptions"
+    assert st["message"] == f'DeleteOptions.meta.k8s.io "" is invalid: {message}'
+    assert api.get(f"/api/v1/namespaces/{namespace}/configmaps/keep").status_code == 200
+
+
+def test_secret_string_data_and_default_type(api, namespace):
+    """v1 conversion merges stringData into data; SetDefaults_Secret sets type Opaque."""
+    r = api.post(f"/api/v1/namespaces/{namespace}/secrets",
+                 {"metadata": {"name": "s"}, "data": {"a": "YQ=="}, "stringData": {"b": "bé", "a": "x"}})
+    assert r.status_code == 201, r.text
+    got = api.get(f"/api/v1/namespaces/{namespace}/secrets/s").json()
+    assert "stringData" not in got and got["type"] == "Opaque"
+    assert got["data"] == {"a": "eA==", "b": "YsOp"}
+    assert list(got) == ["kind", "apiVersion", "metadata", "data", "type"]
+
+
 def test_deletecollection_with_label_selector(api, namespace):
     for i in range(4):
         body = cm(f"c{i}")

@@ -109,3 +109,29 @@ def test_custom_resource_create_apply_get_label_delete(kubectl, api, namespace):
         assert r.stdout.strip() == ""
     finally:
         kubectl("delete", "crd", f"sprockets.{group}", check=False)
+
+
+def test_typed_create_commands_send_protobuf(kubectl, api, namespace):
+    """`kubectl create configmap/secret/namespace` and `kubectl delete --dry-run=server` go through
+    client-go's typed clientset, whose bodies are protobuf (apiserver/protobuf.py)."""
+    r = kubectl("create", "configmap", "lit", "-n", namespace, "--from-literal=a=1", "--from-literal=b=<2>",
+                "-v=8")
+    assert "configmap/lit created" in r.stdout
+    assert "application/vnd.kubernetes.protobuf" in r.stderr, r.stderr  # the request really was protobuf
+    assert api.get(f"/api/v1/namespaces/{namespace}/configmaps/lit").json()["data"] == {"a": "1", "b": "<2>"}
+
+    r = kubectl("create", "secret", "generic", "sec", "-n", namespace, "--from-literal=password=s3cr3t")
+    assert "secret/sec created" in r.stdout
+    got = api.get(f"/api/v1/namespaces/{namespace}/secrets/sec").json()
+    assert got["type"] == "Opaque" and got["data"] == {"password": "czNjcjN0"}
+
+    ns = f"{namespace}-kc"
+    r = kubectl("create", "namespace", ns)
+    assert f"namespace/{ns} created" in r.stdout
+    assert api.get(f"/api/v1/namespaces/{ns}").json()["status"]["phase"] == "Active"
+
+    r = kubectl("delete", "configmap", "lit", "-n", namespace, "--dry-run=server")
+    assert "(server dry run)" in r.stdout, r.stdout
+    assert api.get(f"/api/v1/namespaces/{namespace}/configmaps/lit").status_code == 200
+    r = kubectl("delete", "namespace", ns, "--wait=false")
+    assert f'namespace "{ns}" deleted' in r.stdout, r.stdout

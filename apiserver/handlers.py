@@ -573,8 +573,9 @@ class ResourceHandlers:
 
     async def patch(self, request: web.Request, scope: RequestScope) -> web.Response:
         res = scope.resource
-        body = await self.read_body(request)
         ctype = (request.content_type or "").lower()
+        patchmod.check_patch_type(ctype, res.plural, res.custom)
+        body = await self.read_body(request)
 
         def apply(cur: Obj) -> Obj:
             doc = {k: v for k, v in cur.items()}

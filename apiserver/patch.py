@@ -56,7 +56,7 @@ from typing import Any
 from apiserver.errors import StatusError, bad_request, request_entity_too_large
 
 __all__ = [
-    "json_merge_patch", "json_patch", "strategic_merge_patch", "apply_patch",
+    "json_merge_patch", "json_patch", "strategic_merge_patch", "apply_patch", "check_patch_type",
     "STRATEGIC_SCHEMA", "PATCH_TYPES", "JSONPatchError", "MAX_JSON_PATCH_OPERATIONS",
 ]
 
@@ -711,12 +711,9 @@ def strategic_merge_patch(doc: dict, patch: dict, resource: str) -> dict:
 
 # --------------------------------------------------------------------------- dispatch
 
-def apply_patch(doc: dict, content_type: str, body: bytes, resource: str, is_custom: bool) -> dict:
-    """Apply a PATCH request body to ``doc`` according to its Content-Type.
-
-    ``content_type`` may carry parameters (``; charset=utf-8``), which are ignored like upstream.
-    The result still has to be decoded/validated by the caller (apiVersion/kind/name checks).
-    """
+def check_patch_type(content_type: str, resource: str, is_custom: bool) -> str:
+    """The patch media type without parameters, or 415. Checked before the object is read, so
+    an unsupported type is 415 whether or not the object exists."""
     ct = (content_type or "").split(";", 1)[0].strip()
     builtin = not is_custom and resource in STRATEGIC_SCHEMA
     accepted = [JSON_PATCH, MERGE_PATCH] + ([STRATEGIC_MERGE_PATCH] if builtin else []) + [APPLY_PATCH]
@@ -725,7 +722,16 @@ def apply_patch(doc: dict, content_type: str, body: bytes, resource: str, is_cus
     if ct == APPLY_PATCH:
         # server-side apply is not implemented: advertise what we do accept.
         raise _unsupported_media_type([t for t in accepted if t != APPLY_PATCH])
+    return ct
 
+
+def apply_patch(doc: dict, content_type: str, body: bytes, resource: str, is_custom: bool) -> dict:
+    """Apply a PATCH request body to ``doc`` according to its Content-Type.
+
+    ``content_type`` may carry parameters (``; charset=utf-8``), which are ignored like upstream.
+    The result still has to be decoded/validated by the caller (apiVersion/kind/name checks).
+    """
+    ct = check_patch_type(content_type, resource, is_custom)
     if ct == JSON_PATCH:
         try:
             ops = _decode_json(body)

@@ -158,6 +158,24 @@ def indexable(label_selector) -> list | None:
 
 # --- watch -----------------------------------------------------------------------------------
 
+# Above this many bytes waiting in the socket's buffer, events go through the watcher's queue
+# (and its writer task's drain), so a slow client meets the S4.14 budget as before.
+DIRECT_WRITE_LIMIT = 64 * 1024
+
+
+def _direct_writer(request: web.Request) -> Callable[[bytes], bool] | None:
+    transport = request.transport
+    if transport is None:
+        return None
+
+    def write(chunk: bytes) -> bool:
+        if transport.is_closing() or transport.get_write_buffer_size() > DIRECT_WRITE_LIMIT:
+            return False
+        transport.write(chunk)
+        return True
+    return write
+
+
 async def serve_watch(request: web.Request, cacher: Cacher, res: Resource, *, prefix: str, rv_s: str | None,
                       send_initial: bool | None, allow_bookmarks: bool, timeout: float,
                       predicate: Callable[[Obj], bool] | None, shard: Callable[[Entry], bool] | None,
@@ -255,7 +273,10 @@ async def serve_watch(request: web.Request, cacher: Cacher, res: Resource, *, pr
             buf.append(jsonenc.watch_event("BOOKMARK", encode_obj(objects.bookmark(res, start_rv, True))))
         if buf:
             await resp.write(b"".join(buf))
-        # 4. Live events from the queue until the deadline.
+        # 4. Live events until the deadline: written by the dispatcher itself while the socket
+        # keeps up (CacheWatcher.direct), otherwise from the queue by this task.
+        if not table:
+            w.direct = _direct_writer(request)
         while not w.done:
             now = time.monotonic()
             if now >= deadline:

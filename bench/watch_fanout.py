@@ -16,6 +16,7 @@ watcher): only 100 watchers by default there (`--off-watchers 100,1000` to try 1
 
     .venv/bin/python -m bench.watch_fanout           # cache on: 100 and 1,000 watchers; off: 100
     .venv/bin/python -m bench.watch_fanout --quick   # on: 20 and 100 watchers; off: 20; 100 updates (< 30 s)
+    .venv/bin/python -m bench.watch_fanout --separate-writer --writers 32   # + PUTs via a second apiserver
 
 Target (issue 3): >= 50,000 deliveries/s on two cores. Anchors: etcd watch delivery ~10-45 k events/s;
 one aiohttp process fanning out pre-encoded 1 KB events: 75-100 k deliveries/s.
@@ -155,8 +156,11 @@ async def setup_namespace(base: str) -> str:
             return orjson.loads(await check(r, "LIST"))["metadata"]["resourceVersion"]
 
 
-def run_config(api: Apiserver, watchers: int, updates: int, procs: int, writers: int, timeout: float) -> dict:
+def run_config(api: Apiserver, watchers: int, updates: int, procs: int, writers: int, timeout: float,
+               write_base: str | None = None) -> dict:
+    """write_base: the apiserver the PUTs go to (default: the watched one)."""
     _RUN[0] = str(time.time_ns())
+    write_base = write_base or api.base
     rv = asyncio.run(setup_namespace(api.base))
     ctx = mp.get_context("fork")
     q = ctx.Queue()
@@ -174,7 +178,7 @@ def run_config(api: Apiserver, watchers: int, updates: int, procs: int, writers:
     time.sleep(0.5)  # let the server settle the new watchers
     log(f"  {watchers} watchers open over {len(ps)} client processes; writing {updates} updates")
     cpu0 = api.cpu_s()
-    t_first, acks, write_rate = asyncio.run(write_updates(api.base, updates, writers))
+    t_first, acks, write_rate = asyncio.run(write_updates(write_base, updates, writers))
     results = []
     for _ in ps:
         kind, val = q.get(timeout=timeout + 60)
@@ -198,7 +202,7 @@ def run_config(api: Apiserver, watchers: int, updates: int, procs: int, writers:
             "latency_max_ms": max(lat) if lat else None,
             "apiserver_cpu_cores": api_cpu / wall if wall > 0 else 0.0,
             "client_cpu_cores": sum(r["cpu_s"] for r in results) / wall if wall > 0 else 0.0,
-            "apiserver_rss_mib": api.mem()["VmRSS"]}
+            "apiserver_rss_mib": api.mem()["VmRSS"], "writes_via_second_apiserver": write_base != api.base}
 
 
 def table(res: dict, vers: dict, p) -> str:
@@ -233,6 +237,9 @@ def parse_args(argv=None):
     ap.add_argument("--procs", type=int, default=2, help="watch-client processes (default 2)")
     ap.add_argument("--writers", type=int, default=8)
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for delivery")
+    ap.add_argument("--separate-writer", action="store_true",
+                    help="also run each cache-on configuration with the PUTs sent to a second apiserver, so "
+                         "the watched one only ingests and fans out (its write path no longer caps writes/s)")
     ap.add_argument("--out", default="bench/out/watch_fanout.json")
     p = ap.parse_args(argv)
     p.on_watchers = [int(x) for x in (p.on_watchers or ("20,100" if p.quick else "100,1000")).split(",")]
@@ -258,6 +265,15 @@ def main(argv=None) -> int:
                     r["mode"] = mode
                     runs[f"{'on' if wc else 'off'}_{w}"] = r
                     log(f"  {r['deliveries_per_s']:,.0f} deliveries/s, p99 {r['latency_p99_ms']} ms")
+                    if wc and p.separate_writer:
+                        # The watched apiserver only ingests and fans out; PUTs are served by another
+                        # process on the same etcd (as behind a load balancer).
+                        with Apiserver(etcd.endpoint, watch_cache=False) as writer_api:
+                            log(f"{mode}: {w} watchers, writes via a second apiserver")
+                            r = run_config(api, w, p.updates, p.procs, p.writers, p.timeout, writer_api.base)
+                        r["mode"] = mode + " (writes via 2nd apiserver)"
+                        runs[f"on_{w}_separate_writer"] = r
+                        log(f"  {r['deliveries_per_s']:,.0f} deliveries/s, p99 {r['latency_p99_ms']} ms")
         if 1000 not in p.off_watchers and not p.quick:
             runs["off_1000"] = {"mode": "cache off", "watchers": 1000,
                                 "skipped": "1,000 per-watcher etcd watches not run by default (each event decoded "

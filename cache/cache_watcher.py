@@ -42,6 +42,10 @@ class CacheWatcher:
         self.on_filtered: Callable[[], None] | None = None
         # (type, stored bytes) -> wire frame; set for plain JSON watches (not Table ones).
         self.make_frame: Callable[[str, bytes], bytes] | None = None
+        # Writes an HTTP chunk straight to the socket if it can take it now (False: it cannot).
+        # Set by the HTTP writer once it is in its live phase; see `try_add`.
+        self.direct: Callable[[bytes], bool] | None = None
+        self.pending: list[bytes] = []  # frames for `direct`, sent together by `flush`
         self._wakeup = asyncio.Event()
 
     # --- filtering (S4.6) -------------------------------------------------------
@@ -99,10 +103,35 @@ class CacheWatcher:
             return None
         if len(self.queue) >= self.queue_size:
             return False
-        self.queue.append(self._encoded(frame, cache))
+        encoded = self._encoded(frame, cache)
+        # Fast path: with nothing queued, the dispatcher writes the frame itself at its next
+        # `flush` (all events of one dispatch round in one socket write) instead of waking this
+        # watcher's writer task per event. Ordering holds: the queue is empty while frames are
+        # pending, and a bookmark moves them to the queue first.
+        if not self.queue and self.direct is not None and encoded[0] == "FRAME":
+            self.pending.append(encoded[1])
+            self.last_rv = ev.rv
+            return True
+        self.queue.append(encoded)
         self.last_rv = ev.rv
         self._wakeup.set()
         return True
+
+    def flush(self) -> None:
+        """Write the pending frames as one HTTP chunk if the socket takes it now; otherwise they
+        go to the queue (the writer task drains it and S4.14 applies to what follows)."""
+        frames, self.pending = self.pending, []
+        if not frames or self.done:
+            return
+        if self.direct is not None and self.direct(http_chunk(b"".join(frames))):
+            return
+        self.queue.extend(("FRAME", f) for f in frames)
+        self._wakeup.set()
+
+    def _pending_to_queue(self) -> None:
+        if self.pending:
+            self.queue.extend(("FRAME", f) for f in self.pending)
+            self.pending = []
 
     def force_add(self, ev: CacheEvent, cache: dict) -> None:
         frame = self.convert(ev, cache)
@@ -116,6 +145,7 @@ class CacheWatcher:
         initial/replay phase (S4.12); their RV may exceed every event this watcher saw."""
         if self.done or rv <= self.start_rv or len(self.queue) >= self.queue_size:
             return False
+        self._pending_to_queue()  # the bookmark follows the events it covers
         self.queue.append(("BOOKMARK", rv))
         self._wakeup.set()
         return True
@@ -132,3 +162,8 @@ class CacheWatcher:
                 await asyncio.wait_for(self._wakeup.wait(), timeout)
             except asyncio.TimeoutError:
                 pass
+
+
+def http_chunk(data: bytes) -> bytes:
+    """One HTTP/1.1 chunked-encoding chunk (what aiohttp writes for a chunked response)."""
+    return b"%x\r\n%b\r\n" % (len(data), data)

@@ -116,8 +116,8 @@ def ext_without_so(tmp_path: Path) -> Path:
     """A copy of the ext package with only its Python sources (no compiled module)."""
     pkg = tmp_path / "ext"
     pkg.mkdir()
-    for name in ("__init__.py", "fnv_py.py"):
-        shutil.copy2(EXT_DIR / name, pkg / name)
+    for src in [EXT_DIR / "__init__.py", *EXT_DIR.glob("*_py.py")]:
+        shutil.copy2(src, pkg / src.name)
     return tmp_path
 
 

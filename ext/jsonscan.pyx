@@ -1,0 +1,54 @@
+# cython: language_level=3, binding=True
+"""Scans of compact JSON text, compiled (hot path of apiserver/jsonenc.py).
+
+``has_float(b)``: whether the JSON text ``b`` has a number token written as a float (with a '.' or
+an exponent) outside strings. jsonenc asks this of every orjson output, because orjson formats
+floats differently from Go; one pass over the bytes, no allocation.
+
+The pure-Python twin is :mod:`ext.jsonscan_py` (same function, used as the test oracle).
+"""
+
+
+cimport cython
+from libc.string cimport memchr
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef bint _has_float(const unsigned char[::1] b) noexcept nogil:
+    cdef Py_ssize_t i = 0, n = b.shape[0], k, m
+    cdef const unsigned char* base
+    cdef const void* p
+    cdef unsigned char c
+    if n == 0:
+        return False
+    base = &b[0]
+    while i < n:
+        c = base[i]
+        if c == 0x22:
+            # Skip the string: the next quote not escaped by an odd run of backslashes
+            # (memchr is vectorised: long strings cost little).
+            k = i + 1
+            while True:
+                p = memchr(base + k, 0x22, n - k)
+                if p == NULL:
+                    return False
+                k = <const unsigned char*>p - base
+                m = k - 1
+                while m > i and base[m] == 0x5C:
+                    m -= 1
+                if (k - 1 - m) % 2 == 0:
+                    break
+                k += 1
+            i = k + 1
+            continue
+        if c == 0x2E:          # '.' outside strings only occurs in numbers
+            return True
+        if (c == 0x65 or c == 0x45) and i > 0 and 0x30 <= base[i - 1] <= 0x39:
+            return True        # an exponent follows a digit ('e' of true/false does not)
+        i += 1
+    return False
+
+
+def has_float(const unsigned char[::1] b not None) -> bool:
+    return _has_float(b)

@@ -1,0 +1,44 @@
+"""ext.jsonscan (compiled) against ext.jsonscan_py (twin) and against the truth: orjson writes every
+float with '.' or an exponent, so `has_float(orjson.dumps(v))` must equal "v contains a float"."""
+from __future__ import annotations
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ext.jsonscan as scan_c  # no importorskip: a missing compiled module must fail the run loudly
+import ext.jsonscan_py as scan_py
+
+_text = st.text(alphabet=st.sampled_from(list('ab1.eE"\\:,[]{}- \u2028<')), max_size=12)
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False) | _text,
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(_text, kids, max_size=4),
+    max_leaves=20)
+
+
+def _has_float_value(v) -> bool:
+    if isinstance(v, float):
+        return True
+    if isinstance(v, list):
+        return any(_has_float_value(x) for x in v)
+    if isinstance(v, dict):
+        return any(_has_float_value(x) for x in v.values())
+    return False
+
+
+@settings(max_examples=1500)
+@given(_json)
+def test_has_float_matches_the_value_and_the_twin(v):
+    b = orjson.dumps(v)
+    want = _has_float_value(v)
+    assert scan_c.has_float(b) is want, b
+    assert scan_py.has_float(b) is want, b
+
+
+def test_has_float_cases():
+    for b, want in [(b"1", False), (b"1.5", True), (b"1e16", True), (b"-2E-3", True), (b"true", False),
+                    (b'{"a":"1.5e3"}', False), (b'{"a\\"":1.0}', True), (b'["\\\\",2]', False),
+                    (b'{"false":true,"e":3}', False), (b"", False)]:
+        assert scan_c.has_float(b) is want, b
+        assert scan_py.has_float(b) is want, b

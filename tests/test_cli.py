@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -73,6 +74,21 @@ def test_https_serving(etcd, tmp_path):
     try:
         r = requests.get(f"https://127.0.0.1:{sport}/version", verify=str(cert), timeout=5)
         assert r.status_code == 200 and r.json()["major"] == "1"
+        # A live watch over TLS: events are written straight to the TLS transport by the dispatcher.
+        url = f"https://127.0.0.1:{sport}/api/v1/namespaces/default/configmaps"
+        with requests.get(url, params={"watch": "1", "timeoutSeconds": "10"}, verify=str(cert), stream=True,
+                          timeout=15) as w:
+            assert w.status_code == 200
+            for i in range(3):
+                assert requests.post(url, json={"metadata": {"name": f"tls{i}"}}, verify=str(cert),
+                                     timeout=5).status_code == 201
+            seen = []
+            for line in w.iter_lines():
+                ev = json.loads(line)
+                seen.append((ev["type"], ev["object"]["metadata"]["name"]))
+                if len(seen) == 3:
+                    break
+        assert seen == [("ADDED", "tls0"), ("ADDED", "tls1"), ("ADDED", "tls2")]
     finally:
         proc.terminate()
         proc.wait(10)

@@ -595,39 +595,69 @@ class ResourceHandlers:
 
     async def _write(self, request: web.Request, scope: RequestScope,
                      make_new: Callable[[Obj], Obj], status_ok: int) -> web.Response:
-        """Read-modify-CAS loop shared by update and patch (upstream GuaranteedUpdate)."""
+        """Read-modify-CAS loop shared by update and patch (upstream GuaranteedUpdate).
+
+        As upstream, the first attempt starts from the watch cache's copy when there is one, so
+        a write is one etcd Txn; its failure branch returns the current object for the retry.
+        A copy that may be stale is never the basis of an answer other than a successful CAS:
+        an error, a no-op or a dry run computed from it is recomputed from etcd first."""
         res = scope.resource
         store = self.store(res)
         key = self.key(scope)
+        cur = self._cached_copy(res, key)
+        authoritative = False
         for _ in range(20):
+            if cur is None:
+                try:
+                    cur = await store.get(key)
+                except serr.StorageError as e:
+                    raise map_storage_error(e, res, scope.name or "") from None
+                authoritative = True
             try:
-                cur = await store.get(key)
-            except serr.StorageError as e:
-                raise map_storage_error(e, res, scope.name or "") from None
-            new = make_new(jsonenc.loads(jsonenc.dumps(cur)))
-            md = new.setdefault("metadata", {})
-            md["name"] = scope.name
-            if res.namespaced:
-                md["namespace"] = scope.namespace
-            new = objects.prepare_update(res, new, cur, scope.subresource)
-            validation.validate_object(res.plural, res.kind, res.group, new, namespaced=res.namespaced, old=cur)
-            if _same_content(new, cur):
+                new = make_new(jsonenc.loads(jsonenc.dumps(cur)))
+                md = new.setdefault("metadata", {})
+                md["name"] = scope.name
+                if res.namespaced:
+                    md["namespace"] = scope.namespace
+                new = objects.prepare_update(res, new, cur, scope.subresource)
+                validation.validate_object(res.plural, res.kind, res.group, new, namespaced=res.namespaced,
+                                           old=cur)
+                no_op = _same_content(new, cur)
+                dry = dry_run(request)
+            except (errors.StatusError, serr.StorageError):  # e.g. a precondition's conflict
+                if not authoritative:
+                    cur = None
+                    continue
+                raise
+            if (no_op or dry) and not authoritative:
+                cur = None
+                continue
+            if no_op:
                 return self.respond_obj(request, res, cur, status_ok)  # no-op: RV unchanged, as upstream
-            if dry_run(request):
+            if dry:
                 return self.respond_obj(request, res, new, status_ok)
             if self._finalized(new):
                 out, _ = await store.delete(key)
                 await self.server.after_write(res, "DELETED", out)
                 return self.respond_obj(request, res, new, status_ok)
             try:
-                out = await store.update(key, new, int(cur["metadata"]["resourceVersion"]))
+                out, current = await store.try_update(key, new, int(cur["metadata"]["resourceVersion"]))
             except serr.StorageError as e:
-                if e.code is serr.Code.RV_CONFLICT:
-                    continue
                 raise map_storage_error(e, res, scope.name or "") from None
+            if out is None:
+                cur, authoritative = current, True  # changed under us: retry from etcd's state
+                continue
             await self.server.after_write(res, "MODIFIED", out)
             return self.respond_obj(request, res, out, status_ok)
         raise errors.conflict(res.plural, scope.name or "", res.group, "too many concurrent updates")
+
+    def _cached_copy(self, res: Resource, key: str) -> Obj | None:
+        """The watch cache's copy of an object (with its RV), if the cache is ready and holds it."""
+        cacher = self.server.cacher_for(res)
+        if cacher is None or not cacher.ready:
+            return None
+        e = cacher.wc.store.get(key)
+        return jsonenc.loads(cacher.wire(e.data)) if e is not None else None
 
     @staticmethod
     def _finalized(obj: Obj) -> bool:

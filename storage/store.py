@@ -130,6 +130,17 @@ class EtcdStore:
             raise errors.conflict(key, "the object has been modified")
         return stamp_rv(obj, rev)
 
+    async def try_update(self, key: str, obj: Obj, expected_rv: int) -> tuple[Obj | None, Obj | None]:
+        """One CAS Txn: (stored object, None) if the key's mod_revision was expected_rv, else
+        (None, the current object) from the same Txn's failure branch; not_found if the key is gone.
+        Lets a caller that started from a possibly stale copy retry without another read."""
+        ok, rev, cur = await self.client.update(key.encode(), encode_value(obj), expected_rv, self.resource)
+        if ok:
+            return stamp_rv(obj, rev), None
+        if cur is None:
+            raise errors.not_found(key)
+        return None, decode_kv(cur)
+
     async def guaranteed_update(self, key: str, fn: Callable[[Obj], Obj | None],
                                 retries: int = 20) -> Obj:
         """Read-modify-write with CAS retries (upstream GuaranteedUpdate).

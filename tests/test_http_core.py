@@ -122,6 +122,24 @@ def test_strategic_merge_patch_merges_containers_by_name(api, namespace):
     assert [(c["name"], c["image"]) for c in r.json()["spec"]["containers"]] == [("a", "a:1"), ("b", "b:2")]
 
 
+def test_back_to_back_updates_with_the_returned_rv_never_conflict(api, namespace):
+    """Writes start from the watch cache's copy (one etcd Txn), which may lag the write just
+    acknowledged: a PUT carrying the RV the previous PUT returned must still succeed, and a
+    no-op PUT must not be answered from a stale copy."""
+    obj = api.post(f"/api/v1/namespaces/{namespace}/configmaps", cm("b2b")).json()
+    for i in range(30):
+        obj["data"] = {"i": str(i)}
+        r = api.put(f"/api/v1/namespaces/{namespace}/configmaps/b2b", obj)
+        assert r.status_code == 200, (i, r.text)
+        assert r.json()["data"] == {"i": str(i)}
+        obj = r.json()
+        r = api.put(f"/api/v1/namespaces/{namespace}/configmaps/b2b", obj)  # no-op: same RV back
+        assert r.status_code == 200 and r.json()["metadata"]["resourceVersion"] == obj["metadata"]["resourceVersion"]
+    stale = dict(obj, metadata=dict(obj["metadata"], resourceVersion="2"), data={"x": "y"})
+    r = api.put(f"/api/v1/namespaces/{namespace}/configmaps/b2b", stale)
+    assert r.status_code == 409, r.text
+
+
 def test_delete_with_preconditions(api, namespace):
     obj = api.post(f"/api/v1/namespaces/{namespace}/configmaps", cm("d")).json()
     r = api.delete(f"/api/v1/namespaces/{namespace}/configmaps/d",

@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 import uuid
 
 import aiohttp
@@ -729,40 +730,35 @@ def micro_drop(batches: int, per_batch: int) -> dict:
 
 
 def micro_ingest(n: int) -> dict:
-    """The Cacher's ingest steps (cache/cacher.py _apply) on n etcd-like events (n/2 creates, then n/2
-    updates of the same Pods): residency filter, orjson decode, stamp_rv, jsonenc.dumps, apply_put."""
-    from apiserver import jsonenc
-    from cache.cacher import Decoded
+    """The Cacher's own ingest (`Cacher._apply`: residency filter, decode, stamp RV, encode, apply to the
+    WatchCache) on n etcd watch events: n/2 creates, then n/2 updates of the same Pods. A real Cacher
+    configured as apiserver.server configures one, never started (no etcd, no watchers to dispatch to)."""
+    from apiserver import cached
+    from apiserver.handlers import encode_obj
+    from apiserver.resources import Registry
+    from cache.cacher import Cacher
     from cache.residency import Residency
-    from cache.watch_cache import WatchCache
-    from storage.store import stamp_rv
+    from storage.etcd import KV, WatchEvent
+    res = Registry().lookup("", "v1", "pods")
+    prefix = "/registry/pods/"
     rnd = random.Random(5)
     half = n // 2
-    events = []
-    for i in range(half):
-        key, value, _ = _stored_pod(i, str(uuid.UUID(int=rnd.getrandbits(128), version=4)))
-        events.append((key, value, None))
-    for i in range(half):
-        key, value, _ = events[i]
-        events.append((key, value, value))   # an update: same bytes, prev_kv = the previous value
+    values = [_stored_pod(i, str(uuid.UUID(int=rnd.getrandbits(128), version=4)))[:2] for i in range(half)]
     out = {}
     for label, sel in (("ingest_events_per_s_full", None), ("ingest_events_per_s_k2", complementary(2)[0])):
-        keep = Residency(sel).ingest_filter("pods", "/registry/pods/", True) if sel else None
-        wc = WatchCache("/registry/pods/", time.monotonic)
-        wc.replace([], 1)
-        applied = 0
+        c = Cacher(store=None, client=types.SimpleNamespace(version="3.5.35"), prefix=prefix, resource_label=res.plural, group=res.group,
+                   encode=lambda obj, _r=res: encode_obj(_r, obj), head=cached.wire_head(res),
+                   residency=Residency(sel).ingest_filter("pods", prefix, True) if sel else None,
+                   clock=time.monotonic)
+        c.wc.replace([], 1)
+        events = []
+        for i, (key, value) in enumerate(values):
+            events.append(WatchEvent("PUT", KV(key.encode(), value, 2 + i, 2 + i), None))
+        for i, (key, value) in enumerate(values):
+            rv = 2 + half + i
+            events.append(WatchEvent("PUT", KV(key.encode(), value, rv, 2 + i), KV(key.encode(), value, 2 + i, 2 + i)))
         t0 = time.perf_counter()
-        for rv, (key, value, prev) in enumerate(events, start=2):
-            if keep is not None and not keep(key, value):
-                wc.progress(rv)
-                continue
-            cur = Decoded(orjson.loads(value))
-            prev_labels = None
-            if prev is not None and key in wc.store:
-                prev_labels = (orjson.loads(prev).get("metadata") or {}).get("labels") or {}
-            data = jsonenc.dumps(stamp_rv(cur.obj, rv))
-            wc.apply_put(key, rv, data, cur.uid, cur.namespace, cur.labels, prev_labels)
-            applied += 1
+        applied = sum(1 for ev in events if c._apply(ev) is not None)
         el = time.perf_counter() - t0
         out[label] = n / el
         out[label.replace("events_per_s", "applied")] = applied

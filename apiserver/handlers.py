@@ -210,9 +210,16 @@ class ResourceHandlers:
         return p
 
     async def ensure_namespace(self, namespace: str) -> None:
+        """Creates need an existing namespace. As upstream's NamespaceLifecycle admission, the
+        namespace cache answers when it holds the namespace; otherwise etcd is asked (a namespace
+        just created may not have reached the cache: never a false 404)."""
         ns_res = self.server.registry.lookup("", "v1", "namespaces")
+        key = ns_res.key(self.server.etcd_prefix, None, namespace)
+        cacher = self.server.cacher_for(ns_res)
+        if cacher is not None and cacher.ready and cacher.wc.store.get(key) is not None:
+            return
         try:
-            await self.store(ns_res).get(ns_res.key(self.server.etcd_prefix, None, namespace))
+            await self.store(ns_res).get(key)
         except serr.StorageError as e:
             if e.code is serr.Code.KEY_NOT_FOUND:
                 raise errors.not_found("namespaces", namespace) from None

@@ -357,8 +357,18 @@ def decode(body: bytes, api_version: str, kind: str) -> Obj:
         obj["kind"] = k
     if av:
         obj["apiVersion"] = av
-    obj.update(_Decoder().message(name, raw))
+    obj.update(_convert(name, raw))
     return obj
+
+
+def _convert(name: str, raw: bytes) -> Obj:
+    """The message as JSON; whatever the bytes hold, a ProtobufError (a 400), never another error."""
+    try:
+        return _Decoder().message(name, raw)
+    except ProtobufError:
+        raise
+    except (ValueError, OverflowError, RecursionError) as e:  # e.g. a Time beyond year 9999
+        raise ProtobufError(f"undecodable value: {e}") from None
 
 
 def decode_delete_options(body: bytes) -> Obj:
@@ -367,7 +377,7 @@ def decode_delete_options(body: bytes) -> Obj:
     _, kind, raw = unwrap(body)
     if kind and kind != "DeleteOptions":
         raise ProtobufError(f"expected DeleteOptions, got {kind}")
-    return _Decoder().message(name, raw)
+    return _convert(name, raw)
 
 
 def supports(api_version: str, kind: str) -> bool:

@@ -159,6 +159,15 @@ def test_http_malformed_protobuf_is_400(api, namespace, body, why):
     assert why in st["message"]
 
 
+def test_out_of_range_time_is_a_protobuf_error():
+    """An Event's eventTime (MicroTime) far beyond year 9999: a 400, not a crash."""
+    meta = _ld(1, "ev")
+    event_time = _ld(10, _varint(1 << 3) + _varint(10**13))  # Event field 10: eventTime {1: seconds}
+    body = _envelope("v1", "Event", _ld(1, meta) + event_time)
+    with pytest.raises(protobuf.ProtobufError):
+        protobuf.decode(body, "v1", "Event")
+
+
 def test_http_protobuf_kind_mismatch_is_400(api, namespace):
     body = _envelope("v1", "Secret", _configmap("pbx", {}, {}))
     r = api.req("POST", f"/api/v1/namespaces/{namespace}/configmaps", data=body, headers=PB)

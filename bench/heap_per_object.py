@@ -201,17 +201,15 @@ def make_cacher(kind: str):
 
 
 def ingest(kind: str, values: list[tuple[str, bytes]], rv0: int = 100, exact: bool = False) -> WatchCache:
-    """What `Cacher._list_and_replace` does per page: `_ingest_object` for each etcd value, then
-    `WatchCache.replace`. `exact`: additionally copy each stored value into an exact-size bytes
-    (memoryview.tobytes) before caching: orjson returns bytes whose allocation is larger than their length."""
+    """What `Cacher._list_and_replace` does with the listed kvs: `Cacher.install_list`. `exact`:
+    additionally copy each stored value into an exact-size bytes (memoryview.tobytes) before caching."""
+    from storage.etcd import KV
     c = make_cacher(kind)
-    objects = []
-    for j, (key, value) in enumerate(values):
-        item = c._ingest_object(key, value, rv0 + j)
-        if exact:
-            item = (item[0], item[1], memoryview(item[2]).tobytes()) + tuple(item[3:])
-        objects.append(item)
-    c.wc.replace(objects, rv0 + len(values))
+    if exact:
+        stored_form = c._stored_form
+        c._stored_form = lambda full: memoryview(stored_form(full)).tobytes()
+    listed = [KV(key.encode(), value, rv0 + j, rv0 + j) for j, (key, value) in enumerate(values)]
+    c.install_list(listed, rv0 + len(values))
     return c.wc
 
 

@@ -253,13 +253,25 @@ class WatchCache:
 
     def replace(self, objects: Iterable[tuple[str, int, bytes, str, str, dict[str, str]]], rv: int) -> None:
         """Reset to a full list at `rv`: (key, rv, data, uid, namespace, labels) per object."""
+        self.begin_replace()
+        self.add_listed(objects)
+        self.finish_replace(rv)
+
+    # A (re)list may also be installed page by page: begin_replace, add_listed per page, finish_replace.
+    # In between the state is partial; the Cacher is not ready then, and nothing reads it.
+
+    def begin_replace(self) -> None:
         self.store = ext.BTree()
         self.history.clear()
         self.slots = []
         self.allocator.reset()
         self.indexes = Indexes()
+
+    def add_listed(self, objects: Iterable[tuple[str, int, bytes, str, str, dict[str, str]]]) -> None:
         for key, orv, data, uid, ns, labels in objects:
             self.store.insert(key, self._new_entry(key, orv, data, uid, ns, labels))
+
+    def finish_replace(self, rv: int) -> None:
         self.indexes.optimize()
         self.rv = rv
         self.list_rv = rv

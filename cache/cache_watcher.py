@@ -2,9 +2,10 @@
 
 A watcher has a filter (key prefix + optional object predicate), a bounded
 queue of frames, and bookkeeping for bookmarks. The dispatcher (Cacher) puts
-events in with `try_add`; the HTTP writer drains with `next_frame`. The queue,
-not the server, absorbs bursts; a watcher that stays full past the dispatch
-time budget is terminated (S4.14).
+events in with `try_add`; while the client's socket keeps up, it writes them
+itself (`pending` + `flush`), otherwise the HTTP writer task drains the queue.
+The queue, not the server, absorbs bursts; a watcher that stays full past the
+dispatch time budget is terminated (S4.14).
 """
 from __future__ import annotations
 

@@ -215,8 +215,7 @@ class ResourceHandlers:
         just created may not have reached the cache: never a false 404)."""
         ns_res = self.server.registry.lookup("", "v1", "namespaces")
         key = ns_res.key(self.server.etcd_prefix, None, namespace)
-        cacher = self.server.cacher_for(ns_res)
-        if cacher is not None and cacher.ready and cacher.wc.store.get(key) is not None:
+        if self._cached_entry(ns_res, key) is not None:
             return
         try:
             await self.store(ns_res).get(key)
@@ -658,13 +657,18 @@ class ResourceHandlers:
             return self.respond_obj(request, res, out, status_ok)
         raise errors.conflict(res.plural, scope.name or "", res.group, "too many concurrent updates")
 
-    def _cached_copy(self, res: Resource, key: str) -> Obj | None:
-        """The watch cache's copy of an object (with its RV), if the cache is ready and holds it."""
+    def _cached_entry(self, res: Resource, key: str):
+        """(cacher, entry) for an object the ready watch cache holds, else None."""
         cacher = self.server.cacher_for(res)
         if cacher is None or not cacher.ready:
             return None
         e = cacher.wc.store.get(key)
-        return jsonenc.loads(cacher.wire(e.data)) if e is not None else None
+        return (cacher, e) if e is not None else None
+
+    def _cached_copy(self, res: Resource, key: str) -> Obj | None:
+        """The watch cache's copy of an object (with its RV), if the cache is ready and holds it."""
+        hit = self._cached_entry(res, key)
+        return jsonenc.loads(hit[0].wire(hit[1].data)) if hit is not None else None
 
     @staticmethod
     def _finalized(obj: Obj) -> bool:

@@ -219,23 +219,27 @@ class _Decoder:
             return None, True
         raise ProtobufError(f"unknown special type {kind}")
 
-    def value(self, typ: Any, vals: list[tuple[int, Any]] | None) -> tuple[Any, bool]:
-        """(JSON value, is Go zero value) of a non-repeated field; vals None when absent."""
-        if isinstance(typ, list):
-            raise AssertionError("lists and maps are handled by the caller")
+    def value(self, typ: Any, vals: list[tuple[int, Any]] | None) -> Any:
+        """JSON value of a non-repeated field (or one list element / map value); vals None when absent."""
         if typ in _SCALARS:
             if not vals:
-                zero = b"" if typ == "bytes" else _ZERO[typ]
-                return (None if typ == "bytes" else zero), True
+                return None if typ == "bytes" else _ZERO[typ]
             v = _scalar(typ, *vals[-1])
-            if typ == "bytes":
-                return base64.b64encode(v).decode(), not v
-            return v, not v
+            return base64.b64encode(v).decode() if typ == "bytes" else v
+        buf = self._joined(vals) if vals else None
         if typ.startswith("msg:"):
-            name = typ[4:]
-            buf = self._joined(vals) if vals else b""
-            return self.message(name, buf), self.is_zero(name, buf)
-        return self.special(typ, self._joined(vals) if vals else None)
+            return self.message(typ[4:], buf or b"")
+        return self.special(typ, buf)[0]
+
+    def zero(self, typ: Any, vals: list[tuple[int, Any]] | None) -> bool:
+        """Whether a non-repeated field decodes to its Go zero value (what omitempty/omitzero
+        test); asked only where a tag makes it matter, and without converting nested messages."""
+        if typ in _SCALARS:
+            return not vals or not _scalar(typ, *vals[-1])
+        buf = self._joined(vals) if vals else None
+        if typ.startswith("msg:"):
+            return self.is_zero(typ[4:], buf or b"")
+        return self.special(typ, buf)[1]
 
     def is_zero(self, name: str, buf: bytes) -> bool:
         if not buf:
@@ -243,19 +247,9 @@ class _Decoder:
         f = _fields(buf)
         for num, _, flags, typ in self.messages[name]:
             vals = f.get(num)
-            if not vals:
-                continue
-            if "p" in flags or isinstance(typ, list):
-                return False
-            if not self.value(typ, vals)[1]:
+            if vals and ("p" in flags or isinstance(typ, list) or not self.zero(typ, vals)):
                 return False
         return True
-
-    def element(self, typ: Any, wt: int, v: Any) -> Any:
-        if isinstance(typ, str) and typ in _SCALARS:
-            s = _scalar(typ, wt, v)
-            return base64.b64encode(s).decode() if typ == "bytes" else s
-        return self.value(typ, [(wt, v)])[0]
 
     def message(self, name: str, buf: bytes) -> Obj:
         """The JSON object encoding/json writes for the Go struct decoded from buf."""
@@ -283,14 +277,10 @@ class _Decoder:
                 if not (omit_empty or omit_zero):
                     out[jname] = None
                 continue
-            v, zero = self.value(typ, vals)
-            if pointer:
-                out[jname] = v
-                continue
             # omitempty has no effect on structs (every special type is a Go struct).
-            if zero and (omit_zero or (omit_empty and typ in _SCALARS)):
+            if not pointer and (omit_zero or (omit_empty and typ in _SCALARS)) and self.zero(typ, vals):
                 continue
-            out[jname] = v
+            out[jname] = self.value(typ, vals)
         return out
 
     def collection(self, typ: list, vals: list[tuple[int, Any]]) -> Any:
@@ -301,7 +291,7 @@ class _Decoder:
                 if wt == 2 and isinstance(elem, str) and elem in _SCALARS - {"string", "bytes"}:
                     items.extend(_packed(elem, bytes(v)))
                 else:
-                    items.append(self.element(elem, wt, v))
+                    items.append(self.value(elem, [(wt, v)]))
             return items
         _, ktyp, vtyp = typ
         entries: dict[Any, Any] = {}
@@ -312,10 +302,7 @@ class _Decoder:
             k = e[1][-1] if 1 in e else None
             key = _scalar(ktyp, *k) if k else _ZERO[ktyp]
             ev = e.get(2)
-            if ev:
-                entries[key] = self.element(vtyp, *ev[-1])
-            else:
-                entries[key] = self.value(vtyp, None)[0] if vtyp != "bytes" else ""
+            entries[key] = self.value(vtyp, ev) if ev or vtyp != "bytes" else ""
         return {k: entries[k] for k in sorted(entries, key=_map_key_order)}
 
 

@@ -121,12 +121,13 @@ class CacheWatcher:
     def flush(self) -> None:
         """Write the pending frames as one HTTP chunk if the socket takes it now; otherwise they
         go to the queue (the writer task drains it and S4.14 applies to what follows)."""
-        frames, self.pending = self.pending, []
-        if not frames or self.done:
+        if not self.pending or self.done:
+            self.pending = []
             return
-        if self.direct is not None and self.direct(http_chunk(b"".join(frames))):
+        if self.direct is not None and self.direct(http_chunk(b"".join(self.pending))):
+            self.pending = []
             return
-        self.queue.extend(("FRAME", f) for f in frames)
+        self._pending_to_queue()
         self._wakeup.set()
 
     def _pending_to_queue(self) -> None:

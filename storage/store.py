@@ -123,12 +123,10 @@ class EtcdStore:
 
     async def update(self, key: str, obj: Obj, expected_rv: int) -> Obj:
         """CAS update: fails with RV_CONFLICT if the key's mod_revision != expected_rv."""
-        ok, rev, cur = await self.client.update(key.encode(), encode_value(obj), expected_rv, self.resource)
-        if not ok:
-            if cur is None:
-                raise errors.not_found(key)
+        out, _ = await self.try_update(key, obj, expected_rv)
+        if out is None:
             raise errors.conflict(key, "the object has been modified")
-        return stamp_rv(obj, rev)
+        return out
 
     async def try_update(self, key: str, obj: Obj, expected_rv: int) -> tuple[Obj | None, Obj | None]:
         """One CAS Txn: (stored object, None) if the key's mod_revision was expected_rv, else
@@ -148,17 +146,15 @@ class EtcdStore:
         `fn(current)` returns the new object, or None for "no change". It may raise
         to abort (its exception propagates).
         """
+        cur = await self.get(key)
         for _ in range(retries):
-            cur = await self.get(key)
-            rv = int(cur["metadata"]["resourceVersion"])
             new = fn(cur)
             if new is None:
                 return cur
-            try:
-                return await self.update(key, new, rv)
-            except errors.StorageError as e:
-                if e.code is not errors.Code.RV_CONFLICT:
-                    raise
+            out, current = await self.try_update(key, new, int(cur["metadata"]["resourceVersion"]))
+            if out is not None:
+                return out
+            cur = current  # the Txn's failure branch read it: no second GET
         raise errors.conflict(key, "too many conflicting updates")
 
     async def delete(self, key: str, *, uid: str | None = None, rv: str | None = None,

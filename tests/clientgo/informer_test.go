@@ -272,12 +272,10 @@ func writeBatch(t *testing.T, cs kubernetes.Interface, ns, tag string) {
 	createMany(t, cs, ns, "new"+tag, 5, 1)
 }
 
-// TestRelistAfterStaleRV: the reflector's next watch asks for an RV older than the watch cache's
-// window (RV 2, before the cache's initial list): the server answers 410 and the reflector must
-// re-list (watch-list with RV "" or LIST) and converge to the true state.
-func TestRelistAfterStaleRV(t *testing.T) {
-	url := env(t, "APISERVER_URL")
-	cs := clientset(t, url, nil)
+// relistAfterOutage starts a controlled informer on a namespace of 30 objects, stops its watch and
+// holds the next one (asking for staleRV, if set) while outage runs (writes, compaction, ...), then
+// lets it resume and checks that the reflector re-lists and converges to the true state.
+func relistAfterOutage(t *testing.T, cs *kubernetes.Clientset, staleRV string, outage func(ns string)) {
 	ns := newNamespace(t, cs)
 	createMany(t, cs, ns, "pre", 30, 4)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -285,38 +283,34 @@ func TestRelistAfterStaleRV(t *testing.T) {
 	lw, inf := runControlled(t, ctx, cs, ns)
 	hold := make(chan struct{})
 	lw.mu.Lock()
-	// RV 2 predates the cache: the server lists configmaps into its cache at start-up, after it
-	// created its four system namespaces (revisions 2-5 on a fresh etcd), so resuming from RV 2
-	// is "too old" (410) whatever ran before.
-	lw.hold, lw.staleRV = hold, "2"
+	lw.hold, lw.staleRV = hold, staleRV
 	before := lw.lists
 	lw.mu.Unlock()
 	lw.stopCurrent()
-	writeBatch(t, cs, ns, "a")
+	outage(ns)
 	close(hold)
 	checkRelist(t, cs, ns, lw, inf, before)
+}
+
+// TestRelistAfterStaleRV: the reflector's next watch asks for an RV older than the watch cache's
+// window (RV 2, before the cache's initial list): the server answers 410 and the reflector must
+// re-list (watch-list with RV "" or LIST) and converge to the true state.
+func TestRelistAfterStaleRV(t *testing.T) {
+	cs := clientset(t, env(t, "APISERVER_URL"), nil)
+	// RV 2 predates the cache: the server lists configmaps into its cache at start-up, after it
+	// created its four system namespaces (revisions 2-5 on a fresh etcd), so resuming from RV 2
+	// is "too old" (410) whatever ran before.
+	relistAfterOutage(t, cs, "2", func(ns string) { writeBatch(t, cs, ns, "a") })
 }
 
 // TestRelistAfterCompaction: against a --watch-cache=false server, etcd is compacted past the
 // informer's last RV while its watch is down; the resumed watch gets 410 and the reflector re-lists.
 func TestRelistAfterCompaction(t *testing.T) {
-	url := env(t, "APISERVER_ETCD_URL")
+	cs := clientset(t, env(t, "APISERVER_ETCD_URL"), nil)
 	etcdURL := env(t, "ETCD_URL")
-	cs := clientset(t, url, nil)
-	ns := newNamespace(t, cs)
-	createMany(t, cs, ns, "pre", 30, 4)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	lw, inf := runControlled(t, ctx, cs, ns)
-	hold := make(chan struct{})
-	lw.mu.Lock()
-	lw.hold = hold
-	before := lw.lists
-	lw.mu.Unlock()
-	lw.stopCurrent()
-	writeBatch(t, cs, ns, "b")
-	_, rv := serverState(t, cs, ns, metav1.ListOptions{})
-	compactEtcd(t, etcdURL, rv)
-	close(hold)
-	checkRelist(t, cs, ns, lw, inf, before)
+	relistAfterOutage(t, cs, "", func(ns string) {
+		writeBatch(t, cs, ns, "b")
+		_, rv := serverState(t, cs, ns, metav1.ListOptions{})
+		compactEtcd(t, etcdURL, rv)
+	})
 }

@@ -111,7 +111,7 @@ def parse_args(argv: list[str] | None = None):
     for f in (a.tls_cert_file, a.tls_private_key_file):
         if f and not os.path.isfile(f):
             p.error(f"TLS file not found: {f}")
-    from cache.sharding import ShardSelectorError, parse_shard_selector
+    from machinery.shard_selector import ShardSelectorError, parse_shard_selector
     try:
         a.residency_selector = parse_shard_selector(a.residency)
     except ShardSelectorError as e:

@@ -20,8 +20,8 @@ from cache.cacher import Cacher, TooLargeRV, next_bookmark_time
 from cache.delegator import ANY, CONSISTENT, EXACT, NOT_OLDER_THAN, ListPlan
 from cache.watch_cache import INDEXABLE_OPS, Entry, TooOld
 
-from . import errors, jsonenc, objects, tables
-from .resources import Resource
+from machinery import errors, jsonenc, objects, tables
+from machinery.resources import Resource
 
 Obj = dict[str, Any]
 

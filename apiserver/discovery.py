@@ -27,7 +27,7 @@ import hashlib
 import json
 from typing import Any
 
-from .resources import Registry, Resource
+from machinery.resources import Registry, Resource
 
 __all__ = [
     "AGGREGATED_CONTENT_TYPE", "wants_aggregated", "aggregated_etag",

@@ -17,14 +17,17 @@ from storage import errors as serr
 from storage.continue_token import decode_continue, encode_continue
 from storage.store import EtcdStore, Event, ListResult
 
-from cache import delegator, sharding
+from cache import delegator
+from machinery import shard_selector as sharding
 from cache.residency import entry_shard_filter
 
-from . import cached, errors, jsonenc, objects, patch as patchmod, protobuf, tables, validation
+from machinery import errors, jsonenc, objects, patch as patchmod, protobuf, tables, validation
+
+from . import cached
 from .metrics import residency_delegated, sharded_watch_metrics
-from .listoptions import ListOptions, parse_list_options, parse_resource_version
-from .resources import Resource
-from .selectors import field_selectors_for
+from machinery.listoptions import ListOptions, parse_list_options, parse_resource_version
+from machinery.resources import Resource
+from machinery.selectors import field_selectors_for
 
 Obj = dict[str, Any]
 

@@ -28,7 +28,7 @@ What kubectl (1.37) reads, and why the documents look the way they do:
   and falls back (v2 protobuf, then its compiled-in Go types). So the built-in schemas below spell out
   every field that can hold a map or a list, down to the first atomic list or scalar-only map, and
   carry ``x-kubernetes-patch-strategy`` / ``x-kubernetes-patch-merge-key`` exactly where the k8s.io/api
-  Go types carry ``patchStrategy``/``patchMergeKey`` tags (same table as apiserver/patch.py's
+  Go types carry ``patchStrategy``/``patchMergeKey`` tags (same table as machinery/patch.py's
   STRATEGIC_SCHEMA). Leaves are loose.
 * Custom resources (and CRDs themselves) do not accept strategic merge patch here, so their PATCH
   lists only JSON patch and merge patch; kubectl then computes a JSON merge patch.
@@ -44,7 +44,7 @@ import json
 import threading
 from typing import Any
 
-from .resources import Registry, Resource
+from machinery.resources import Registry, Resource
 
 __all__ = ["v2", "v3_index", "v3_group_version", "v3_hash", "definition_name", "supports_strategic_merge"]
 
@@ -473,7 +473,7 @@ def supports_strategic_merge(r: Resource) -> bool:
     if r.custom:
         return False
     try:
-        from .patch import STRATEGIC_SCHEMA
+        from machinery.patch import STRATEGIC_SCHEMA
     except Exception:  # pragma: no cover - patch module unavailable
         return (r.group, r.kind) in _KIND_SCHEMAS and r.kind != "CustomResourceDefinition"
     return r.plural in STRATEGIC_SCHEMA

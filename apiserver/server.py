@@ -16,12 +16,14 @@ from storage import errors as serr
 from storage.router import Router
 from storage.store import EtcdStore
 
-from . import cached, discovery, errors, jsonenc, metrics
+from machinery import errors, jsonenc
+
+from . import cached, discovery, metrics
 from cache.cacher import LIST_PAGE, RESIDENT_LIST_PAGE, Cacher
 from cache.residency import DEFAULT_FULL_RESOURCES, Residency
 
 from .handlers import RequestScope, ResourceHandlers, encode_obj, json_response, map_storage_error
-from .resources import CRD, Registry, Resource
+from machinery.resources import CRD, Registry, Resource
 
 log = logging.getLogger("apiserver")
 
@@ -41,7 +43,7 @@ class Config:
     watch_cache: bool = False
     bind_address: str = "127.0.0.1"
     port: int = 8080
-    residency: Any = None                      # cache.sharding.ShardSelector or None (everything)
+    residency: Any = None                      # machinery.shard_selector.ShardSelector or None (everything)
     full_resources: tuple[str, ...] = DEFAULT_FULL_RESOURCES
     compaction_interval: float = 300.0        # --etcd-compaction-interval (0: never)
 
@@ -107,7 +109,7 @@ class APIServer:
         ns = self.registry.lookup("", "v1", "namespaces")
         for name in SYSTEM_NAMESPACES:
             obj: dict[str, Any] = {"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": name}}
-            from . import objects
+            from machinery import objects
             try:
                 await self.store_for(ns).create(ns.key(self.etcd_prefix, None, name),
                                                 objects.prepare_create(ns, obj))

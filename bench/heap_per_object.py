@@ -191,7 +191,7 @@ def make_cacher(kind: str):
     """A real `Cacher` configured as `apiserver.server` configures it (encode, wire head); never started."""
     from apiserver import cached
     from apiserver.handlers import encode_obj
-    from apiserver.resources import Registry
+    from machinery.resources import Registry
     from cache.cacher import Cacher
     group = "rbac.authorization.k8s.io" if kind == "rolebinding" else ""
     res = Registry().lookup(group, "v1", RESOURCE[kind])

@@ -2,7 +2,7 @@
 
 Starts a real current etcd (tools/build_etcd.py), loads a workload through a loader apiserver
 (`--watch-cache=false`), then starts a full-replica apiserver and K shard apiservers (separate
-processes, same etcd, complementary residencies from `cache.sharding.complementary(k)`), all with
+processes, same etcd, complementary residencies from `machinery.shard_selector.complementary(k)`), all with
 `RESIDENCY_TRACEMALLOC=1`; waits until every process has ingested the same revision and measures
 each process's heap three ways: tracemalloc, native bytes (sum of the cache's structure bytes in
 `/debug/residency`) and RSS, plus the floor of an empty apiserver (cache on, empty `--etcd-prefix`).
@@ -43,7 +43,7 @@ import uuid
 import aiohttp
 import orjson
 
-from cache.sharding import complementary
+from machinery.shard_selector import complementary
 from storage.embedded import EmbeddedEtcd, free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -735,7 +735,7 @@ def micro_ingest(n: int) -> dict:
     configured as apiserver.server configures one, never started (no etcd, no watchers to dispatch to)."""
     from apiserver import cached
     from apiserver.handlers import encode_obj
-    from apiserver.resources import Registry
+    from machinery.resources import Registry
     from cache.cacher import Cacher
     from cache.residency import Residency
     from storage.etcd import KV, WatchEvent
@@ -769,7 +769,7 @@ def micro_ingest(n: int) -> dict:
 def micro_select(n: int, runs: int) -> dict:
     """A label-selector list over n resident objects: bitmaps (WatchCache.indexes.select, then entries in
     key order as apiserver/cached.py does) against a scan of the same cache (orjson decode + match)."""
-    from apiserver.selectors import parse_label_selector
+    from machinery.selectors import parse_label_selector
     from cache.watch_cache import WatchCache
     wc = WatchCache("/registry/configmaps/", time.monotonic)
     objs = []

@@ -1,6 +1,6 @@
 """Cache residency: which objects this process keeps in its watch caches.
 
-A process's residency is a shard selector (KEP-5866 grammar, `cache/sharding.py`);
+A process's residency is a shard selector (KEP-5866 grammar, `machinery/shard_selector.py`);
 objects outside it are dropped at ingest, before they cost heap: for
 `object.metadata.uid` only the UID is read out of the stored bytes (no JSON
 decode), for `object.metadata.namespace` only the key. Some resources are kept
@@ -17,7 +17,7 @@ from typing import Callable
 
 import ext
 
-from .sharding import ShardSelector
+from machinery.shard_selector import ShardSelector
 
 # Resources left fully resident by default: namespaces and CRDs (the API
 # machinery reads them everywhere), and RBAC (an authorizer would need all of

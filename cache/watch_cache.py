@@ -138,7 +138,7 @@ class Indexes:
                     self.values_per_key[k] -= 1
 
     def select(self, requirements: Iterable[tuple[str, str, Any]], namespace: str | None) -> tuple[BitMap, bool]:
-        """(slots, exact): slots matching the label requirements (ops from apiserver.selectors) in a
+        """(slots, exact): slots matching the label requirements (ops from machinery.selectors) in a
         namespace; `exact` is False when a requirement on an unindexed key only narrowed the
         candidates (the caller must then match the objects). O(bitmap sizes)."""
         out = self.by_namespace.get(namespace, BitMap()) if namespace is not None else self.all

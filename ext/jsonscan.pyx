@@ -1,5 +1,5 @@
 # cython: language_level=3, binding=True
-"""Scans of compact JSON text, compiled (hot path of apiserver/jsonenc.py).
+"""Scans of compact JSON text, compiled (hot path of machinery/jsonenc.py).
 
 ``has_float(b)``: whether the JSON text ``b`` has a number token written as a float (with a '.' or
 an exponent) outside strings. jsonenc asks this of every orjson output, because orjson formats

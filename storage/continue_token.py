@@ -22,7 +22,7 @@ import binascii
 import json
 import re
 
-from apiserver.errors import bad_request
+from machinery.errors import bad_request
 
 __all__ = ["encode_continue", "decode_continue", "validate_continue_with_rv",
            "resolve_continue", "go_path_clean", "CONTINUE_API_VERSION"]
@@ -228,7 +228,7 @@ def _decode(token: str, key_prefix: str) -> tuple[str, int]:
     except ValueError as e:
         raise ValueError(f"continue key is not valid: {e}")
     if v != CONTINUE_API_VERSION:
-        from apiserver.selectors import go_quote
+        from machinery.selectors import go_quote
         raise ValueError(f"continue key is not valid: server does not recognize this encoded version {go_quote(v)}")
     if rv == 0:
         raise ValueError("continue key is not valid: incorrect encoded start resourceVersion "

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from cache.sharding import complementary
+from machinery.shard_selector import complementary
 from storage.embedded import EmbeddedEtcd
 from tests.conftest import start_apiserver_process
 

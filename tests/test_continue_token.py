@@ -5,7 +5,7 @@ import json
 import pytest
 from hypothesis import given, strategies as st
 
-from apiserver.errors import StatusError
+from machinery.errors import StatusError
 from storage.continue_token import (decode_continue, encode_continue, go_path_clean, resolve_continue,
                                     validate_continue_with_rv)
 

@@ -16,8 +16,9 @@ import datetime as dt
 
 import pytest
 
-from apiserver import discovery, openapi, tables
-from apiserver.resources import BUILTINS, Registry
+from apiserver import discovery, openapi
+from machinery import tables
+from machinery.resources import BUILTINS, Registry
 
 UTC = dt.timezone.utc
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -228,7 +229,7 @@ def test_v3_custom_resources():
         assert "fieldValidation" in [p["name"] for p in op["parameters"]]
         # no SMP for custom resources: kubectl must compute a JSON merge patch
         assert "application/strategic-merge-patch+json" not in op["requestBody"]["content"]
-    # CRDs themselves: this server answers SMP on them with 415 (apiserver/patch.py), so not offered
+    # CRDs themselves: this server answers SMP on them with 415 (machinery/patch.py), so not offered
     crd_doc = openapi.v3_group_version(reg, "apiextensions.k8s.io", "v1")
     for _, op in _patch_ops(crd_doc, {"group": "apiextensions.k8s.io", "kind": "CustomResourceDefinition",
                                       "version": "v1"}):

@@ -329,7 +329,7 @@ def test_exact_list_at_future_rv_is_504(api, namespace):
 
 def test_list_streaming_is_byte_identical_to_buffered(api, namespace):
     """S6.2: the streamed body equals the buffered encoding of the same list."""
-    from apiserver import jsonenc
+    from machinery import jsonenc
     for i in range(5):
         api.post(f"/api/v1/namespaces/{namespace}/configmaps", cm(f"s{i}", text="<&> \u2028 é"))
     r = api.get(f"/api/v1/namespaces/{namespace}/configmaps")

@@ -1,4 +1,4 @@
-"""apiserver.jsonenc vs the real Go encoding/json (SPEC S6.1-S6.4, S8.1, S4.2).
+"""machinery.jsonenc vs the real Go encoding/json (SPEC S6.1-S6.4, S8.1, S4.2).
 
 The Go reference helper (tests/go/jsonref) is built once per module; a missing
 Go toolchain is a test FAILURE, not a skip.
@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from apiserver import jsonenc
-from apiserver.jsonenc import (
+from machinery import jsonenc
+from machinery.jsonenc import (
     dumps,
     dumps_sorted,
     encode_list,

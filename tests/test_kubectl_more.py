@@ -113,7 +113,7 @@ def test_custom_resource_create_apply_get_label_delete(kubectl, api, namespace):
 
 def test_typed_create_commands_send_protobuf(kubectl, api, namespace):
     """`kubectl create configmap/secret/namespace` and `kubectl delete --dry-run=server` go through
-    client-go's typed clientset, whose bodies are protobuf (apiserver/protobuf.py)."""
+    client-go's typed clientset, whose bodies are protobuf (machinery/protobuf.py)."""
     r = kubectl("create", "configmap", "lit", "-n", namespace, "--from-literal=a=1", "--from-literal=b=<2>",
                 "-v=8")
     assert "configmap/lit created" in r.stdout

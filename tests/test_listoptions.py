@@ -1,10 +1,10 @@
 """ListOptions decoding, defaulting (S5.2) and validation (S1.2-S1.11, S5.3)."""
 import pytest
 
-from apiserver.errors import StatusError
-from apiserver.listoptions import (ListOptions, parse_list_options, parse_query_bool,
+from machinery.errors import StatusError
+from machinery.listoptions import (ListOptions, parse_list_options, parse_query_bool,
                                    parse_resource_version)
-from apiserver.selectors import field_selectors_for
+from machinery.selectors import field_selectors_for
 
 
 def invalid(query, watch=False, **kw):

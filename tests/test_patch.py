@@ -1,4 +1,4 @@
-"""apiserver.patch: merge patch, JSON patch, strategic merge patch and the PATCH dispatcher.
+"""machinery.patch: merge patch, JSON patch, strategic merge patch and the PATCH dispatcher.
 
 Expected behaviour is upstream's: k8s.io/apiserver handlers/patch.go (status codes),
 gopkg.in/evanphx/json-patch.v4 (JSON/merge patch engine), k8s.io/apimachinery
@@ -12,8 +12,8 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from apiserver.errors import StatusError
-from apiserver.patch import (STRATEGIC_SCHEMA, apply_patch, json_merge_patch, json_patch,
+from machinery.errors import StatusError
+from machinery.patch import (STRATEGIC_SCHEMA, apply_patch, json_merge_patch, json_patch,
                              strategic_merge_patch)
 
 GENERIC_422 = "the server rejected our request due to an error in our request"

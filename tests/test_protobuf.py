@@ -1,6 +1,6 @@
 """Protobuf request bodies (application/vnd.kubernetes.protobuf), as client-go's typed clientsets send.
 
-* The committed struct layouts (apiserver/k8s_proto_schema.json) equal what tools/k8sproto
+* The committed struct layouts (machinery/k8s_proto_schema.json) equal what tools/k8sproto
   generates from k8s.io/api now (a stale copy fails).
 * The decoder against Go: tests/go/protoref fills objects of every decoded kind with random values,
   encodes them with apimachinery's protobuf serializer, decodes them as upstream does and prints
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from apiserver import jsonenc, protobuf
-from apiserver.resources import BUILTINS
+from machinery import jsonenc, protobuf
+from machinery.resources import BUILTINS
 from tests.test_http_crd import widgets  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,7 +43,7 @@ def test_schema_is_current():
                        timeout=600)
     assert r.returncode == 0, r.stderr.decode()
     assert r.stdout == protobuf.SCHEMA_PATH.read_bytes(), \
-        "apiserver/k8s_proto_schema.json is stale: cd tools/k8sproto && go run . > ../../apiserver/k8s_proto_schema.json"
+        "machinery/k8s_proto_schema.json is stale: cd tools/k8sproto && go run . > ../../machinery/k8s_proto_schema.json"
 
 
 def test_every_served_builtin_has_a_layout():

@@ -9,7 +9,7 @@ import time
 import pytest
 import requests
 
-from cache.sharding import complementary
+from machinery.shard_selector import complementary
 from tests.conftest import Api, start_apiserver_process
 
 N_CM = 60

@@ -2,8 +2,8 @@
 import pytest
 from hypothesis import given, strategies as st
 
-from apiserver.errors import StatusError
-from apiserver.selectors import (FIELD_SELECTORS, field_selectors_for, parse_field_selector,
+from machinery.errors import StatusError
+from machinery.selectors import (FIELD_SELECTORS, field_selectors_for, parse_field_selector,
                                  parse_label_selector)
 
 QNAME_REGEX_MSG = ("must consist of alphanumeric characters, '-', '_' or '.', and must start and end "

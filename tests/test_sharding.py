@@ -1,11 +1,11 @@
-"""cache/sharding.py: shardSelector grammar, messages, canonical form, matching (SPEC S7.1-S7.11)."""
+"""machinery/shard_selector.py: shardSelector grammar, messages, canonical form, matching (SPEC S7.1-S7.11)."""
 from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cache.sharding import (FULL, ShardSelector, ShardSelectorError, complementary, parse_shard_selector,
+from machinery.shard_selector import (FULL, ShardSelector, ShardSelectorError, complementary, parse_shard_selector,
                             status_error)
 import ext.fnv_py as fnv_py
 

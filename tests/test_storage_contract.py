@@ -19,7 +19,7 @@ BACKENDS = ["etcd", "cache"]
 async def backend(request, unique_prefix):
     """(store, raw etcd client): the etcd store over etcd 3.5.1, or the cache over a current etcd
     (progress requests work there, so the cache answers consistent lists itself)."""
-    from apiserver import jsonenc
+    from machinery import jsonenc
     from cache.cacher_store import start_cacher_store
     from storage.etcd import EtcdClient
     etcd = request.getfixturevalue("etcd" if request.param == "etcd" else "current_etcd")

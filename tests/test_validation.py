@@ -1,4 +1,4 @@
-"""apiserver.validation: metadata / ConfigMap / Secret validation with upstream messages.
+"""machinery.validation: metadata / ConfigMap / Secret validation with upstream messages.
 
 Messages follow k8s.io/apimachinery/pkg/util/validation (RegexError's "'a',  or 'b', "
 double space included), apimachinery api/validation ObjectMeta checks and
@@ -12,8 +12,8 @@ import random
 import pytest
 from hypothesis import given, strategies as st
 
-from apiserver.errors import StatusError
-from apiserver.validation import (ensure_namespace_matches, generate_name, is_config_map_key,
+from machinery.errors import StatusError
+from machinery.validation import (ensure_namespace_matches, generate_name, is_config_map_key,
                                   is_qualified_name, validate_name, validate_object)
 
 SUBDOMAIN_MSG = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "

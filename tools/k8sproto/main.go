@@ -1,14 +1,14 @@
-// Command k8sproto writes apiserver/k8s_proto_schema.json: for every built-in
+// Command k8sproto writes machinery/k8s_proto_schema.json: for every built-in
 // kind the apiserver serves (and DeleteOptions), the Go struct layout that
 // client-go's protobuf encoding follows, read by reflection from k8s.io/api.
 //
 // Each Go struct becomes a list of fields in struct order (the order Go's
 // encoding/json writes them) with the protobuf field number, the JSON name, the
-// json tag options and the field's type. apiserver/protobuf.py decodes
+// json tag options and the field's type. machinery/protobuf.py decodes
 // application/vnd.kubernetes.protobuf request bodies with it and produces the
 // JSON that upstream would produce for the decoded Go object.
 //
-// Run: cd tools/k8sproto && go run . > ../../apiserver/k8s_proto_schema.json
+// Run: cd tools/k8sproto && go run . > ../../machinery/k8s_proto_schema.json
 // tests/test_protobuf.py regenerates it and fails when the committed copy is stale.
 package main
 
@@ -28,7 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// kinds served by the apiserver (apiserver/resources.py BUILTINS), keyed by apiVersion/kind.
+// kinds served by the apiserver (machinery/resources.py BUILTINS), keyed by apiVersion/kind.
 var kinds = map[string]any{
 	"v1/Namespace":                      corev1.Namespace{},
 	"v1/ConfigMap":                      corev1.ConfigMap{},

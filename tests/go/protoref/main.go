@@ -1,4 +1,4 @@
-// Command protoref is the reference for apiserver/protobuf.py: it fills objects of
+// Command protoref is the reference for machinery/protobuf.py: it fills objects of
 // every kind the apiserver decodes from protobuf with random values (randfill),
 // encodes each with apimachinery's protobuf serializer (the bytes client-go
 // sends), decodes those bytes again as upstream's apiserver does, and prints one

@@ -23,8 +23,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from apiserver.errors import StatusError, bad_request
-from apiserver.selectors import (FieldSelector, LabelSelector, go_quote, parse_field_selector,
+from machinery.errors import StatusError, bad_request
+from machinery.selectors import (FieldSelector, LabelSelector, go_quote, parse_field_selector,
                                  parse_label_selector)
 
 __all__ = ["ListOptions", "parse_list_options", "parse_resource_version", "parse_query_bool",

@@ -20,11 +20,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from apiserver.errors import bad_request
+from machinery.errors import bad_request
 # Go's %q and the label key/value validators are shared with the shard-selector parser and
 # object validation (one implementation each).
-from apiserver.validation import is_qualified_name, is_valid_label_value  # noqa: F401 (re-exported)
-from cache.sharding import go_quote
+from machinery.validation import is_qualified_name, is_valid_label_value  # noqa: F401 (re-exported)
+from machinery.shard_selector import go_quote
 
 __all__ = [
     "LabelSelector", "FieldSelector", "SelectableFields",

@@ -20,7 +20,7 @@ import random
 import re
 from typing import Any
 
-from apiserver.errors import bad_request, field_error, invalid
+from machinery.errors import bad_request, field_error, invalid
 
 __all__ = [
     "validate_object", "validate_name", "generate_name", "ensure_namespace_matches",

@@ -53,7 +53,7 @@ import json
 import re
 from typing import Any
 
-from apiserver.errors import StatusError, bad_request, request_entity_too_large
+from machinery.errors import StatusError, bad_request, request_entity_too_large
 
 __all__ = [
     "json_merge_patch", "json_patch", "strategic_merge_patch", "apply_patch", "check_patch_type",

@@ -31,7 +31,7 @@ import unicodedata
 from typing import Iterable
 
 import ext
-from apiserver.errors import StatusError, bad_request
+from machinery.errors import StatusError, bad_request
 
 __all__ = [
     "FULL", "FIELD_PATHS", "ShardSelector", "ShardSelectorError", "complementary",

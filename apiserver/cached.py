@@ -38,21 +38,6 @@ class CachedList:
     remaining: int | None
 
 
-def wire_head(res: Resource) -> bytes | None:
-    """`{"kind":"X","apiVersion":"v",` of a typed kind (None for custom resources, whose items keep them)."""
-    if res.custom:
-        return None
-    return b'{"kind":' + jsonenc.dumps(res.kind) + b',"apiVersion":' + jsonenc.dumps(res.api_version) + b","
-
-
-def list_item_bytes(res: Resource, e: Entry) -> bytes:
-    """Items of built-in lists carry no kind/apiVersion (S8.1): the cache stores them that way."""
-    if res.custom or not e.data.startswith(b'{"kind":'):
-        return e.data
-    obj = jsonenc.loads(e.data)
-    return jsonenc.dumps({k: v for k, v in obj.items() if k not in ("kind", "apiVersion")})
-
-
 async def wait_fresh_or_504(cacher: Cacher, rv: int) -> None:
     try:
         await cacher.wait_until_fresh(rv)

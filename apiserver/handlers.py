@@ -21,9 +21,11 @@ from cache import delegator
 from machinery import shard_selector as sharding
 from cache.residency import entry_shard_filter
 
+from machinery.encoding import encode_list_item, encode_obj, list_item_bytes
 from machinery import errors, jsonenc, objects, patch as patchmod, protobuf, tables, validation
 
 from . import cached
+from .status import map_storage_error
 from .metrics import residency_delegated, sharded_watch_metrics
 from machinery.listoptions import ListOptions, parse_list_options, parse_resource_version
 from machinery.resources import Resource
@@ -45,38 +47,6 @@ class RequestScope:
     namespace: str | None
     name: str | None
     subresource: str
-
-
-def map_storage_error(e: serr.StorageError, res: Resource, name: str = "") -> errors.StatusError:
-    """The one place storage errors become Status objects (S8.3)."""
-    c = e.code
-    if c is serr.Code.KEY_NOT_FOUND:
-        return errors.not_found(res.plural, name or e.key.rsplit("/", 1)[-1], res.group)
-    if c is serr.Code.KEY_EXISTS:
-        return errors.already_exists(res.plural, name or e.key.rsplit("/", 1)[-1], res.group)
-    if c is serr.Code.RV_CONFLICT:
-        why = e.message
-        if why == "the object has been modified":
-            why += "; please apply your changes to the latest version and try again"
-        return errors.conflict(res.plural, name or e.key.rsplit("/", 1)[-1], res.group, why)
-    if c is serr.Code.EXPIRED:
-        return errors.expired("The resourceVersion for the provided list is too old.")
-    if c is serr.Code.TOO_LARGE_RV:
-        return errors.too_large_resource_version(e.rv, e.current_rv, retry_after=0)
-    if c is serr.Code.UNREACHABLE:
-        return errors.StatusError(504, "Timeout", f"etcd unreachable: {e.message}")
-    return errors.internal(e.message or c.value)
-
-
-def encode_obj(res: Resource, obj: Obj) -> bytes:
-    return jsonenc.dumps_sorted(obj) if res.custom else jsonenc.dumps(obj)
-
-
-def encode_list_item(res: Resource, obj: Obj) -> bytes:
-    if res.custom:
-        return jsonenc.dumps_sorted(obj)
-    # Items of built-in lists carry no kind/apiVersion (S8.1).
-    return jsonenc.dumps({k: v for k, v in obj.items() if k not in ("kind", "apiVersion")})
 
 
 def wants_table(request: web.Request) -> bool:
@@ -341,7 +311,7 @@ class ResourceHandlers:
             table = tables.to_table(res, [jsonenc.loads(e.data) for e in page.entries], meta,
                                     request.query.get("includeObject", "Metadata"))
             return json_response(jsonenc.dumps(table) + b"\n")
-        return await self.stream_list(request, res, meta, (cached.list_item_bytes(res, e) for e in page.entries))
+        return await self.stream_list(request, res, meta, (list_item_bytes(res, e.data) for e in page.entries))
 
     async def list_from_etcd(self, scope: RequestScope, opts: ListOptions,
                              pred, exact_name: str | None) -> ListResult:

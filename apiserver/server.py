@@ -22,7 +22,10 @@ from . import cached, discovery, metrics
 from cache.cacher import LIST_PAGE, RESIDENT_LIST_PAGE, Cacher
 from cache.residency import DEFAULT_FULL_RESOURCES, Residency
 
-from .handlers import RequestScope, ResourceHandlers, encode_obj, json_response, map_storage_error
+from machinery.encoding import encode_obj, wire_head
+
+from .handlers import RequestScope, ResourceHandlers, json_response
+from .status import map_storage_error, status_response
 from machinery.resources import CRD, Registry, Resource
 
 log = logging.getLogger("apiserver")
@@ -90,7 +93,7 @@ class APIServer:
                        resource_label=res.plural, group=res.group,
                        encode=lambda obj, _r=res: encode_obj(_r, obj),
                        residency=self.residency.ingest_filter(res.plural, prefix, res.namespaced),
-                       head=cached.wire_head(res),
+                       head=wire_head(res),
                        # Poll at least as often as we compact (upstream: every 15 s).
                        compaction_poll=min(15.0, self.config.compaction_interval or 15.0),
                        list_page=RESIDENT_LIST_PAGE if self.residency.partial(res.plural) else LIST_PAGE)
@@ -474,14 +477,6 @@ def process_memory() -> dict[str, int]:
         out["tracemalloc_bytes"] = cur
         out["tracemalloc_peak_bytes"] = peak
     return out
-
-
-def status_response(e: errors.StatusError) -> web.Response:
-    headers = {}
-    if e.retry_after:
-        headers["Retry-After"] = str(e.retry_after)
-    return web.Response(body=jsonenc.dumps(e.status()) + b"\n", status=e.code,
-                        content_type="application/json", headers=headers)
 
 
 def _verb_name(method: str, collection: bool) -> str:

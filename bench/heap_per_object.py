@@ -189,15 +189,14 @@ class _NoClient:
 
 def make_cacher(kind: str):
     """A real `Cacher` configured as `apiserver.server` configures it (encode, wire head); never started."""
-    from apiserver import cached
-    from apiserver.handlers import encode_obj
+    from machinery.encoding import encode_obj, wire_head
     from machinery.resources import Registry
     from cache.cacher import Cacher
     group = "rbac.authorization.k8s.io" if kind == "rolebinding" else ""
     res = Registry().lookup(group, "v1", RESOURCE[kind])
     prefix = f"/registry/{RESOURCE[kind]}/"
     return Cacher(store=None, client=_NoClient(), prefix=prefix, resource_label=res.plural, group=res.group,
-                  encode=lambda obj, _r=res: encode_obj(_r, obj), head=cached.wire_head(res), clock=lambda: 0.0)
+                  encode=lambda obj, _r=res: encode_obj(_r, obj), head=wire_head(res), clock=lambda: 0.0)
 
 
 def ingest(kind: str, values: list[tuple[str, bytes]], rv0: int = 100, exact: bool = False) -> WatchCache:

@@ -733,8 +733,7 @@ def micro_ingest(n: int) -> dict:
     """The Cacher's own ingest (`Cacher._apply`: residency filter, decode, stamp RV, encode, apply to the
     WatchCache) on n etcd watch events: n/2 creates, then n/2 updates of the same Pods. A real Cacher
     configured as apiserver.server configures one, never started (no etcd, no watchers to dispatch to)."""
-    from apiserver import cached
-    from apiserver.handlers import encode_obj
+    from machinery.encoding import encode_obj, wire_head
     from machinery.resources import Registry
     from cache.cacher import Cacher
     from cache.residency import Residency
@@ -747,7 +746,7 @@ def micro_ingest(n: int) -> dict:
     out = {}
     for label, sel in (("ingest_events_per_s_full", None), ("ingest_events_per_s_k2", complementary(2)[0])):
         c = Cacher(store=None, client=types.SimpleNamespace(version="3.5.35"), prefix=prefix, resource_label=res.plural, group=res.group,
-                   encode=lambda obj, _r=res: encode_obj(_r, obj), head=cached.wire_head(res),
+                   encode=lambda obj, _r=res: encode_obj(_r, obj), head=wire_head(res),
                    residency=Residency(sel).ingest_filter("pods", prefix, True) if sel else None,
                    clock=time.monotonic)
         c.wc.replace([], 1)
@@ -768,7 +767,7 @@ def micro_ingest(n: int) -> dict:
 
 def micro_select(n: int, runs: int) -> dict:
     """A label-selector list over n resident objects: bitmaps (WatchCache.indexes.select, then entries in
-    key order as apiserver/cached.py does) against a scan of the same cache (orjson decode + match)."""
+    key order as cache/reads.py does) against a scan of the same cache (orjson decode + match)."""
     from machinery.selectors import parse_label_selector
     from cache.watch_cache import WatchCache
     wc = WatchCache("/registry/configmaps/", time.monotonic)

@@ -1,0 +1,37 @@
+"""The one place lower layers' errors become Kubernetes Status objects (S8.2-S8.3), and their response."""
+from __future__ import annotations
+
+from aiohttp import web
+
+from machinery import errors, jsonenc
+from machinery.resources import Resource
+from storage import errors as serr
+
+
+def map_storage_error(e: serr.StorageError, res: Resource, name: str = "") -> errors.StatusError:
+    """The one place storage errors become Status objects (S8.3)."""
+    c = e.code
+    if c is serr.Code.KEY_NOT_FOUND:
+        return errors.not_found(res.plural, name or e.key.rsplit("/", 1)[-1], res.group)
+    if c is serr.Code.KEY_EXISTS:
+        return errors.already_exists(res.plural, name or e.key.rsplit("/", 1)[-1], res.group)
+    if c is serr.Code.RV_CONFLICT:
+        why = e.message
+        if why == "the object has been modified":
+            why += "; please apply your changes to the latest version and try again"
+        return errors.conflict(res.plural, name or e.key.rsplit("/", 1)[-1], res.group, why)
+    if c is serr.Code.EXPIRED:
+        return errors.expired("The resourceVersion for the provided list is too old.")
+    if c is serr.Code.TOO_LARGE_RV:
+        return errors.too_large_resource_version(e.rv, e.current_rv, retry_after=0)
+    if c is serr.Code.UNREACHABLE:
+        return errors.StatusError(504, "Timeout", f"etcd unreachable: {e.message}")
+    return errors.internal(e.message or c.value)
+
+
+def status_response(e: errors.StatusError) -> web.Response:
+    headers = {}
+    if e.retry_after:
+        headers["Retry-After"] = str(e.retry_after)
+    return web.Response(body=jsonenc.dumps(e.status()) + b"\n", status=e.code,
+                        content_type="application/json", headers=headers)

@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.verbosity < 6:
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     from storage.embedded import EmbeddedEtcd
-    from .server import APIServer, Config
+    from .app import APIServer, Config
 
     etcd = None
     servers = a.etcd_server_list
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"embedded etcd: {etcd.endpoint} data={etcd.data_dir} log={etcd.log_path}", file=sys.stderr)
     try:
         cfg = Config(etcd_servers=servers, etcd_prefix=a.etcd_prefix, etcd_overrides=a.overrides,
-                     watch_cache=a.watch_cache, bind_address=a.bind_address, port=a.port,
+                     watch_cache=a.watch_cache,
                      residency=a.residency_selector, full_resources=a.full_resources,
                      compaction_interval=a.etcd_compaction_interval)
         asyncio.run(_serve(APIServer(cfg), a))

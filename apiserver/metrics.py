@@ -21,29 +21,3 @@ apiserver_storage_objects = Gauge(
 apiserver_longrunning_requests = Gauge(
     "apiserver_longrunning_requests", "Gauge of all active long-running apiserver requests.",
     ["verb", "group", "version", "resource", "subresource", "scope", "component"])
-
-# Residency (issue 4): lists/watches a partially resident cache could not answer.
-residency_delegated = Counter(
-    "apiserver_residency_delegated_total",
-    "Requests served from etcd because their shardSelector lies outside this apiserver's cache residency.",
-    ["group", "resource", "verb"])
-# KEP-5866 metrics (S7.15).
-watch_shards_total = Gauge("apiserver_watch_shards_total", "Number of open sharded watches.",
-                           ["group", "resource"])
-watch_filtered_events_total = Counter(
-    "apiserver_watch_filtered_events_total", "Events a sharded watcher rejected by its shard selector.",
-    ["group", "resource"])
-
-
-def sharded_watch_metrics(res):
-    """on_watcher callback: keeps apiserver_watch_shards_total in step with open sharded watches."""
-    g = watch_shards_total.labels(res.group, res.plural)
-    filtered = watch_filtered_events_total.labels(res.group, res.plural)
-
-    def on_watcher(w, opened: bool) -> None:
-        if opened:
-            g.inc()
-            w.on_filtered = filtered.inc
-        else:
-            g.dec()
-    return on_watcher

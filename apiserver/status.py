@@ -21,9 +21,15 @@ def map_storage_error(e: serr.StorageError, res: Resource, name: str = "") -> er
             why += "; please apply your changes to the latest version and try again"
         return errors.conflict(res.plural, name or e.key.rsplit("/", 1)[-1], res.group, why)
     if c is serr.Code.EXPIRED:
-        return errors.expired("The resourceVersion for the provided list is too old.")
+        return errors.expired(e.status_message or "The resourceVersion for the provided list is too old.",
+                              metadata={"continue": e.continue_token} if e.continue_token else None)
     if c is serr.Code.TOO_LARGE_RV:
-        return errors.too_large_resource_version(e.rv, e.current_rv, retry_after=0)
+        return errors.too_large_resource_version(e.rv, e.current_rv, retry_after=e.retry_after)
+    if c is serr.Code.NOT_READY:
+        return errors.too_many_requests("storage is (re)initializing", e.retry_after)
+    if c is serr.Code.PROGRESS_UNSUPPORTED:
+        return errors.StatusError(500, "InternalError", "a watch stream was requested by the client but the "
+                                                        "required storage feature RequestWatchProgress is disabled")
     if c is serr.Code.UNREACHABLE:
         return errors.StatusError(504, "Timeout", f"etcd unreachable: {e.message}")
     return errors.internal(e.message or c.value)

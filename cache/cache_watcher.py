@@ -43,7 +43,7 @@ class CacheWatcher:
         self.on_filtered: Callable[[], None] | None = None
         # (type, stored bytes) -> wire frame; set for plain JSON watches (not Table ones).
         self.make_frame: Callable[[str, bytes], bytes] | None = None
-        # Writes an HTTP chunk straight to the socket if it can take it now (False: it cannot).
+        # Writes frames straight to the socket if it can take them now (False: it cannot).
         # Set by the HTTP writer once it is in its live phase; see `try_add`.
         self.direct: Callable[[bytes], bool] | None = None
         self.pending: list[bytes] = []  # frames for `direct`, sent together by `flush`
@@ -119,12 +119,12 @@ class CacheWatcher:
         return True
 
     def flush(self) -> None:
-        """Write the pending frames as one HTTP chunk if the socket takes it now; otherwise they
+        """Write the pending frames in one socket write if the socket takes it now; otherwise they
         go to the queue (the writer task drains it and S4.14 applies to what follows)."""
         if not self.pending or self.done:
             self.pending = []
             return
-        if self.direct is not None and self.direct(http_chunk(b"".join(self.pending))):
+        if self.direct is not None and self.direct(b"".join(self.pending)):
             self.pending = []
             return
         self._pending_to_queue()
@@ -164,8 +164,3 @@ class CacheWatcher:
                 await asyncio.wait_for(self._wakeup.wait(), timeout)
             except asyncio.TimeoutError:
                 pass
-
-
-def http_chunk(data: bytes) -> bytes:
-    """One HTTP/1.1 chunked-encoding chunk (what aiohttp writes for a chunked response)."""
-    return b"%x\r\n%b\r\n" % (len(data), data)

@@ -1,77 +1,194 @@
-"""Cache or etcd? The LIST/GET routing table of upstream's delegator (S1.14-S1.27), as pure functions.
+"""`CacheDelegator`: the storage contract the endpoints call, one per resource (upstream's
+`cacheDelegator` in k8s.io/apiserver/pkg/storage/cacher/delegator.go).
 
-`plan_list` returns where a list is served and with which semantics:
-
-| # | RV | RVM | limit | continue | plan |
-|---|----|-----|-------|----------|------|
-| L1 | unset | unset | any | - | consistent (cache after waiting; etcd if progress requests are unreliable) |
-| L2 | "0" | unset/NotOlderThan | ignored | - | any (cache, no wait, no limit) |
-| L3 | N | NotOlderThan | any | - | not_older_than N (cache, wait <= 3 s) |
-| L4 | N | unset | 0 | - | not_older_than N |
-| L5 | N | unset | > 0 | - | exact N (snapshot <= N, else etcd) |
-| L6 | N | Exact | any | - | exact N |
-| L7 | ""/"0" | unset | any | rv > 0 | exact at token rv from the start key |
-| L8 | ""/"0" | unset | any | rv = -1 | consistent from the start key |
+Writes and quorum reads go to etcd (`storage.store.EtcdStore`). GETs with a resourceVersion, lists
+and watches go to the watch cache where `cache.plan` (the S1.14-S1.27 table) and the residency
+allow it, and to etcd otherwise. With `--watch-cache=false` there is no cacher and everything goes
+to etcd. Errors are storage errors; `apiserver/status.py` turns them into Status objects.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any, Callable
 
-CONSISTENT = "consistent"
-ANY = "any"
-NOT_OLDER_THAN = "not_older_than"
-EXACT = "exact"
+from machinery import jsonenc
+from machinery.encoding import list_item_bytes
+from machinery.resources import Resource
+from storage import errors as serr
+from storage.continue_token import encode_continue, resolve_continue
+from storage.interface import ListPage, ListRequest, WatchRequest, WatchSink
+from storage.store import EtcdStore
 
+from . import plan, reads
+from .cacher import Cacher
+from .metrics import residency_delegated, sharded_watch_metrics
+from .residency import Residency, entry_shard_filter
 
-@dataclass(frozen=True)
-class ListPlan:
-    source: str          # "cache" | "etcd"
-    mode: str            # one of the constants above
-    rv: int = 0          # N for not_older_than / exact
-    limit: int = 0       # effective limit (0 = none)
-
-
-class NotReadyError(Exception):
-    """The cache cannot answer and the request may not go to etcd (429, S1.25)."""
+Obj = dict[str, Any]
 
 
-def plan_list(rv: str | None, rvm: str, limit: int, continue_rv: int | None, *, ready: bool,
-              consistent_supported: bool, has_selectors: bool, single_key: bool, cache_rv: int) -> ListPlan:
-    """Decide one LIST (validation, S1.2-S1.13, has already run)."""
-    limit = max(limit, 0)
-    if continue_rv is not None:
-        mode, n = (EXACT, continue_rv) if continue_rv > 0 else (CONSISTENT, 0)
-    elif rv in (None, ""):
-        mode, n = CONSISTENT, 0
-    elif rv == "0":
-        mode, n = ANY, 0
-        limit = 0  # S1.19: RV=0 from the cache ignores limit
-    else:
-        n = int(rv)
-        if rvm == "Exact" or (not rvm and limit > 0):
-            mode = EXACT
+def not_ready(cacher: Cacher) -> serr.StorageError:
+    """S1.25/S1.33: the cache is (re)initializing and the request may not go to etcd (429)."""
+    return serr.StorageError(serr.Code.NOT_READY, cacher.prefix, retry_after=cacher.retry_after())
+
+
+class CacheDelegator:
+    def __init__(self, res: Resource, store: EtcdStore, cacher: Cacher | None, residency: Residency,
+                 resource_prefix: str):
+        self.res = res
+        self.store = store
+        self.cacher = cacher
+        self.residency = residency
+        self.resource_prefix = resource_prefix  # `/registry/<resource>/`, what shard filters cut keys by
+
+    async def stop(self) -> None:
+        if self.cacher is not None:
+            await self.cacher.stop()
+        await self.store.stop()
+
+    async def _settled(self) -> Cacher | None:
+        """The cacher, after its first initialisation has had a short grace period."""
+        c = self.cacher
+        if c is not None and not c.ready:
+            await c.settle()
+        return c
+
+    # --- writes and quorum reads: etcd -------------------------------------------------------
+
+    async def get(self, key: str) -> Obj:
+        return await self.store.get(key)
+
+    async def create(self, key: str, obj: Obj) -> Obj:
+        return await self.store.create(key, obj)
+
+    async def update(self, key: str, obj: Obj, expected_rv: int) -> Obj:
+        return await self.store.update(key, obj, expected_rv)
+
+    async def try_update(self, key: str, obj: Obj, expected_rv: int) -> tuple[Obj | None, Obj | None]:
+        return await self.store.try_update(key, obj, expected_rv)
+
+    async def guaranteed_update(self, key: str, fn: Callable[[Obj], Obj | None], retries: int = 20) -> Obj:
+        return await self.store.guaranteed_update(key, fn, retries)
+
+    async def delete(self, key: str, **kw) -> tuple[Obj, int]:
+        return await self.store.delete(key, **kw)
+
+    async def current_revision(self, prefix: str) -> int:
+        return await self.store.current_revision(prefix)
+
+    async def count(self, prefix: str) -> int:
+        return await self.store.count(prefix)
+
+    async def compact(self, revision: int) -> None:
+        """Compact etcd; the cache forgets the compacted history at once (it would on its next
+        compaction poll, S2.16.2)."""
+        await self.store.compact(revision)
+        if self.cacher is not None:
+            self.cacher.wc.compact(revision)
+
+    # --- the cache's copy, for writes (upstream GuaranteedUpdate's cachedExistingObject) ------
+
+    def holds(self, key: str) -> bool:
+        """The ready cache holds this key (a namespace that exists for NamespaceLifecycle)."""
+        c = self.cacher
+        return c is not None and c.ready and c.wc.store.get(key) is not None
+
+    def cached_object(self, key: str) -> Obj | None:
+        """The ready cache's copy of an object (possibly stale: only a CAS may rely on it)."""
+        c = self.cacher
+        if c is None or not c.ready:
+            return None
+        e = c.wc.store.get(key)
+        return jsonenc.loads(c.wire(e.data)) if e is not None else None
+
+    # --- GET with a resourceVersion (S1.14-S1.16) ----------------------------------------------
+
+    async def get_at(self, key: str, resource_version: str | None) -> Obj | bytes:
+        """The object (decoded from etcd) or its wire bytes (from the cache)."""
+        rv = int(resource_version) if resource_version else 0
+        cacher = await self._settled()
+        if cacher is not None and self.residency.partial(self.res.plural):
+            # A name does not tell which shard holds the object: never answer 404 for an
+            # object that merely lives outside this process's residency.
+            residency_delegated.labels(self.res.group, self.res.plural, "get").inc()
+            cacher = None
+        if cacher is not None:
+            try:
+                where = plan.plan_get(resource_version, ready=cacher.ready)
+            except plan.NotReadyError:
+                raise not_ready(cacher) from None
+            if where == "cache":
+                # S1.15-S1.16: RV=0 any state; RV=N wait up to 3 s, 504 otherwise (no etcd fallback).
+                if rv:
+                    await reads.wait_fresh_or_504(cacher, rv)
+                e = cacher.wc.store.get(key)
+                if e is None:
+                    raise serr.not_found(key)
+                return cacher.wire(e.data)
+        # S1.14: RV unset is a quorum read. On the etcd path RV=N reads the latest state and
+        # checks it is not older than N.
+        obj = await self.store.get(key)
+        if rv and int(obj["metadata"]["resourceVersion"]) < rv:
+            cur = await self.store.current_revision(self.resource_prefix)
+            if cur < rv:
+                raise serr.StorageError(serr.Code.TOO_LARGE_RV, key, rv=rv, current_rv=cur, retry_after=1)
+        return obj
+
+    # --- LIST ----------------------------------------------------------------------------------
+
+    async def get_list(self, prefix: str, req: ListRequest) -> ListPage:
+        cacher = await self._settled()
+        if cacher is not None:
+            if self.residency.serves(self.res.plural, req.shard):
+                page = await self._list_from_cache(cacher, prefix, req)
+                if page is not None:
+                    return page
+            else:
+                residency_delegated.labels(self.res.group, self.res.plural, "list").inc()
+        return await self.store.get_list(prefix, req)
+
+    async def _list_from_cache(self, cacher: Cacher, prefix: str, req: ListRequest) -> ListPage | None:
+        """A page from the watch cache, or None when the list must go to etcd (S1.18-S1.26)."""
+        start_key = cont_rv = None
+        if req.continue_:
+            start_key, cont_rv = resolve_continue(req.continue_, req.resource_version, prefix)  # S1.12
+        try:
+            p = plan.plan_list(req.resource_version, req.resource_version_match, req.limit, cont_rv,
+                               ready=cacher.ready, consistent_supported=cacher.progress_supported,
+                               has_selectors=req.predicate is not None or req.shard is not None,
+                               single_key=req.single_key, cache_rv=cacher.wc.rv)
+        except plan.NotReadyError:
+            raise not_ready(cacher) from None
+        if p.source != "cache":
+            return None
+        shard = entry_shard_filter(req.shard, self.resource_prefix) if req.shard is not None else None
+        try:
+            got = await reads.list_from_cache(cacher, self.res, p, prefix, start_key, req.predicate,
+                                              req.label_requirements, req.namespace, shard=shard)
+        except reads.Delegate:
+            return None
+        res, wire = self.res, cacher.wire
+        page = ListPage(got.resource_version, raw=[list_item_bytes(res, e.data) for e in got.entries],
+                        decode=lambda data: jsonenc.loads(wire(data)))
+        if got.continue_key is not None:
+            page.continue_ = encode_continue(got.continue_key[len(prefix):], got.resource_version)
+            page.remaining = got.remaining
+        return page
+
+    # --- WATCH ---------------------------------------------------------------------------------
+
+    async def serve_watch(self, prefix: str, req: WatchRequest, sink: WatchSink) -> None:
+        """Serve one watch into `sink` until its timeout, from the cache or from etcd."""
+        cacher = await self._settled()
+        if cacher is not None and not self.residency.serves(self.res.plural, req.shard):
+            residency_delegated.labels(self.res.group, self.res.plural, "watch").inc()
+            cacher = None
+        if cacher is None:
+            await self.store.serve_watch(prefix, req, sink)
+            return
+        if not cacher.ready:  # S1.33: a plain 429, not an ERROR event
+            raise not_ready(cacher)
+        if req.shard is None:
+            await reads.serve_watch(cacher, prefix, req, sink, None)
         else:
-            mode = NOT_OLDER_THAN
-    if not ready:
-        # S1.25: paged lists without selectors can go to etcd; everything else waits (429).
-        if limit > 0 and not has_selectors:
-            return ListPlan("etcd", mode, n, limit)
-        raise NotReadyError()
-    if mode == EXACT and single_key:
-        return ListPlan("etcd", mode, n, limit)        # S1.20
-    if mode == CONSISTENT and not consistent_supported:
-        return ListPlan("etcd", mode, n, limit)        # S1.26
-    if mode == EXACT and n > cache_rv and not consistent_supported:
-        return ListPlan("etcd", mode, n, limit)        # S1.26
-    return ListPlan("cache", mode, n, limit)
-
-
-def plan_get(rv: str | None, *, ready: bool) -> str:
-    """S1.14-S1.16: "etcd" for RV unset (quorum) or an unready cache at RV 0; else "cache"."""
-    if rv in (None, ""):
-        return "etcd"
-    if not ready:
-        if rv == "0":
-            return "etcd"
-        raise NotReadyError()
-    return "cache"
+            await reads.serve_watch(cacher, prefix, req, sink, entry_shard_filter(req.shard, self.resource_prefix),
+                                    on_watcher=sharded_watch_metrics(self.res))

@@ -31,3 +31,29 @@ cache_list_fetched = Counter("apiserver_cache_list_fetched_objects_total",
 cache_list_returned = Counter("apiserver_cache_list_returned_objects_total",
                               "Number of objects returned for a LIST request from watch cache", ["resource_prefix"])
 init_events = Counter("apiserver_init_events_total", "Counter of init events processed in watch cache broken by resource type.", _L)
+
+# Residency: requests a partially resident cache could not answer (served from etcd).
+residency_delegated = Counter(
+    "apiserver_residency_delegated_total",
+    "Requests served from etcd because their shardSelector lies outside this apiserver's cache residency.",
+    ["group", "resource", "verb"])
+# KEP-5866 metrics (S7.15).
+watch_shards_total = Gauge("apiserver_watch_shards_total", "Number of open sharded watches.",
+                           ["group", "resource"])
+watch_filtered_events_total = Counter(
+    "apiserver_watch_filtered_events_total", "Events a sharded watcher rejected by its shard selector.",
+    ["group", "resource"])
+
+
+def sharded_watch_metrics(res):
+    """on_watcher callback: keeps apiserver_watch_shards_total in step with open sharded watches."""
+    g = watch_shards_total.labels(res.group, res.plural)
+    filtered = watch_filtered_events_total.labels(res.group, res.plural)
+
+    def on_watcher(w, opened: bool) -> None:
+        if opened:
+            g.inc()
+            w.on_filtered = filtered.inc
+        else:
+            g.dec()
+    return on_watcher

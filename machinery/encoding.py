@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import jsonenc
+from . import jsonenc, objects, tables
 from .resources import Resource
 
 Obj = dict[str, Any]
@@ -35,3 +35,36 @@ def list_item_bytes(res: Resource, data: bytes) -> bytes:
         return data
     obj = jsonenc.loads(data)
     return jsonenc.dumps({k: v for k, v in obj.items() if k not in ("kind", "apiVersion")})
+
+
+class WatchFrames:
+    """The frames of one watch response (S4.2): `{"type":…,"object":…}` lines, or Table rows when
+    the client asked for Tables (one row per event, column headers only in the first)."""
+
+    def __init__(self, res: Resource, table: bool = False, include_object: str = "Metadata"):
+        self.res = res
+        self.table = table
+        self.include_object = include_object
+        self._first_row = True
+
+    def _row(self, ev_type: str, obj: Obj) -> bytes:
+        t = tables.watch_table(self.res, obj, self._first_row, self.include_object)
+        self._first_row = False
+        return jsonenc.watch_event(ev_type, jsonenc.dumps(t))
+
+    def event(self, ev_type: str, data: bytes) -> bytes:
+        """An event whose object is already encoded (the watch cache's bytes)."""
+        if self.table:
+            return self._row(ev_type, jsonenc.loads(data))
+        return jsonenc.watch_event(ev_type, data)
+
+    def event_obj(self, ev_type: str, obj: Obj) -> bytes:
+        """An event of a decoded object (the etcd path)."""
+        if self.table:
+            return self._row(ev_type, obj)
+        return jsonenc.watch_event(ev_type, encode_obj(self.res, obj))
+
+    def bookmark(self, rv: int, initial_events_end: bool = False) -> bytes:
+        """BOOKMARK events are never Tables (S4.11, S5.4)."""
+        return jsonenc.watch_event("BOOKMARK", encode_obj(self.res, objects.bookmark(self.res, rv,
+                                                                                      initial_events_end)))

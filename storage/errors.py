@@ -1,7 +1,7 @@
 """The storage error family (as upstream's `storage.StorageError`).
 
 One coded exception; the HTTP layer maps codes to Status objects in one place
-(`apiserver/storage_errors.py`).
+(`apiserver/status.py`).
 """
 from __future__ import annotations
 
@@ -16,18 +16,24 @@ class Code(enum.Enum):
     UNREACHABLE = "Unreachable"
     EXPIRED = "Expired"              # revision compacted (S1.24, S2.12)
     TOO_LARGE_RV = "TooLargeResourceVersion"  # revision beyond etcd's (S1.22)
+    NOT_READY = "NotReady"           # the watch cache is (re)initializing (S1.25, S1.33)
+    PROGRESS_UNSUPPORTED = "RequestWatchProgressDisabled"  # a consistent watch-list needs it (S3.7)
     INTERNAL = "Internal"
 
 
 class StorageError(Exception):
     def __init__(self, code: Code, key: str = "", message: str = "", *,
-                 rv: int = 0, current_rv: int = 0):
+                 rv: int = 0, current_rv: int = 0, retry_after: int = 0, status_message: str = "",
+                 continue_token: str | None = None):
         super().__init__(message or f"{code.value}: {key}")
         self.code = code
         self.key = key
         self.rv = rv
         self.current_rv = current_rv
         self.message = message
+        self.retry_after = retry_after          # seconds a client should wait (TOO_LARGE_RV, NOT_READY)
+        self.status_message = status_message    # the Status message where upstream words it here (EXPIRED)
+        self.continue_token = continue_token    # S2.12: the token that continues inconsistently
 
 
 def not_found(key: str) -> StorageError:

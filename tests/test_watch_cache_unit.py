@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from cache import delegator as d
+from cache import plan as d
 from cache.watch_cache import LOWER_CAPACITY, TooOld, WatchCache
 
 

@@ -1,27 +1,23 @@
-"""Serving GET, LIST and WATCH from the watch cache (the Cacher facade seen from HTTP).
-
-`handlers.py` asks `cache.delegator` where a request goes; when it is the
-cache, the functions here answer it: consistent-read waiting with etcd
-fallback (S3.4), snapshot paging (S2.14-S2.17), bitmap label selection,
-watch replay from the window, watch-list (S5), bookmarks.
+"""Reads the watch cache answers once `cache.delegator` has routed them here: consistent-read
+waiting with etcd fallback (S3.4), snapshot paging (S2.14-S2.17), bitmap label selection, watch
+replay from the window, watch-list (S5), bookmarks. No HTTP here: a watch writes to a
+`storage.interface.WatchSink`, errors are storage errors.
 """
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterator
 
-from aiohttp import web
-
-from cache import metrics as cmetrics
-from cache.cache_watcher import CacheWatcher
-from cache.cacher import Cacher, TooLargeRV, next_bookmark_time
-from cache.delegator import ANY, CONSISTENT, EXACT, NOT_OLDER_THAN, ListPlan
-from cache.watch_cache import INDEXABLE_OPS, Entry, TooOld
-
-from machinery import errors, jsonenc, objects, tables
 from machinery.resources import Resource
+from storage import errors as serr
+from storage.interface import WatchRequest, WatchSink
+
+from . import metrics as cmetrics
+from .cache_watcher import CacheWatcher
+from .cacher import Cacher, TooLargeRV, next_bookmark_time
+from .plan import CONSISTENT, EXACT, NOT_OLDER_THAN, ListPlan
+from .watch_cache import INDEXABLE_OPS, Entry, TooOld
 
 Obj = dict[str, Any]
 
@@ -38,11 +34,16 @@ class CachedList:
     remaining: int | None
 
 
+def too_large(key: str, e: TooLargeRV) -> serr.StorageError:
+    """The cache waited up to 3 s for an RV it has not seen: 504 with Retry-After 1 (S1.16, S1.22)."""
+    return serr.StorageError(serr.Code.TOO_LARGE_RV, key, rv=e.requested, current_rv=e.current, retry_after=1)
+
+
 async def wait_fresh_or_504(cacher: Cacher, rv: int) -> None:
     try:
         await cacher.wait_until_fresh(rv)
     except TooLargeRV as e:
-        raise errors.too_large_resource_version(e.requested, e.current, retry_after=1) from None
+        raise too_large(cacher.prefix, e) from None
 
 
 async def list_from_cache(cacher: Cacher, res: Resource, plan: ListPlan, prefix: str, start_key: str | None,
@@ -143,57 +144,25 @@ def indexable(label_selector) -> list | None:
 
 # --- watch -----------------------------------------------------------------------------------
 
-# Above this many bytes waiting in the socket's buffer, events go through the watcher's queue
-# (and its writer task's drain), so a slow client meets the S4.14 budget as before.
-DIRECT_WRITE_LIMIT = 64 * 1024
-
-
-def _direct_writer(request: web.Request) -> Callable[[bytes], bool] | None:
-    transport = request.transport
-    if transport is None:
-        return None
-
-    def write(chunk: bytes) -> bool:
-        if transport.is_closing() or transport.get_write_buffer_size() > DIRECT_WRITE_LIMIT:
-            return False
-        transport.write(chunk)
-        return True
-    return write
-
-
-async def serve_watch(request: web.Request, cacher: Cacher, res: Resource, *, prefix: str, rv_s: str | None,
-                      send_initial: bool | None, allow_bookmarks: bool, timeout: float,
-                      predicate: Callable[[Obj], bool] | None, shard: Callable[[Entry], bool] | None,
-                      encode_obj: Callable[[Obj], bytes], table: bool, include_object: str,
-                      on_watcher: Callable[[CacheWatcher, bool], None] | None = None) -> web.StreamResponse:
-    """A watch served from the cache: errors before the stream are HTTP errors; after, ERROR events."""
+async def serve_watch(cacher: Cacher, prefix: str, req: WatchRequest, sink: WatchSink,
+                      shard: Callable[[Entry], bool] | None,
+                      on_watcher: Callable[[CacheWatcher, bool], None] | None = None) -> None:
+    """A watch served from the cache: errors before `sink.start()` raise; after it, ERROR events."""
     wc = cacher.wc
+    rv_s = req.resource_version
     rv = int(rv_s) if rv_s not in (None, "") else 0
-    resp = web.StreamResponse(status=200)
-    resp.content_type = "application/json"
-    resp.enable_chunked_encoding()
-    await resp.prepare(request)  # S4.3
-    deadline = time.monotonic() + timeout
-    first_table = [True]
+    send_initial, allow_bookmarks, predicate = req.send_initial_events, req.allow_bookmarks, req.predicate
+    frames = req.frames
+    await sink.start()  # S4.3
+    deadline = time.monotonic() + req.timeout
 
     def frame(ev_type: str, data: bytes) -> bytes:
-        data = cacher.wire(data)
-        if table and ev_type not in ("ERROR", "BOOKMARK"):
-            t = tables.watch_table(res, jsonenc.loads(data), first_table[0], include_object)
-            first_table[0] = False
-            return jsonenc.watch_event(ev_type, jsonenc.dumps(t))
-        return jsonenc.watch_event(ev_type, data)
-
-    async def error_event(e: errors.StatusError) -> web.StreamResponse:
-        await resp.write(jsonenc.watch_event("ERROR", jsonenc.dumps(e.status())))
-        await resp.write_eof()
-        return resp
+        return frames.event(ev_type, cacher.wire(data))
 
     # S3.7: a consistent watch-list needs reliable progress requests.
     if send_initial and allow_bookmarks and rv_s in (None, "") and not cacher.progress_supported:
-        return await error_event(errors.StatusError(
-            500, "InternalError", "a watch stream was requested by the client but the required storage "
-                                  "feature RequestWatchProgress is disabled"))
+        await sink.fail(serr.StorageError(serr.Code.PROGRESS_UNSUPPORTED, prefix))
+        return
     # 1. Freshness (S5.7, S1.29).
     try:
         if send_initial:
@@ -204,7 +173,8 @@ async def serve_watch(request: web.Request, cacher: Cacher, res: Resource, *, pr
         elif rv_s in (None, "") and send_initial is False:
             await cacher.wait_until_fresh(await cacher.current_revision())
     except TooLargeRV as e:
-        return await error_event(errors.too_large_resource_version(e.requested, e.current, retry_after=1))
+        await sink.fail(too_large(prefix, e))
+        return
 
     # 2. Register atomically with the state we start from (no await in between).
     watch_list = bool(send_initial) and allow_bookmarks
@@ -223,10 +193,12 @@ async def serve_watch(request: web.Request, cacher: Cacher, res: Resource, *, pr
         try:
             replay = wc.events_since(rv)
         except TooOld as e:
-            return await error_event(errors.expired(str(e)))
+            await sink.fail(serr.StorageError(serr.Code.EXPIRED, prefix, rv=rv, current_rv=e.oldest,
+                                              status_message=str(e)))
+            return
         start_rv = max(rv, wc.rv)
     w.start_rv = w.last_rv = start_rv
-    if not table:
+    if not frames.table:
         w.make_frame = frame   # one encoded frame per event shared by all plain watchers
     if allow_bookmarks:
         w.next_bookmark = next_bookmark_time(time.monotonic(), deadline)
@@ -247,21 +219,21 @@ async def serve_watch(request: web.Request, cacher: Cacher, res: Resource, *, pr
                     size += len(b)
                     n += 1
                     if size >= 64 * 1024:
-                        await resp.write(b"".join(buf))
+                        await sink.write(b"".join(buf))
                         buf, size = [], 0
-            cmetrics.init_events.labels(res.group, res.plural).inc(n)
+            cmetrics.init_events.labels(cacher.group, cacher.resource_label).inc(n)
         for ev in replay:
             f = w.convert(ev, cache)
             if f is not None:
                 buf.append(frame(*f))
         if watch_list:
-            buf.append(jsonenc.watch_event("BOOKMARK", encode_obj(objects.bookmark(res, start_rv, True))))
+            buf.append(frames.bookmark(start_rv, True))
         if buf:
-            await resp.write(b"".join(buf))
+            await sink.write(b"".join(buf))
         # 4. Live events until the deadline: written by the dispatcher itself while the socket
         # keeps up (CacheWatcher.direct), otherwise from the queue by this task.
-        if not table:
-            w.direct = _direct_writer(request)
+        if not frames.table:
+            w.direct = sink.direct_writer()
         while not w.done:
             now = time.monotonic()
             if now >= deadline:
@@ -275,20 +247,11 @@ async def serve_watch(request: web.Request, cacher: Cacher, res: Resource, *, pr
                 if t == "FRAME":
                     out.append(payload)
                 elif t == "BOOKMARK":
-                    out.append(jsonenc.watch_event("BOOKMARK", encode_obj(objects.bookmark(res, payload))))
+                    out.append(frames.bookmark(payload))
                 else:
                     out.append(frame(t, payload))
-            await resp.write(b"".join(out))
-    except (ConnectionResetError, asyncio.CancelledError):
+            await sink.write(b"".join(out))
+    finally:
         cacher.remove_watcher(w)
         if on_watcher:
             on_watcher(w, False)
-        raise
-    cacher.remove_watcher(w)
-    if on_watcher:
-        on_watcher(w, False)
-    try:
-        await resp.write_eof()
-    except ConnectionResetError:
-        pass
-    return resp

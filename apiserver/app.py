@@ -1,0 +1,138 @@
+"""The apiserver process: configuration, the per-resource storage (etcd store, watch cache and the
+delegator between them), start-up and shut-down, and the aiohttp application."""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from cache.cacher import LIST_PAGE, RESIDENT_LIST_PAGE, Cacher
+from cache.delegator import CacheDelegator
+from cache.residency import DEFAULT_FULL_RESOURCES, Residency
+from machinery.encoding import encode_obj, wire_head
+from machinery.resources import Registry, Resource
+from storage.router import Router
+from storage.store import EtcdStore
+
+from .controllers import Controllers
+from .endpoints.common import Context
+from .health import Health
+from .middleware import status_and_metrics
+from .routes import Routes
+
+
+@dataclass
+class Config:
+    etcd_servers: list[str]
+    etcd_prefix: str = "/registry"
+    etcd_overrides: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    watch_cache: bool = True                   # as the CLI's --watch-cache default
+    residency: Any = None                      # machinery.shard_selector.ShardSelector or None (everything)
+    full_resources: tuple[str, ...] = DEFAULT_FULL_RESOURCES
+    compaction_interval: float = 300.0         # --etcd-compaction-interval (0: never)
+
+
+class APIServer:
+    def __init__(self, config: Config):
+        self.config = config
+        self.etcd_prefix = config.etcd_prefix.rstrip("/") or "/registry"
+        self.registry = Registry()
+        self.router = Router(config.etcd_servers, config.etcd_overrides)
+        self.residency = Residency(config.residency, config.full_resources)
+        self.controllers = Controllers(self)
+        self.health = Health(self)
+        self.routes = Routes(self)
+        # Watch-list (S5) is served by the watch cache; without it we answer as upstream
+        # does with the WatchList gate off (S5.3).
+        self.endpoints = Context(registry=self.registry, etcd_prefix=self.etcd_prefix, storage=self.storage_for,
+                                 after_write=self.controllers.after_write, watch_list_enabled=config.watch_cache)
+        self._storage: dict[tuple[str, str], CacheDelegator] = {}
+        self._stores: dict[tuple[str, str], EtcdStore] = {}
+        self._tasks: list[asyncio.Task] = []
+        self.etcd_version = ""
+
+    # --- storage: one etcd store, watch cache and delegator per resource ----------------------
+
+    def store_for(self, res: Resource) -> EtcdStore:
+        k = (res.group, res.plural)
+        s = self._stores.get(k)
+        if s is None:
+            s = self._stores[k] = EtcdStore(self.router.client_for(res.group, res.plural), res.qualified)
+        return s
+
+    def storage_for(self, res: Resource) -> CacheDelegator:
+        """The resource's storage contract; its watch cache is created and started on first use."""
+        k = (res.group, res.plural)
+        d = self._storage.get(k)
+        if d is None:
+            d = self._storage[k] = CacheDelegator(res, self.store_for(res), self._new_cacher(res), self.residency,
+                                                  res.prefix(self.etcd_prefix))
+        return d
+
+    def _new_cacher(self, res: Resource) -> Cacher | None:
+        if not self.config.watch_cache:
+            return None
+        # A dedicated etcd client per cached resource: progress requests apply to
+        # every watch on a gRPC stream (S3.2).
+        client = self.router.client_for(res.group, res.plural, dedicated=True)
+        client.version = self.etcd_version
+        prefix = res.prefix(self.etcd_prefix)
+        c = Cacher(store=self.store_for(res), client=client, prefix=prefix,
+                   resource_label=res.plural, group=res.group,
+                   encode=lambda obj, _r=res: encode_obj(_r, obj),
+                   residency=self.residency.ingest_filter(res.plural, prefix, res.namespaced),
+                   head=wire_head(res),
+                   # Poll at least as often as we compact (upstream: every 15 s).
+                   compaction_poll=min(15.0, self.config.compaction_interval or 15.0),
+                   list_page=RESIDENT_LIST_PAGE if self.residency.partial(res.plural) else LIST_PAGE)
+        c.start()
+        return c
+
+    def forget(self, res: Resource) -> None:
+        """A resource no longer served (its CRD was deleted): stop its cache."""
+        d = self._storage.pop((res.group, res.plural), None)
+        if d is not None and d.cacher is not None:
+            asyncio.ensure_future(d.cacher.stop())
+
+    def cachers(self) -> dict[tuple[str, str], Cacher]:
+        return {k: d.cacher for k, d in self._storage.items() if d.cacher is not None}
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.etcd_version = await self.router.default_client().status()
+        await self.controllers.create_system_namespaces()
+        await self.controllers.load_crds()
+        if self.config.watch_cache:
+            for r in self.registry.all():
+                self.storage_for(r)
+        self._tasks.append(asyncio.create_task(self.controllers.sync_crds_forever()))
+        if self.config.compaction_interval > 0:
+            from storage.compact import run_compactor
+            self._tasks.append(asyncio.create_task(
+                run_compactor(self.router.default_client(), self.config.compaction_interval)))
+        self._tasks.append(asyncio.create_task(self.controllers.count_objects_forever()))
+
+    async def stop(self) -> None:
+        for d in self._storage.values():
+            if d.cacher is not None:
+                await d.cacher.stop()
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, *(s.stop() for s in self._stores.values()), return_exceptions=True)
+        await self.router.close()
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[status_and_metrics], client_max_size=8 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self.routes.dispatch)
+
+        async def on_startup(_):
+            await self.start()
+
+        async def on_cleanup(_):
+            await self.stop()
+        app.on_startup.append(on_startup)
+        app.on_cleanup.append(on_cleanup)
+        return app

@@ -1,0 +1,202 @@
+"""What the endpoints share: the request scope, request bodies, list options and selectors, responses."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Iterable
+
+from aiohttp import web
+
+from cache.delegator import CacheDelegator
+from machinery import errors, jsonenc, protobuf, tables
+from machinery import shard_selector
+from machinery.encoding import encode_obj
+from machinery.listoptions import ListOptions, parse_list_options
+from machinery.resources import Registry, Resource
+from machinery.selectors import field_selectors_for
+
+Obj = dict[str, Any]
+
+# Upstream refuses request bodies over 3 MiB (DESIGN.md "Limits").
+MAX_BODY_BYTES = 3 * 1024 * 1024
+
+
+@dataclass
+class RequestScope:
+    """What the router resolved from the URL."""
+    resource: Resource
+    namespace: str | None
+    name: str | None
+    subresource: str
+
+
+@dataclass
+class Context:
+    """What endpoints need from the server, and nothing more."""
+    registry: Registry
+    etcd_prefix: str
+    storage: Callable[[Resource], CacheDelegator]                 # the resource's storage contract
+    after_write: Callable[[Resource, str, Obj], Awaitable[None]]  # controllers' reaction to a write
+    watch_list_enabled: bool                                      # S5.3: served by the watch cache only
+
+    def key(self, scope: RequestScope, name: str | None = None) -> str:
+        return scope.resource.key(self.etcd_prefix, scope.namespace, name or scope.name or "")
+
+    def prefix(self, scope: RequestScope) -> str:
+        return scope.resource.prefix(self.etcd_prefix, scope.namespace)
+
+
+# --- request bodies ----------------------------------------------------------------------------
+
+async def read_body(request: web.Request) -> bytes:
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        raise errors.request_entity_too_large(f"limit is {MAX_BODY_BYTES}")
+    # read() may return a part of the body: read until EOF (or just past the limit).
+    parts: list[bytes] = []
+    size = 0
+    while size <= MAX_BODY_BYTES:
+        chunk = await request.content.read(MAX_BODY_BYTES + 1 - size)
+        if not chunk:
+            break
+        parts.append(chunk)
+        size += len(chunk)
+    if size > MAX_BODY_BYTES:
+        raise errors.request_entity_too_large(f"limit is {MAX_BODY_BYTES}")
+    return b"".join(parts)
+
+
+async def decode_body(request: web.Request, res: Resource) -> Obj:
+    body = await read_body(request)
+    # No Content-Type means the first supported type, JSON (upstream NegotiateInputSerializer);
+    # aiohttp would report application/octet-stream.
+    ctype = request.content_type.lower() if request.headers.get("Content-Type") else "application/json"
+    if ctype in ("application/yaml", "application/apply-patch+yaml"):
+        import yaml
+        try:
+            obj = yaml.safe_load(body)
+        except yaml.YAMLError as e:
+            raise errors.bad_request(f"error converting YAML to JSON: {e}") from None
+    elif ctype in ("application/json", "*/*", ""):
+        try:
+            obj = jsonenc.loads(body)
+        except ValueError as e:
+            raise errors.bad_request(
+                f"the object provided is unrecognized (must be of type {res.kind}): "
+                f"couldn't get version/kind; json parse error: {e}") from None
+    elif ctype == protobuf.MEDIA_TYPE and not res.custom and protobuf.supports(res.api_version, res.kind):
+        # client-go's typed clientsets send built-in kinds as protobuf (custom
+        # resources have no protobuf form: 415 as upstream).
+        try:
+            obj = protobuf.decode(body, res.api_version, res.kind)
+        except protobuf.ProtobufError as e:
+            raise errors.bad_request(
+                f"the object provided is unrecognized (must be of type {res.kind}): {e}") from None
+    else:
+        raise errors.StatusError(415, "UnsupportedMediaType",
+                                 f"the body of the request was in an unknown format - accepted media "
+                                 f"types include: {accepted_media_types(res)}")
+    if not isinstance(obj, dict):
+        raise errors.bad_request(f"the object provided is unrecognized (must be of type {res.kind}): "
+                                 f"couldn't get version/kind; json parse error: expected an object")
+    check_gvk(res, obj)
+    return obj
+
+
+def accepted_media_types(res: Resource) -> str:
+    types = ["application/json", "application/yaml"]
+    if not res.custom and protobuf.supports(res.api_version, res.kind):
+        types.append(protobuf.MEDIA_TYPE)
+    return ", ".join(types)
+
+
+def check_gvk(res: Resource, obj: Obj) -> None:
+    """kind/apiVersion may be omitted (defaulted from the URL) but must not differ (400)."""
+    av = obj.get("apiVersion")
+    kind = obj.get("kind")
+    if av and av != res.api_version:
+        raise errors.bad_request(f"the API version in the data ({av}) does not match the expected "
+                                 f"API version ({res.api_version})")
+    if kind and kind != res.kind:
+        raise errors.bad_request(f"the kind in the data ({kind}) does not match the expected kind "
+                                 f"({res.kind}) for {res.qualified}")
+    if res.custom:
+        obj["apiVersion"], obj["kind"] = res.api_version, res.kind
+    else:
+        rest = {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
+        obj.clear()
+        obj.update({"kind": res.kind, "apiVersion": res.api_version, **rest})
+
+
+def dry_run(request: web.Request) -> bool:
+    values = request.query.getall("dryRun", [])
+    for v in values:
+        if v != "All":
+            raise errors.invalid("DeleteOptions" if request.method == "DELETE" else "CreateOptions", "",
+                                 "meta.k8s.io",
+                                 [errors.field_error("FieldValueNotSupported", "dryRun",
+                                                     'supported values: "All"', v)])
+    return bool(values)
+
+
+# --- list options and selectors ------------------------------------------------------------------
+
+def list_options(ctx: Context, request: web.Request, res: Resource, *, watch: bool) -> ListOptions:
+    return parse_list_options(request.query, watch=watch, watch_list_enabled=ctx.watch_list_enabled,
+                              field_selectors=field_selectors_for("" if res.custom else res.plural,
+                                                                  res.namespaced))
+
+
+def predicate(opts: ListOptions) -> tuple[Callable[[Obj], bool] | None, str | None]:
+    """(object predicate of the label and field selectors or None, exact name pinned by the field selector)."""
+    ls, fs = opts.labels, opts.fields
+    if ls.empty and fs.empty:
+        return None, None
+
+    def pred(obj: Obj) -> bool:
+        return ls.matches((obj.get("metadata") or {}).get("labels") or {}) and fs.matches(obj)
+    return pred, fs.exact_name()
+
+
+def parse_shard(opts: ListOptions):
+    """The request's KEP-5866 shardSelector (S7.1), or None; 400 if invalid (S7.9: upstream 500)."""
+    try:
+        return shard_selector.parse_shard_selector(opts.shard_selector or "")
+    except shard_selector.ShardSelectorError as e:
+        raise shard_selector.status_error(e) from None
+
+
+# --- responses -----------------------------------------------------------------------------------
+
+def wants_table(request: web.Request) -> bool:
+    return tables.parse_table_accept(request.headers.get("Accept", ""))
+
+
+def json_response(body: bytes, status: int = 200) -> web.Response:
+    return web.Response(body=body, status=status, content_type="application/json")
+
+
+def respond_obj(request: web.Request, res: Resource, obj: Obj, status: int = 200) -> web.Response:
+    if wants_table(request):
+        table = tables.to_table(res, [obj], {"resourceVersion": obj["metadata"].get("resourceVersion", "")},
+                                request.query.get("includeObject", "Metadata"))
+        return json_response(jsonenc.dumps(table) + b"\n", status)
+    return json_response(encode_obj(res, obj) + b"\n", status)
+
+
+async def stream_list(request: web.Request, res: Resource, meta: Obj, items: Iterable[bytes]) -> web.StreamResponse:
+    """Write the list item by item (streaming encoding, S6.1-S6.2)."""
+    resp = web.StreamResponse(status=200)
+    resp.content_type = "application/json"
+    await resp.prepare(request)
+    enc = jsonenc.iter_unstructured_list if res.custom else jsonenc.iter_list
+    buf: list[bytes] = []
+    size = 0
+    for chunk in enc(res.list_kind, res.api_version, meta, items):
+        buf.append(chunk)
+        size += len(chunk)
+        if size >= 64 * 1024:  # write in ~64 KiB pieces, never the whole body at once
+            await resp.write(b"".join(buf))
+            buf, size = [], 0
+    if buf:
+        await resp.write(b"".join(buf))
+    await resp.write_eof()
+    return resp

@@ -1,0 +1,66 @@
+"""GET and LIST: options parsed and validated here, then the resource's storage contract answers
+(the watch cache or etcd, decided by `cache.delegator`); lists are streamed item by item."""
+from __future__ import annotations
+
+from aiohttp import web
+
+from cache.reads import indexable
+from machinery import jsonenc, tables
+from machinery.encoding import encode_list_item
+from machinery.listoptions import ListOptions, parse_resource_version
+from storage import errors as serr
+from storage.interface import ListRequest
+
+from ..status import map_storage_error
+from .common import (Context, Obj, RequestScope, json_response, list_options, parse_shard, predicate, respond_obj,
+                     stream_list, wants_table)
+
+
+async def get(ctx: Context, request: web.Request, scope: RequestScope) -> web.Response:
+    res = scope.resource
+    rv_s = request.query.get("resourceVersion") or None
+    if rv_s:
+        parse_resource_version(rv_s)  # 400 before anything is read
+    try:
+        got = await ctx.storage(res).get_at(ctx.key(scope), rv_s)
+    except serr.StorageError as e:
+        raise map_storage_error(e, res, scope.name or "") from None
+    if isinstance(got, bytes):  # the watch cache's wire bytes
+        if wants_table(request):
+            return respond_obj(request, res, jsonenc.loads(got))
+        return json_response(got + b"\n")
+    return respond_obj(request, res, got)
+
+
+def list_request(scope: RequestScope, opts: ListOptions) -> ListRequest:
+    """The storage request of a LIST (or the list step of a deletecollection)."""
+    res = scope.resource
+    if opts.resource_version not in (None, "", "0"):
+        parse_resource_version(opts.resource_version)  # S1.11: 400 before routing
+    pred, exact_name = predicate(opts)
+    return ListRequest(resource_version=opts.resource_version, resource_version_match=opts.resource_version_match,
+                       limit=opts.limit, continue_=opts.continue_, predicate=pred, exact_name=exact_name,
+                       namespace=scope.namespace, shard=parse_shard(opts),
+                       label_requirements=indexable(opts.labels) if opts.fields.empty else None,
+                       single_key=exact_name is not None and (not res.namespaced or scope.namespace is not None))
+
+
+async def list_(ctx: Context, request: web.Request, scope: RequestScope) -> web.StreamResponse:
+    res = scope.resource
+    req = list_request(scope, list_options(ctx, request, res, watch=False))
+    try:
+        page = await ctx.storage(res).get_list(ctx.prefix(scope), req)
+    except serr.StorageError as e:
+        raise map_storage_error(e, res) from None
+    meta: Obj = {"resourceVersion": str(page.resource_version)}
+    if page.continue_ is not None:
+        meta["continue"] = page.continue_
+        if page.remaining is not None:
+            meta["remainingItemCount"] = page.remaining
+    if req.shard is not None:
+        meta["shardInfo"] = {"selector": str(req.shard)}  # S7.3 (custom resources too, unlike 1.36)
+    if wants_table(request):
+        table = tables.to_table(res, page.items(), meta, request.query.get("includeObject", "Metadata"))
+        return json_response(jsonenc.dumps(table) + b"\n")
+    items = page.raw if page.raw is not None else (encode_list_item(res, o) for o in page.objects or ())
+    return await stream_list(request, res, meta, items)

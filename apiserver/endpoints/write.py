@@ -1,0 +1,320 @@
+"""Writes: create, update, patch (one read-modify-CAS loop), delete (preconditions, finalizers) and
+deletecollection. Every write is a compare-and-swap on etcd through the resource's storage
+contract; the cache learns of it from its etcd watch, like every other apiserver would."""
+from __future__ import annotations
+
+from typing import Callable
+
+from aiohttp import web
+
+from machinery import errors, jsonenc, objects, patch as patchmod, protobuf, validation
+from machinery.encoding import encode_list_item
+from machinery.listoptions import parse_resource_version
+from machinery.resources import Resource
+from storage import errors as serr
+
+from ..status import map_storage_error
+from .common import (Context, Obj, RequestScope, check_gvk, decode_body, dry_run, list_options, read_body,
+                     respond_obj, stream_list)
+from .read import list_request
+
+
+async def ensure_namespace(ctx: Context, namespace: str) -> None:
+    """Creates need an existing namespace. As upstream's NamespaceLifecycle admission, the
+    namespace cache answers when it holds the namespace; otherwise etcd is asked (a namespace
+    just created may not have reached the cache: never a false 404)."""
+    ns_res = ctx.registry.lookup("", "v1", "namespaces")
+    key = ns_res.key(ctx.etcd_prefix, None, namespace)
+    storage = ctx.storage(ns_res)
+    if storage.holds(key):
+        return
+    try:
+        await storage.get(key)
+    except serr.StorageError as e:
+        if e.code is serr.Code.KEY_NOT_FOUND:
+            raise errors.not_found("namespaces", namespace) from None
+        raise map_storage_error(e, ns_res, namespace) from None
+
+
+async def create(ctx: Context, request: web.Request, scope: RequestScope) -> web.Response:
+    res = scope.resource
+    obj = await decode_body(request, res)
+    md = obj.setdefault("metadata", {})
+    if not isinstance(md, dict):
+        raise errors.bad_request("metadata must be an object")
+    if res.namespaced:
+        body_ns = md.get("namespace")
+        if body_ns and scope.namespace and body_ns != scope.namespace:
+            raise errors.bad_request("the namespace of the provided object does not match the "
+                                     "namespace sent on the request")
+        md["namespace"] = scope.namespace
+    else:
+        md.pop("namespace", None)
+    if not md.get("name") and md.get("generateName"):
+        md["name"] = validation.generate_name(md["generateName"])
+    validation.validate_object(res.plural, res.kind, res.group, obj, namespaced=res.namespaced)
+    if res.namespaced:
+        await ensure_namespace(ctx, scope.namespace)
+    obj = objects.prepare_create(res, obj)
+    if dry_run(request):
+        return respond_obj(request, res, obj, 201)
+    key = res.key(ctx.etcd_prefix, scope.namespace, md["name"])
+    try:
+        out = await ctx.storage(res).create(key, obj)
+    except serr.StorageError as e:
+        raise map_storage_error(e, res, md["name"]) from None
+    await ctx.after_write(res, "ADDED", out)
+    return respond_obj(request, res, out, 201)
+
+
+async def update(ctx: Context, request: web.Request, scope: RequestScope) -> web.Response:
+    res = scope.resource
+    obj = await decode_body(request, res)
+    md = obj.setdefault("metadata", {})
+    if not isinstance(md, dict):
+        raise errors.bad_request("metadata must be an object")
+    if md.get("name") and md["name"] != scope.name:
+        raise errors.bad_request(f"the name of the object ({md['name']}) does not match the name on "
+                                 f"the URL ({scope.name})")
+    md["name"] = scope.name
+    if res.namespaced:
+        if md.get("namespace") and md["namespace"] != scope.namespace:
+            raise errors.bad_request("the namespace of the provided object does not match the "
+                                     "namespace sent on the request")
+        md["namespace"] = scope.namespace
+    want_rv = md.get("resourceVersion") or None
+    if want_rv is not None:
+        want_rv = str(parse_resource_version(str(want_rv)))
+
+    def apply(cur: Obj) -> Obj:
+        if want_rv is not None and cur["metadata"].get("resourceVersion") != want_rv:
+            raise serr.conflict(ctx.key(scope), "the object has been modified")
+        return dict(obj)
+    return await _write(ctx, request, scope, apply, status_ok=200)
+
+
+async def patch(ctx: Context, request: web.Request, scope: RequestScope) -> web.Response:
+    res = scope.resource
+    ctype = (request.content_type or "").lower()
+    patchmod.check_patch_type(ctype, res.plural, res.custom)
+    body = await read_body(request)
+
+    def apply(cur: Obj) -> Obj:
+        doc = {k: v for k, v in cur.items()}
+        patched = patchmod.apply_patch(doc, ctype, body, res.plural, res.custom)
+        if not isinstance(patched, dict):
+            raise errors.bad_request("the patched object is not a JSON object")
+        pmd = patched.get("metadata") or {}
+        want = pmd.get("resourceVersion")
+        if want and want != cur["metadata"].get("resourceVersion"):
+            raise serr.conflict(ctx.key(scope), "the object has been modified")
+        if pmd.get("name") not in (None, scope.name):
+            raise errors.bad_request(f"the name of the object ({pmd.get('name')}) does not match the "
+                                     f"name on the URL ({scope.name})")
+        check_gvk(res, patched)
+        return patched
+    return await _write(ctx, request, scope, apply, status_ok=200)
+
+
+async def _write(ctx: Context, request: web.Request, scope: RequestScope,
+                 make_new: Callable[[Obj], Obj], status_ok: int) -> web.Response:
+    """Read-modify-CAS loop shared by update and patch (upstream GuaranteedUpdate).
+
+    As upstream, the first attempt starts from the watch cache's copy when there is one, so
+    a write is one etcd Txn; its failure branch returns the current object for the retry.
+    A copy that may be stale is never the basis of an answer other than a successful CAS:
+    an error, a no-op or a dry run computed from it is recomputed from etcd first."""
+    res = scope.resource
+    store = ctx.storage(res)
+    key = ctx.key(scope)
+    cur = store.cached_object(key)
+    authoritative = False
+    for _ in range(20):
+        if cur is None:
+            try:
+                cur = await store.get(key)
+            except serr.StorageError as e:
+                raise map_storage_error(e, res, scope.name or "") from None
+            authoritative = True
+        try:
+            new = make_new(jsonenc.loads(jsonenc.dumps(cur)))
+            md = new.setdefault("metadata", {})
+            md["name"] = scope.name
+            if res.namespaced:
+                md["namespace"] = scope.namespace
+            new = objects.prepare_update(res, new, cur, scope.subresource)
+            validation.validate_object(res.plural, res.kind, res.group, new, namespaced=res.namespaced,
+                                       old=cur)
+            no_op = _same_content(new, cur)
+            dry = dry_run(request)
+        except (errors.StatusError, serr.StorageError):  # e.g. a precondition's conflict
+            if not authoritative:
+                cur = None
+                continue
+            raise
+        if (no_op or dry) and not authoritative:
+            cur = None
+            continue
+        if no_op:
+            return respond_obj(request, res, cur, status_ok)  # no-op: RV unchanged, as upstream
+        if dry:
+            return respond_obj(request, res, new, status_ok)
+        if _finalized(new):
+            out, _ = await store.delete(key)
+            await ctx.after_write(res, "DELETED", out)
+            return respond_obj(request, res, new, status_ok)
+        try:
+            out, current = await store.try_update(key, new, int(cur["metadata"]["resourceVersion"]))
+        except serr.StorageError as e:
+            raise map_storage_error(e, res, scope.name or "") from None
+        if out is None:
+            cur, authoritative = current, True  # changed under us: retry from etcd's state
+            continue
+        await ctx.after_write(res, "MODIFIED", out)
+        return respond_obj(request, res, out, status_ok)
+    raise errors.conflict(res.plural, scope.name or "", res.group, "too many concurrent updates")
+
+
+def _finalized(obj: Obj) -> bool:
+    """An object being deleted whose last finalizer was just removed goes away."""
+    md = obj.get("metadata") or {}
+    return bool(md.get("deletionTimestamp")) and not md.get("finalizers")
+
+
+async def delete_options(request: web.Request) -> Obj:
+    body = await read_body(request)
+    opts: Obj = {}
+    ctype = (request.content_type or "").lower() if request.headers.get("Content-Type") else ""
+    if ctype == protobuf.MEDIA_TYPE and body:
+        try:
+            opts = protobuf.decode_delete_options(body)
+        except protobuf.ProtobufError as e:
+            raise errors.bad_request(f"invalid DeleteOptions: {e}") from None
+    elif body.strip():
+        try:
+            opts = jsonenc.loads(body)
+        except ValueError as e:
+            raise errors.bad_request(f"invalid DeleteOptions: {e}") from None
+        if not isinstance(opts, dict):
+            raise errors.bad_request("invalid DeleteOptions: not an object")
+    pre = dict(opts.get("preconditions") or {})
+    for q in ("preconditions.uid", "preconditions.resourceVersion"):
+        if q in request.query:
+            pre[q.split(".", 1)[1]] = request.query[q]
+    opts["preconditions"] = pre
+    for q in ("propagationPolicy", "orphanDependents"):
+        if q in request.query:
+            opts[q] = request.query[q]
+    # dryRun may come in the body (client-go, kubectl --dry-run=server) or the query.
+    opts["dryRun"] = list(opts.get("dryRun") or []) + request.query.getall("dryRun", [])
+    validate_delete_options(opts)
+    return opts
+
+
+async def delete(ctx: Context, request: web.Request, scope: RequestScope) -> web.Response:
+    res = scope.resource
+    opts = await delete_options(request)
+    pre = opts["preconditions"]
+    out, status = await delete_one(ctx, request, res, scope.namespace, scope.name or "",
+                                        uid=pre.get("uid"), rv=pre.get("resourceVersion"),
+                                        dry=bool(opts["dryRun"]))
+    return respond_obj(request, res, out, status)
+
+
+async def delete_one(ctx: Context, request: web.Request, res: Resource, namespace: str | None, name: str,
+                     uid: str | None = None, rv: str | None = None, dry: bool = False) -> tuple[Obj, int]:
+    """Delete one object; objects with finalizers only get a deletionTimestamp (202)."""
+    store = ctx.storage(res)
+    key = res.key(ctx.etcd_prefix, namespace, name)
+    try:
+        cur = await store.get(key)
+    except serr.StorageError as e:
+        raise map_storage_error(e, res, name) from None
+    md = cur["metadata"]
+    if uid is not None and md.get("uid") != uid:
+        raise errors.conflict(res.plural, name, res.group,
+                              f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
+                              f"{md.get('uid', '')}")
+    if rv is not None and md.get("resourceVersion") != rv:
+        raise errors.conflict(res.plural, name, res.group,
+                              f"Precondition failed: ResourceVersion in precondition: {rv}, "
+                              f"ResourceVersion in object meta: {md.get('resourceVersion')}")
+    if dry:
+        return cur, 200
+    if md.get("finalizers") and res.plural != "namespaces":
+        if md.get("deletionTimestamp"):
+            return cur, 202
+
+        def mark(o: Obj) -> Obj:
+            o["metadata"]["deletionTimestamp"] = objects.now_rfc3339()
+            o["metadata"]["deletionGracePeriodSeconds"] = 0
+            o["metadata"].pop("resourceVersion", None)
+            return objects.canonical(res, o)
+        try:
+            out = await store.guaranteed_update(key, mark)
+        except serr.StorageError as e:
+            raise map_storage_error(e, res, name) from None
+        await ctx.after_write(res, "MODIFIED", out)
+        return out, 202
+    try:
+        out, _ = await store.delete(key, uid=uid, rv=rv)
+    except serr.StorageError as e:
+        raise map_storage_error(e, res, name) from None
+    await ctx.after_write(res, "DELETED", out)
+    return out, 200
+
+
+async def deletecollection(ctx: Context, request: web.Request, scope: RequestScope) -> web.StreamResponse:
+    res = scope.resource
+    opts = list_options(ctx, request, res, watch=False)
+    dopts = await delete_options(request)
+    opts.limit = 0
+    opts.continue_ = ""
+    # S7.1: deletecollection lists first (selectors and shardSelector), from etcd.
+    try:
+        page = await ctx.storage(res).store.get_list(ctx.prefix(scope), list_request(scope, opts))
+    except serr.StorageError as e:
+        raise map_storage_error(e, res) from None
+    deleted: list[Obj] = []
+    for obj in page.items():
+        md = obj["metadata"]
+        try:
+            out, _ = await delete_one(ctx, request, res, md.get("namespace"), md["name"],
+                                      dry=bool(dopts["dryRun"]))
+        except errors.StatusError as e:
+            if e.code == 404:
+                continue  # deleted concurrently
+            raise
+        deleted.append(out)
+    meta = {"resourceVersion": str(page.resource_version)}
+    return await stream_list(request, res, meta, (encode_list_item(res, o) for o in deleted))
+
+
+
+_PROPAGATION = ("Foreground", "Background", "Orphan")
+
+
+def validate_delete_options(opts: Obj) -> None:
+    """Upstream ValidateDeleteOptions: 422 on DeleteOptions.meta.k8s.io."""
+    causes = []
+    policy = opts.get("propagationPolicy")
+    if opts.get("orphanDependents") is not None and policy is not None:
+        causes.append(errors.field_error("FieldValueInvalid", "propagationPolicy",
+                                         "orphanDependents and deletionPropagation cannot be both set", policy))
+    if policy is not None and policy not in _PROPAGATION:
+        causes.append(errors.field_error("FieldValueNotSupported", "propagationPolicy",
+                                         "supported values: " + ", ".join(f'"{p}"' for p in _PROPAGATION + ("nil",)),
+                                         policy))
+    for v in opts.get("dryRun") or []:
+        if v != "All":
+            causes.append(errors.field_error("FieldValueNotSupported", "dryRun", 'supported values: "All"', v))
+    if causes:
+        raise errors.invalid("DeleteOptions", "", "meta.k8s.io", causes)
+
+
+def _same_content(new: Obj, cur: Obj) -> bool:
+    a = dict(new)
+    b = dict(cur)
+    a["metadata"] = {k: v for k, v in (a.get("metadata") or {}).items() if k != "resourceVersion"}
+    b["metadata"] = {k: v for k, v in (b.get("metadata") or {}).items() if k != "resourceVersion"}
+    return a == b

@@ -1,0 +1,113 @@
+"""`/livez`, `/readyz`, `/healthz` (with `?verbose`, `?exclude=` and per-check paths) and the
+`/debug/residency` report."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from machinery import errors
+
+if TYPE_CHECKING:
+    from .app import APIServer
+
+log = logging.getLogger("apiserver")
+
+# Timeout of the etcd readiness check.
+ETCD_CHECK_TIMEOUT = 2.0
+
+
+class Health:
+    def __init__(self, server: APIServer):
+        self.server = server
+
+    async def check_etcd(self) -> str | None:
+        s = self.server
+        try:
+            await asyncio.wait_for(s.router.default_client().current_revision(
+                (s.etcd_prefix + "/").encode(), "healthz"), ETCD_CHECK_TIMEOUT)
+            return None
+        except Exception as e:
+            return f"etcd: {e!r}"
+
+    async def check_watch_cache(self) -> str | None:
+        """Ready once every built-in resource's cache is initialised (upstream 1.36 default)."""
+        s = self.server
+        pending = [f"{r.plural}" for r in s.registry.all()
+                   if not r.custom and not s.storage_for(r).cacher.ready]
+        return f"watch cache not ready: {', '.join(pending)}" if pending else None
+
+    def checks(self, kind: str) -> dict[str, Any]:
+        checks: dict[str, Any] = {"ping": None, "log": None}
+        if kind in ("readyz", "healthz"):
+            checks["etcd"] = self.check_etcd
+        if kind == "readyz" and self.server.config.watch_cache:
+            checks["watch-cache"] = self.check_watch_cache
+        return checks
+
+    async def respond(self, request: web.Request, kind: str, only: str | None) -> web.Response:
+        checks = self.checks(kind)
+        if only is not None and only not in checks:
+            raise errors.not_found("", only)
+        excluded = set(request.query.getall("exclude", []))
+        lines = []
+        failed = False
+        for name, fn in checks.items():
+            if only is not None and name != only:
+                continue
+            if name in excluded:
+                lines.append(f"[+]{name} excluded: ok")
+                continue
+            err = await fn() if fn else None
+            if err:
+                failed = True
+                lines.append(f"[-]{name} failed: reason withheld")
+                log.warning("health check failed check=%s error=%s", name, err)
+            else:
+                lines.append(f"[+]{name} ok")
+        verbose = "verbose" in request.query
+        if only is not None:
+            text = "ok" if not failed else lines[0] + "\n"
+        elif failed:
+            text = "\n".join(lines) + f"\n{kind} check failed\n"
+        elif verbose:
+            text = "\n".join(lines) + f"\n{kind} check passed\n"
+        else:
+            text = "ok"
+        return web.Response(text=text, status=500 if failed else 200, content_type="text/plain")
+
+
+def residency_report(server: APIServer) -> dict[str, Any]:
+    """Per resource: resident objects and bytes by structure (debug endpoint, residency benchmark)."""
+    residency = server.residency
+    out: dict[str, Any] = {"residency": str(residency.selector) if residency.selector else "",
+                           "fullResources": sorted(residency.full_resources), "resources": {}}
+    for (group, plural), c in sorted(server.cachers().items()):
+        st = c.wc.stats()
+        st.update({"ready": c.ready, "partial": residency.partial(plural), "rv": c.wc.rv,
+                   "droppedNonResident": c.dropped_nonresident})
+        out["resources"][f"{plural}.{group}" if group else plural] = st
+    out["process"] = process_memory()
+    return out
+
+
+def process_memory() -> dict[str, int]:
+    """RSS / peak RSS from /proc and the Python heap from tracemalloc (when the process was started
+    with RESIDENCY_TRACEMALLOC=1, see __main__)."""
+    import tracemalloc
+    out: dict[str, int] = {}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(("VmRSS:", "VmHWM:")):
+                    k, v = line.split(":", 1)
+                    out["rss_bytes" if k == "VmRSS" else "rss_peak_bytes"] = int(v.split()[0]) * 1024
+    except OSError:
+        pass
+    if tracemalloc.is_tracing():
+        cur, peak = tracemalloc.get_traced_memory()
+        out["tracemalloc_bytes"] = cur
+        out["tracemalloc_peak_bytes"] = peak
+    return out

@@ -1,0 +1,86 @@
+"""What the endpoints ask of storage, and how answers come back (upstream `storage.Interface`'s
+`ListOptions`, list results and watch streams).
+
+Two implementations serve this contract: `storage.store.EtcdStore` (every read from etcd, as
+upstream's etcd3 store) and `cache.delegator.CacheDelegator` (the watch cache where upstream's
+delegator allows it, etcd otherwise). `tests/test_storage_contract.py` holds both to it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+from .errors import StorageError
+
+Obj = dict[str, Any]
+Predicate = Callable[[Obj], bool]
+
+
+@dataclass
+class ListRequest:
+    """One LIST, validated by `machinery.listoptions` (S1.2-S1.13) before it gets here."""
+    resource_version: str | None = None     # as sent: None/"" (consistent), "0" (any) or N
+    resource_version_match: str = ""        # "" | "Exact" | "NotOlderThan"
+    limit: int = 0
+    continue_: str = ""                     # the client's continue token (decoded here, S2.1-S2.4)
+    predicate: Predicate | None = None      # label and field selectors over the decoded object
+    exact_name: str | None = None           # metadata.name=X of the field selector (S1.20)
+    namespace: str | None = None            # the request's namespace (None: all namespaces)
+    shard: Any = None                       # machinery.shard_selector.ShardSelector (S7) or None
+    label_requirements: list | None = None  # the label selector when indexes may answer it alone
+    single_key: bool = False                # exact_name names one key (namespaced: in a namespace, S1.20)
+
+
+@dataclass
+class ListPage:
+    """One page of a list. The etcd store returns decoded objects; the cache returns the stored bytes
+    (list-item form, S8.1) and how to decode one into the whole object."""
+    resource_version: int
+    continue_: str | None = None            # the token for the next page (S2.1), None on the last
+    remaining: int | None = None            # remainingItemCount (S2.9)
+    objects: list[Obj] | None = None
+    raw: list[bytes] | None = None
+    decode: Callable[[bytes], Obj] | None = None
+
+    def items(self) -> list[Obj]:
+        """Whole objects (kind and apiVersion included), decoding the cache's bytes if needed."""
+        if self.objects is not None:
+            return self.objects
+        assert self.raw is not None and self.decode is not None
+        return [self.decode(b) for b in self.raw]
+
+
+class WatchFrames(Protocol):
+    """How a watch response frames events (machinery.encoding.WatchFrames)."""
+    table: bool
+
+    def event(self, ev_type: str, data: bytes) -> bytes: ...
+    def event_obj(self, ev_type: str, obj: Obj) -> bytes: ...
+    def bookmark(self, rv: int, initial_events_end: bool = False) -> bytes: ...
+
+
+@dataclass
+class WatchRequest:
+    """One WATCH, validated before it gets here."""
+    frames: WatchFrames
+    timeout: float                          # seconds until the server ends the watch (S4.8)
+    resource_version: str | None = None
+    send_initial_events: bool | None = None
+    allow_bookmarks: bool = False
+    predicate: Predicate | None = None      # selectors, and the name of a single-object watch
+    shard: Any = None                       # ShardSelector or None
+
+
+class WatchSink(Protocol):
+    """Where a watch writes: the HTTP response in the server, a collector in tests."""
+
+    async def start(self) -> None:
+        """200 and headers out before the first event (S4.3); errors after this are ERROR events."""
+
+    async def write(self, data: bytes) -> None: ...
+
+    async def fail(self, err: StorageError) -> None:
+        """An ERROR event carrying the error's Status; the stream ends after it."""
+
+    def direct_writer(self) -> Callable[[bytes], bool] | None:
+        """A non-blocking write the cache's dispatcher may call itself (False: fall behind to the queue)."""

@@ -18,6 +18,3 @@ apiserver_request_duration_seconds = Histogram(
 apiserver_storage_objects = Gauge(
     "apiserver_storage_objects", "Number of stored objects at the time of last check split by kind.",
     ["resource"])
-apiserver_longrunning_requests = Gauge(
-    "apiserver_longrunning_requests", "Gauge of all active long-running apiserver requests.",
-    ["verb", "group", "version", "resource", "subresource", "scope", "component"])

@@ -92,7 +92,6 @@ S = {"type": "string"}
 B = {"type": "boolean"}
 I32 = {"type": "integer", "format": "int32"}
 I64 = {"type": "integer", "format": "int64"}
-NUM = {"type": "number", "format": "double"}
 T = ref(META + "Time")
 MT = ref(META + "MicroTime")
 Q = ref("io.k8s.apimachinery.pkg.api.resource.Quantity")
@@ -690,6 +689,22 @@ def _v3_param(p: dict) -> dict:
     return out
 
 
+def _finish_operation(o: dict, r: Resource, op: dict, schema_of) -> None:
+    """Responses and the x-kubernetes extensions, the same in v2 and v3; `schema_of(definition)`
+    gives the version's response body fields (None: a bare "OK")."""
+    responses = {}
+    for code, d in op["responses"].items():
+        body = schema_of(d)
+        if body is None:
+            responses[code] = {"description": "OK"}
+        else:
+            responses[code] = {"description": {"200": "OK", "201": "Created"}.get(code, "Accepted"), **body}
+    responses["401"] = {"description": "Unauthorized"}
+    o["responses"] = responses
+    o["x-kubernetes-action"] = op["action"]
+    o["x-kubernetes-group-version-kind"] = _gvk(r)
+
+
 def _v2_paths(resources: list[Resource]) -> dict:
     paths: dict[str, dict] = {}
     for r in resources:
@@ -707,12 +722,7 @@ def _v2_paths(resources: list[Resource]) -> dict:
                                   and op["action"] != "delete", "schema": ref(op["body"])})
             if params:
                 o["parameters"] = params
-            o["responses"] = {code: ({"description": "OK" if code == "200" else "Created" if code == "201"
-                                      else "Accepted", "schema": ref(d)} if d else {"description": "OK"})
-                              for code, d in op["responses"].items()}
-            o["responses"]["401"] = {"description": "Unauthorized"}
-            o["x-kubernetes-action"] = op["action"]
-            o["x-kubernetes-group-version-kind"] = _gvk(r)
+            _finish_operation(o, r, op, lambda d: {"schema": ref(d)} if d else None)
             entry[method] = o
             entry["parameters"] = [_v2_param(p) for p in path_params]
     return dict(sorted(paths.items()))
@@ -732,13 +742,7 @@ def _v3_paths(resources: list[Resource]) -> dict:
                 o["requestBody"] = {"content": {ct: {"schema": ref(op["body"])} for ct in op["consumes"]},
                                     "required": op["action"] not in ("delete", "deletecollection")}
             produces = _WATCH_PRODUCES if op.get("list") else _PRODUCES
-            o["responses"] = {code: ({"description": "OK" if code == "200" else "Created" if code == "201"
-                                      else "Accepted",
-                                      "content": {ct: {"schema": ref(d)} for ct in produces}})
-                              for code, d in op["responses"].items()}
-            o["responses"]["401"] = {"description": "Unauthorized"}
-            o["x-kubernetes-action"] = op["action"]
-            o["x-kubernetes-group-version-kind"] = _gvk(r)
+            _finish_operation(o, r, op, lambda d: {"content": {ct: {"schema": ref(d)} for ct in produces}})
             entry[method] = o
             entry["parameters"] = [_v3_param(p) for p in path_params]
     return dict(sorted(paths.items()))

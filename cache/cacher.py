@@ -79,12 +79,6 @@ def progress_requests_supported(version: str) -> bool:
     return parts >= (3, 6, 0)
 
 
-class NotReady(Exception):
-    def __init__(self, retry_after: int):
-        super().__init__("storage is (re)initializing")
-        self.retry_after = retry_after
-
-
 class TooLargeRV(Exception):
     def __init__(self, requested: int, current: int):
         super().__init__(f"Too large resource version: {requested}, current: {current}")

@@ -25,9 +25,6 @@ terminated_watchers = Counter("apiserver_terminated_watchers_total",
                               "Counter of watchers closed due to unresponsiveness broken by resource type.", _L)
 cache_list_total = Counter("apiserver_cache_list_total", "Number of LIST requests served from watch cache",
                            ["resource_prefix", "index"])
-cache_list_fetched = Counter("apiserver_cache_list_fetched_objects_total",
-                             "Number of objects read from watch cache in the course of serving a LIST request",
-                             ["resource_prefix", "index"])
 cache_list_returned = Counter("apiserver_cache_list_returned_objects_total",
                               "Number of objects returned for a LIST request from watch cache", ["resource_prefix"])
 init_events = Counter("apiserver_init_events_total", "Counter of init events processed in watch cache broken by resource type.", _L)

@@ -65,10 +65,6 @@ class Residency:
         self.selector = selector
         self.full_resources = set(full_resources)
 
-    @property
-    def everything(self) -> bool:
-        return self.selector is None
-
     def partial(self, plural: str) -> bool:
         return self.selector is not None and plural not in self.full_resources
 

@@ -305,7 +305,20 @@ def test_unparseable_rv_is_400(api, namespace):
 
 
 def test_continue_with_rv_is_400(api, namespace):
-    """S1.12, S1.13."""
+    """S1.12, S1.13: a valid token with a resourceVersion other than ""/"0" is 400 on both paths."""
+    for i in range(3):
+        api.post(f"/api/v1/namespaces/{namespace}/configmaps", cm(f"c{i}"))
+    first = api.get(f"/api/v1/namespaces/{namespace}/configmaps", params={"limit": "1"}).json()
+    token = first["metadata"]["continue"]
+    r = api.get(f"/api/v1/namespaces/{namespace}/configmaps", params={"continue": token, "resourceVersion": "5",
+                                                                       "limit": "1"})
+    assert r.status_code == 400
+    assert status_of(r)["reason"] == "BadRequest"
+    assert status_of(r)["message"] == "specifying resource version is not allowed when using continue"
+    for rv in ("", "0"):  # allowed with a token
+        r = api.get(f"/api/v1/namespaces/{namespace}/configmaps", params={"continue": token, "resourceVersion": rv,
+                                                                           "limit": "1"})
+        assert r.status_code == 200, r.text
     r = api.get(f"/api/v1/namespaces/{namespace}/configmaps", params={"continue": "abc", "resourceVersion": "5"})
     assert r.status_code == 400
     r = api.get(f"/api/v1/namespaces/{namespace}/configmaps", params={"continue": "!!!"})

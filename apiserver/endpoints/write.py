@@ -36,19 +36,31 @@ async def ensure_namespace(ctx: Context, namespace: str) -> None:
         raise map_storage_error(e, ns_res, namespace) from None
 
 
-async def create(ctx: Context, request: web.Request, scope: RequestScope) -> web.Response:
-    res = scope.resource
-    obj = await decode_body(request, res)
+async def decode_in_scope(request: web.Request, scope: RequestScope) -> tuple[Obj, Obj]:
+    """The request's object and its metadata, bound to the URL's name (an update) and namespace:
+    400 if the body names others."""
+    obj = await decode_body(request, scope.resource)
     md = obj.setdefault("metadata", {})
     if not isinstance(md, dict):
         raise errors.bad_request("metadata must be an object")
-    if res.namespaced:
+    if scope.name is not None:
+        if md.get("name") and md["name"] != scope.name:
+            raise errors.bad_request(f"the name of the object ({md['name']}) does not match the name on "
+                                     f"the URL ({scope.name})")
+        md["name"] = scope.name
+    if scope.resource.namespaced:
         body_ns = md.get("namespace")
         if body_ns and scope.namespace and body_ns != scope.namespace:
             raise errors.bad_request("the namespace of the provided object does not match the "
                                      "namespace sent on the request")
         md["namespace"] = scope.namespace
-    else:
+    return obj, md
+
+
+async def create(ctx: Context, request: web.Request, scope: RequestScope) -> web.Response:
+    res = scope.resource
+    obj, md = await decode_in_scope(request, scope)
+    if not res.namespaced:
         md.pop("namespace", None)
     if not md.get("name") and md.get("generateName"):
         md["name"] = validation.generate_name(md["generateName"])
@@ -68,20 +80,7 @@ async def create(ctx: Context, request: web.Request, scope: RequestScope) -> web
 
 
 async def update(ctx: Context, request: web.Request, scope: RequestScope) -> web.Response:
-    res = scope.resource
-    obj = await decode_body(request, res)
-    md = obj.setdefault("metadata", {})
-    if not isinstance(md, dict):
-        raise errors.bad_request("metadata must be an object")
-    if md.get("name") and md["name"] != scope.name:
-        raise errors.bad_request(f"the name of the object ({md['name']}) does not match the name on "
-                                 f"the URL ({scope.name})")
-    md["name"] = scope.name
-    if res.namespaced:
-        if md.get("namespace") and md["namespace"] != scope.namespace:
-            raise errors.bad_request("the namespace of the provided object does not match the "
-                                     "namespace sent on the request")
-        md["namespace"] = scope.namespace
+    obj, md = await decode_in_scope(request, scope)
     want_rv = md.get("resourceVersion") or None
     if want_rv is not None:
         want_rv = str(parse_resource_version(str(want_rv)))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import gocompat, jsonenc
+
 
 class StatusError(Exception):
     """An error that is answered with a Kubernetes `Status` object."""
@@ -127,13 +129,22 @@ def field_error(kind: str, field: str, detail: str, value: Any = None) -> dict[s
     }
     label = labels[kind]
     if kind in ("FieldValueInvalid", "FieldValueNotSupported", "FieldValueDuplicate") and value is not None:
-        import json
-        msg = f"{label}: {json.dumps(value)}"
+        msg = f"{label}: {_bad_value(value)}"
         if detail:
             msg += f": {detail}"
     else:
         msg = f"{label}: {detail}" if detail else label
     return {"reason": kind, "message": msg, "field": field}
+
+
+def _bad_value(value: Any) -> str:
+    """field.Error.ErrorBody's rendering of BadValue: %q for strings, %v for numbers and bools,
+    json.Marshal for anything else."""
+    if isinstance(value, str):
+        return gocompat.quote(value)
+    if isinstance(value, (bool, int, float)):
+        return gocompat.format_v(value)
+    return jsonenc.dumps(value).decode()
 
 
 def bad_request(message: str) -> StatusError:

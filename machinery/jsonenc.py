@@ -8,8 +8,9 @@ Public API
 ``dumps_sorted(obj) -> bytes``
     Same, but every object's keys sorted (Go marshals maps sorted; S6.4).
 ``loads(b) -> value``
-    Decode; ``ValueError`` on malformed input. Permissive like Go: duplicate
-    keys (last wins), invalid UTF-8 / lone surrogate escapes -> U+FFFD.
+    Decode; ``ValueError`` with ``json.Unmarshal``'s error text on malformed input.
+    Permissive like Go: duplicate keys (last wins), invalid UTF-8 / lone surrogate
+    escapes -> U+FFFD.
 ``iter_list(kind, api_version, list_meta, items)`` / ``iter_unstructured_list(...)``
     Streaming list encoders (S6.1, S6.2, S6.4); ``items`` are pre-encoded bytes.
 ``encode_list(...)`` / ``encode_unstructured_list(...)``
@@ -45,6 +46,7 @@ from typing import Any, Iterable, Iterator, Optional
 import orjson
 
 from ext import has_float
+from machinery.gocompat import json_syntax_error, unmarshal_type_error
 
 __all__ = [
     "dumps",
@@ -56,6 +58,7 @@ __all__ = [
     "encode_list",
     "encode_unstructured_list",
     "watch_event",
+    "replace_surrogates",
 ]
 
 _OPT_SORT = orjson.OPT_SORT_KEYS
@@ -269,23 +272,29 @@ def _needs_slow_loads(b: bytes) -> bool:
 
 
 def _reject_constant(name: str) -> Any:
-    raise ValueError(f"invalid character {name[0]!r} looking for beginning of value")
+    raise ValueError(name)  # NaN / Infinity: not JSON; json_syntax_error words it
 
 
 def _parse_float(s: str) -> float:
     f = float(s)
     if f in (_INF, _NINF):
-        raise ValueError(f"json: cannot unmarshal number {s} into a float64")
+        raise _FloatRangeError(unmarshal_type_error(f"number {s}", "float64"))
     return f
 
 
-def _fix_surrogates(v: Any) -> Any:
+class _FloatRangeError(ValueError):
+    """A number beyond float64: Go's decoder reports it only if the whole input is valid JSON."""
+
+
+def replace_surrogates(v: Any) -> Any:
+    """Lone surrogates in decoded strings (invalid UTF-8 read with ``surrogateescape``, or lone
+    ``\\uD800``-style escapes) become U+FFFD, as Go's decoder makes them."""
     if isinstance(v, str):
         return _SURROGATE.sub("\ufffd", v) if _SURROGATE.search(v) else v
     if isinstance(v, dict):
-        return {_fix_surrogates(k): _fix_surrogates(x) for k, x in v.items()}
+        return {replace_surrogates(k): replace_surrogates(x) for k, x in v.items()}
     if isinstance(v, list):
-        return [_fix_surrogates(x) for x in v]
+        return [replace_surrogates(x) for x in v]
     return v
 
 
@@ -300,13 +309,17 @@ def _slow_loads(b: bytes) -> Any:
         s = b
     try:
         v = _json.loads(s, parse_constant=_reject_constant, parse_float=_parse_float, parse_int=_parse_int)
-    except _json.JSONDecodeError as e:
-        raise ValueError(f"malformed JSON: {e.msg} at line {e.lineno} column {e.colno} (char {e.pos})") from None
-    except RecursionError:
-        raise ValueError("malformed JSON: exceeded max depth") from None
+    except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
+        # Go checks the whole input's syntax before decoding anything (json.Unmarshal's error text).
+        syntax = json_syntax_error(b)
+        if syntax:
+            raise ValueError(syntax) from None
+        if isinstance(e, _FloatRangeError):
+            raise ValueError(str(e)) from None
+        raise ValueError("malformed JSON: exceeded max depth") from None  # valid, but deeper than Python decodes
     # Invalid UTF-8 bytes (surrogateescape) and lone \\uXXXX surrogate escapes
     # both decode to U+FFFD in Go.
-    return _fix_surrogates(v)
+    return replace_surrogates(v)
 
 
 def loads(b: "bytes | bytearray | memoryview | str") -> Any:

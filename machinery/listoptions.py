@@ -19,13 +19,12 @@ see `storage.continue_token.resolve_continue` (S1.12, S1.13).
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from machinery.errors import StatusError, bad_request
-from machinery.selectors import (FieldSelector, LabelSelector, go_quote, parse_field_selector,
-                                 parse_label_selector)
+from machinery.gocompat import parse_int64, parse_uint64, quote as go_quote
+from machinery.selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
 
 __all__ = ["ListOptions", "parse_list_options", "parse_resource_version", "parse_query_bool",
            "parse_query_int64", "validate_list_options", "RVM_EXACT", "RVM_NOT_OLDER_THAN"]
@@ -59,10 +58,6 @@ class ListOptions:
 
 # --- Go scalar decoding -------------------------------------------------------
 
-_INT_RE = re.compile(r"[+-]?[0-9]+")
-_UINT_RE = re.compile(r"[0-9]+")
-
-
 def parse_query_bool(value: str | None) -> bool:
     """runtime.Convert_Slice_string_To_bool: absent/"0"/"false" (any case) -> False, else True."""
     if value is None:
@@ -70,30 +65,10 @@ def parse_query_bool(value: str | None) -> bool:
     return not (value == "0" or value.lower() == "false")
 
 
-def _go_parse_int64(value: str) -> int:
-    """strconv.ParseInt(value, 10, 64); raises ValueError with Go's message."""
-    if not _INT_RE.fullmatch(value):
-        raise ValueError(f"strconv.ParseInt: parsing {go_quote(value)}: invalid syntax")
-    n = int(value)
-    if not (-(1 << 63) <= n < (1 << 63)):
-        raise ValueError(f"strconv.ParseInt: parsing {go_quote(value)}: value out of range")
-    return n
-
-
-def _go_parse_uint64(value: str) -> int:
-    """strconv.ParseUint(value, 10, 64); leading zeros accepted, no sign."""
-    if not _UINT_RE.fullmatch(value):
-        raise ValueError(f"strconv.ParseUint: parsing {go_quote(value)}: invalid syntax")
-    n = int(value)
-    if n >= (1 << 64):
-        raise ValueError(f"strconv.ParseUint: parsing {go_quote(value)}: value out of range")
-    return n
-
-
 def parse_query_int64(value: str) -> int:
     """A query integer; junk -> 400 `strconv.ParseInt: parsing "x": invalid syntax`."""
     try:
-        return _go_parse_int64(value)
+        return parse_int64(value)
     except ValueError as e:
         raise bad_request(str(e)) from None
 
@@ -108,7 +83,7 @@ def parse_resource_version(s: str | None) -> int:
     if s is None or s == "" or s == "0":
         return 0
     try:
-        return _go_parse_uint64(s)
+        return parse_uint64(s)
     except ValueError as e:
         raise bad_request(
             f"invalid resource version: resourceVersion: Invalid value: {go_quote(s)}: {e}") from None

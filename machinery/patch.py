@@ -53,7 +53,9 @@ import json
 import re
 from typing import Any
 
+from machinery import jsonenc
 from machinery.errors import StatusError, bad_request, request_entity_too_large
+from machinery.gocompat import format_v, json_syntax_error, json_type_word, unmarshal_type_error
 
 __all__ = [
     "json_merge_patch", "json_patch", "strategic_merge_patch", "apply_patch", "check_patch_type",
@@ -67,6 +69,7 @@ APPLY_PATCH = "application/apply-patch+yaml"
 PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, APPLY_PATCH)
 
 MAX_JSON_PATCH_OPERATIONS = 10000  # handlers/patch.go maxJSONPatchOperations
+_OP_STRING_FIELDS = ("op", "path", "from")  # handlers.jsonPatchOp's string fields
 
 _GENERIC_422 = "the server rejected our request due to an error in our request"
 
@@ -96,52 +99,26 @@ def _unsupported_media_type(accepted: list[str]) -> StatusError:
                        + ", ".join(accepted))
 
 
-def _go_fmt(v: Any) -> str:
-    """Go's %v for decoded JSON values (maps print with sorted keys)."""
-    if v is None:
-        return "<nil>"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, dict):
-        return "map[" + " ".join(f"{k}:{_go_fmt(v[k])}" for k in sorted(v)) + "]"
-    if isinstance(v, list):
-        return "[" + " ".join(_go_fmt(x) for x in v) + "]"
-    if isinstance(v, float) and v.is_integer() and abs(v) < 1e21:
-        return str(int(v))
-    return str(v)
+def _reject_constant(name: str) -> Any:
+    raise ValueError(name)  # NaN / Infinity: not JSON; json_syntax_error words it
 
 
-def _json_type_word(v: Any) -> str:
-    if isinstance(v, dict):
-        return "object"
-    if isinstance(v, list):
-        return "array"
-    if isinstance(v, str):
-        return "string"
-    if isinstance(v, bool):
-        return "bool"
-    if v is None:
-        return "null"
-    return "number"
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
-def _decode_json(body: bytes | str) -> Any:
-    """json.loads with Go-flavoured syntax-error text (raises ValueError(msg))."""
-    if isinstance(body, (bytes, bytearray)):
-        try:
-            text = bytes(body).decode("utf-8")
-        except UnicodeDecodeError:
-            raise ValueError("invalid character looking for beginning of value") from None
-    else:
-        text = body
-    def _reject(c: str) -> Any:
-        raise json.JSONDecodeError("bad constant", text, text.find(c[0]))
+def _decode_json(body: bytes) -> Any:
+    """json.Unmarshal into ``interface{}``: ValueError with Go's syntax-error text; as in Go, invalid
+    UTF-8 inside strings and lone ``\\uD800``-style escapes decode to U+FFFD."""
     try:
-        return json.loads(text, parse_constant=_reject)
-    except json.JSONDecodeError as e:
-        if e.pos >= len(text.rstrip()):
-            raise ValueError("unexpected end of JSON input") from None
-        raise ValueError(f"invalid character {text[e.pos]!r} looking for beginning of value") from None
+        text = body.decode("utf-8")
+        lone = _SURROGATE_ESCAPE.search(text) is not None
+    except UnicodeDecodeError:
+        text, lone = body.decode("utf-8", "surrogateescape"), True
+    try:
+        v = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
+        raise ValueError(json_syntax_error(body) or "malformed JSON: exceeded max depth") from None
+    return jsonenc.replace_surrogates(v) if lone else v
 
 
 def _json_equal(a: Any, b: Any) -> bool:
@@ -321,8 +298,8 @@ def json_patch(doc: Any, ops: list) -> Any:
     object member adds it.
     """
     if not isinstance(ops, list):
-        raise bad_request(f"error decoding patch: json: cannot unmarshal {_json_type_word(ops)} "
-                          "into Go value of type []handlers.jsonPatchOp")
+        raise bad_request("error decoding patch: "
+                          + unmarshal_type_error(json_type_word(ops), "[]handlers.jsonPatchOp"))
     if len(ops) > MAX_JSON_PATCH_OPERATIONS:
         raise request_entity_too_large(
             f"The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {len(ops)}")
@@ -446,7 +423,7 @@ class _Schema:
 
 
 def _no_merge_key(m: dict, key: str) -> _SMPError:
-    return _plain(f"map: {_go_fmt(m)} does not contain declared merge key: {key}")
+    return _plain(f"map: {format_v(m)} does not contain declared merge key: {key}")
 
 
 def _elem_kind(*lists: list) -> str | None:
@@ -461,7 +438,7 @@ def _elem_kind(*lists: list) -> str | None:
                     raise _SMPError(_generic_invalid(_ERR_LIST_OF_LISTS))
                 kind = k
             elif k != kind and not ({k, kind} <= {"int", "float"}):
-                raise _plain("list element types are not identical: " + _go_fmt(list(lists)))
+                raise _plain("list element types are not identical: " + format_v(list(lists)))
     if kind is None:
         return None
     return "map" if kind == "map" else "scalar"
@@ -551,7 +528,7 @@ def _merge_list(original: list, patch: list, schema: _Schema, key: str | None, d
             elif d == "merge":
                 raise _plain("merging lists cannot yet be specified in the patch")
             else:
-                raise _plain(f"unknown patch type: {_go_fmt(d)} in map: {_go_fmt(v)}")
+                raise _plain(f"unknown patch type: {format_v(d)} in map: {format_v(v)}")
         if replace:
             original, patch = [_fresh(v, schema.elem(), None, None) for v in plain], []
         else:
@@ -591,8 +568,8 @@ def _validate_set_order(patch_list: list, order: list, key: str | None) -> None:
             pi += 1
         oi += 1
     if pi < len(items):
-        raise _plain(f"The order in patch list:\n{_go_fmt(patch_list)}\n doesn't match {_SET_ORDER} list:\n"
-                     f"{_go_fmt(order)}\n")
+        raise _plain(f"The order in patch list:\n{format_v(patch_list)}\n doesn't match {_SET_ORDER} list:\n"
+                     f"{format_v(order)}\n")
 
 
 def _merge_map(original: dict, patch: dict, schema: _Schema) -> dict:
@@ -603,7 +580,7 @@ def _merge_map(original: dict, patch: dict, schema: _Schema) -> dict:
             return _merge_map({}, {k: v for k, v in patch.items() if k != _DIRECTIVE}, schema)
         if d == "delete":
             return {}
-        raise _plain(f"unknown patch type: {_go_fmt(d)} in map: {_go_fmt(patch)}")
+        raise _plain(f"unknown patch type: {format_v(d)} in map: {format_v(patch)}")
     out = copy.deepcopy(original) if isinstance(original, dict) else {}
     patch = dict(patch)
 
@@ -628,7 +605,7 @@ def _merge_map(original: dict, patch: dict, schema: _Schema) -> dict:
         if head != _SET_ORDER or not field:
             raise _bad(_ERR_SET_ORDER)
         if not isinstance(order, list):
-            raise _plain("expected a []interface {}, but received a " + _json_type_word(order))
+            raise _plain("expected a []interface {}, but received a " + json_type_word(order))
         strategy, key = schema.lookup(field)
         found_o, found_p = field in out, field in patch
         o_list = out.get(field) if found_o else []
@@ -701,8 +678,7 @@ def strategic_merge_patch(doc: dict, patch: dict, resource: str) -> dict:
     if table is None:
         raise _unsupported_media_type([JSON_PATCH, MERGE_PATCH, APPLY_PATCH])
     if not isinstance(patch, dict):
-        raise bad_request(f"json: cannot unmarshal {_json_type_word(patch)} into Go value of type "
-                          "map[string]interface {}")
+        raise bad_request(unmarshal_type_error(json_type_word(patch), "map[string]interface {}"))
     try:
         return _merge_map(doc if isinstance(doc, dict) else {}, patch, _Schema(table))
     except _SMPError as e:
@@ -737,16 +713,15 @@ def apply_patch(doc: dict, content_type: str, body: bytes, resource: str, is_cus
             ops = _decode_json(body)
         except ValueError as e:
             raise bad_request(f"error decoding patch: {e}") from None
-        if isinstance(ops, list):
+        if isinstance(ops, list):  # decoding into []jsonPatchOp: the first type error in document order
             for op in ops:
                 if not isinstance(op, dict):
-                    raise bad_request(f"error decoding patch: json: cannot unmarshal {_json_type_word(op)} "
-                                      "into Go value of type handlers.jsonPatchOp")
-                for f in ("op", "path", "from"):
-                    if f in op and op[f] is not None and not isinstance(op[f], str):
-                        raise bad_request(f"error decoding patch: json: cannot unmarshal "
-                                          f"{_json_type_word(op[f])} into Go struct field jsonPatchOp.{f} "
-                                          "of type string")
+                    raise bad_request("error decoding patch: "
+                                      + unmarshal_type_error(json_type_word(op), "handlers.jsonPatchOp"))
+                for f, v in op.items():
+                    if f in _OP_STRING_FIELDS and v is not None and not isinstance(v, str):
+                        raise bad_request("error decoding patch: " + unmarshal_type_error(
+                            json_type_word(v), "string", f"jsonPatchOp.{f}"))
         return json_patch(doc, ops)
 
     if ct == MERGE_PATCH:
@@ -757,8 +732,8 @@ def apply_patch(doc: dict, content_type: str, body: bytes, resource: str, is_cus
         if patch is None:
             raise bad_request("Invalid JSON Patch")
         if not isinstance(patch, dict):
-            raise bad_request(f"error decoding patch: json: cannot unmarshal {_json_type_word(patch)} "
-                              "into Go value of type map[string]interface {}")
+            raise bad_request("error decoding patch: "
+                              + unmarshal_type_error(json_type_word(patch), "map[string]interface {}"))
         return json_merge_patch(doc, patch)
 
     # strategic merge patch

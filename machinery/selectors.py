@@ -16,20 +16,19 @@ Spec references: S1.20 (exact name narrowing), S7.12 (selectors AND with shardin
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from machinery.errors import bad_request
-# Go's %q and the label key/value validators are shared with the shard-selector parser and
-# object validation (one implementation each).
-from machinery.validation import is_qualified_name, is_valid_label_value  # noqa: F401 (re-exported)
-from machinery.shard_selector import go_quote
+from machinery import jsonenc
+from machinery.gocompat import parse_int64, quote as go_quote
+# The label key/value validators are shared with object validation (one implementation).
+from machinery.validation import is_qualified_name, is_valid_label_value
 
 __all__ = [
     "LabelSelector", "FieldSelector", "SelectableFields",
     "parse_label_selector", "parse_field_selector", "FIELD_SELECTORS",
-    "field_selectors_for", "go_quote",
+    "field_selectors_for",
 ]
 
 
@@ -130,7 +129,7 @@ class _Requirement:
         if op in (_OP_GT, _OP_LT):
             if self.key not in labels or len(self.values) != 1:
                 return False
-            lv, rv = _go_parse_int64(labels[self.key]), _go_parse_int64(self.values[0])
+            lv, rv = _int64_or_none(labels[self.key]), _int64_or_none(self.values[0])
             if lv is None or rv is None:
                 return False
             return lv > rv if op == _OP_GT else lv < rv
@@ -154,14 +153,11 @@ class _Requirement:
 _PUBLIC_OP = {_OP_EQ: "=", _OP_DEQ: "=", _OP_NEQ: "!=", _OP_IN: "in", _OP_NOTIN: "notin",
               _OP_EXISTS: "exists", _OP_NOT_EXISTS: "!", _OP_GT: "gt", _OP_LT: "lt"}
 
-_INT64_RE = re.compile(r"[+-]?[0-9]+")
-
-
-def _go_parse_int64(s: str) -> int | None:
-    if not _INT64_RE.fullmatch(s):
+def _int64_or_none(s: str) -> int | None:
+    try:
+        return parse_int64(s)
+    except ValueError:
         return None
-    v = int(s)
-    return v if -(1 << 63) <= v < (1 << 63) else None
 
 
 def _new_requirement(key: str, op: str, vals: list[str]) -> _Requirement:
@@ -180,7 +176,7 @@ def _new_requirement(key: str, op: str, vals: list[str]) -> _Requirement:
             errs.append("values: Invalid value: " + _json_list(vals)
                         + ": for 'Gt', 'Lt' operators, exactly one value is required")
         for i, v in enumerate(vals):
-            if _go_parse_int64(v) is None:
+            if _int64_or_none(v) is None:
                 errs.append(_invalid(f"values[{i}]", v, "for 'Gt', 'Lt' operators, the value must be an integer"))
     for i, v in enumerate(vals):
         problems = is_valid_label_value(v)
@@ -193,8 +189,7 @@ def _new_requirement(key: str, op: str, vals: list[str]) -> _Requirement:
 
 
 def _json_list(vals: list[str]) -> str:
-    import json
-    return json.dumps(vals, separators=(",", ":"), ensure_ascii=False)
+    return jsonenc.dumps(vals).decode()
 
 
 def _validate_label_key(key: str, path: str) -> str | None:

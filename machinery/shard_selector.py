@@ -27,11 +27,11 @@ HTTP: we answer an invalid selector with 400 BadRequest (:func:`status_error`); 
 from __future__ import annotations
 
 import sys
-import unicodedata
 from typing import Iterable
 
 import ext
 from machinery.errors import StatusError, bad_request
+from machinery.gocompat import quote as go_quote, trim_space
 
 __all__ = [
     "FULL", "FIELD_PATHS", "ShardSelector", "ShardSelectorError", "complementary",
@@ -173,52 +173,6 @@ def complementary(k: int, field: str = "uid") -> list[ShardSelector]:
 # --------------------------------------------------------------------------------------------------
 # Parse + AST walk (upstream Parse / walkExpr / parseShardRangeCall / extractHexLiteral)
 
-# Go's unicode.IsSpace set, used by strings.TrimSpace.
-_GO_SPACE = set("\t\n\v\f\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000") | {chr(c) for c in range(0x2000, 0x200B)}
-
-
-def _go_trim_space(s: str) -> str:
-    i, j = 0, len(s)
-    while i < j and s[i] in _GO_SPACE:
-        i += 1
-    while j > i and s[j - 1] in _GO_SPACE:
-        j -= 1
-    return s[i:j]
-
-
-def go_quote(s: str) -> str:
-    """Go's ``%q`` (strconv.Quote) for a string."""
-    out = ['"']
-    for ch in s:
-        o = ord(ch)
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch == " " or (o >= 0x20 and o != 0x7F and _go_printable(ch)):
-            out.append(ch)
-        elif ch in _GO_ESC:
-            out.append(_GO_ESC[ch])
-        elif o < 0x20 or o == 0x7F:
-            out.append("\\x%02x" % o)
-        elif 0xD800 <= o <= 0xDFFF:
-            out.append("\\ufffd")  # Go strings cannot hold surrogates; they come out as U+FFFD
-        elif o < 0x10000:
-            out.append("\\u%04x" % o)
-        else:
-            out.append("\\U%08x" % o)
-    out.append('"')
-    return "".join(out)
-
-
-_GO_ESC = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
-
-
-def _go_printable(ch: str) -> bool:
-    # unicode.IsPrint: L, M, N, P, S categories plus ASCII space.
-    return unicodedata.category(ch)[0] in "LMNPS"
-
-
 # cel-go ast.ExprKind values (printed with %v).
 K_CALL, K_COMPREHENSION, K_IDENT, K_LIST, K_LITERAL, K_MAP, K_SELECT, K_STRUCT = range(1, 9)
 
@@ -273,7 +227,7 @@ def parse_shard_selector(s: str) -> ShardSelector | None:
     """Parse a ``shardSelector`` query value. ``""`` → None (absent, S7.1); errors → ShardSelectorError."""
     if s == "":
         return None
-    expr = _go_trim_space(s)
+    expr = trim_space(s)
     if expr == "":
         raise ShardSelectorError("empty shard selector is not allowed; omit the parameter for unfiltered lists")
     try:

@@ -39,11 +39,11 @@ Upstream behaviour reproduced (paraphrased, not copied):
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
 import re
 from typing import Any, Iterable
 
+from . import jsonenc
 from .resources import Resource
 
 __all__ = ["parse_table_accept", "table_version", "to_table", "watch_table", "human_duration",
@@ -624,7 +624,7 @@ def _binding_cells(rb: dict, now: _dt.datetime) -> list[Any]:
 def _go_text(v: Any) -> str:
     """jsonpath PrintResults for one value: JSON for maps/lists, fmt.Fprint for scalars."""
     if isinstance(v, (dict, list)):
-        return json.dumps(v, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+        return jsonenc.dumps_sorted(v).decode()
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, float):

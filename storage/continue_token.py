@@ -6,10 +6,12 @@ order, strings escaped as Go's encoding/json does. `start` is the storage key of
 the last returned item with the list's key prefix stripped, plus a NUL so that
 the next page starts strictly after it.
 
-Decoding (AS:pkg/storage/continue.go DecodeContinue): prepend "/" if missing,
-reject anything Go's `path.Clean` would change (path traversal), re-join with the
-request's key prefix. Errors are 400 BadRequest `invalid continue token: <err>`
-(S1.13, composed in AS:pkg/storage/interfaces.go ValidateListOptions).
+Decoding (AS:pkg/storage/continue.go DecodeContinue): `json.Unmarshal` into the
+token struct (Go's error texts), prepend "/" if missing, reject anything Go's
+`path.Clean` would change (path traversal), re-join with the request's key prefix.
+Errors raise the storage error `INVALID_CONTINUE` carrying upstream's message
+`invalid continue token: <err>` (S1.13, composed in AS:pkg/storage/interfaces.go
+ValidateListOptions), which the HTTP layer answers with 400 BadRequest.
 
 S1.12 (`specifying resource version is not allowed when using continue`) is
 implemented here by `validate_continue_with_rv` and applied, in upstream order
@@ -18,47 +20,21 @@ implemented here by `validate_continue_with_rv` and applied, in upstream order
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import re
 
-from machinery.errors import bad_request
+from machinery import jsonenc
+from machinery.gocompat import (json_syntax_error, json_type_word, path_clean as go_path_clean,
+                                unmarshal_type_error)
+
+from .errors import invalid_continue
 
 __all__ = ["encode_continue", "decode_continue", "validate_continue_with_rv",
            "resolve_continue", "go_path_clean", "CONTINUE_API_VERSION"]
 
 CONTINUE_API_VERSION = "meta.k8s.io/v1"
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
-
-
-# --- Go encoding/json string escaping --------------------------------------
-
-def _go_json_string(s: str) -> str:
-    out = ['"']
-    for ch in s:
-        o = ord(ch)
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\b":
-            out.append("\\b")
-        elif ch == "\f":
-            out.append("\\f")
-        elif o < 0x20 or ch in "<>&" or o in (0x2028, 0x2029):
-            out.append(f"\\u{o:04x}")
-        elif 0xD800 <= o <= 0xDFFF:
-            out.append("\ufffd")  # invalid UTF-8 is replaced by U+FFFD
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
+_HEAD = b'{"v":' + jsonenc.dumps(CONTINUE_API_VERSION) + b',"rv":'
 
 
 def encode_continue(key_suffix: str, rv: int) -> str:
@@ -70,151 +46,172 @@ def encode_continue(key_suffix: str, rv: int) -> str:
     """
     if not (_INT64_MIN <= rv <= _INT64_MAX):
         raise ValueError(f"rv out of int64 range: {rv}")
-    body = ('{"v":' + _go_json_string(CONTINUE_API_VERSION) + ',"rv":' + str(int(rv))
-            + ',"start":' + _go_json_string(key_suffix + "\x00") + "}")
-    return base64.urlsafe_b64encode(body.encode("utf-8")).rstrip(b"=").decode("ascii")
-
-
-# --- Go path.Clean ------------------------------------------------------------
-
-def go_path_clean(p: str) -> str:
-    """Go's path.Clean (lexical; `.`/`..`/duplicate slashes; "" -> ".")."""
-    if p == "":
-        return "."
-    rooted = p.startswith("/")
-    parts: list[str] = []
-    for elem in p.split("/"):
-        if elem in ("", "."):
-            continue
-        if elem == "..":
-            if parts and parts[-1] != "..":
-                parts.pop()
-            elif not rooted:
-                parts.append("..")
-            continue
-        parts.append(elem)
-    out = "/".join(parts)
-    if rooted:
-        return "/" + out
-    return out or "."
+    body = _HEAD + str(int(rv)).encode() + b',"start":' + jsonenc.dumps(key_suffix + "\x00") + b"}"
+    return base64.urlsafe_b64encode(body).rstrip(b"=").decode("ascii")
 
 
 # --- decoding -------------------------------------------------------------------
 
 _B64_ALPHABET = re.compile(r"[A-Za-z0-9_-]*")
+_B64_VALUE = {c: i for i, c in enumerate(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")}
 
 
 def _raw_url_b64decode(s: str) -> bytes:
     """base64.RawURLEncoding.DecodeString; errors as Go's CorruptInputError text."""
-    stripped = s.replace("\r", "").replace("\n", "")  # Go's decoder skips CR/LF
-    for i, ch in enumerate(stripped):
-        if not ("A" <= ch <= "Z" or "a" <= ch <= "z" or "0" <= ch <= "9" or ch in "-_"):
-            raise ValueError(f"illegal base64 data at input byte {i}")
-    if len(stripped) % 4 == 1:
-        raise ValueError(f"illegal base64 data at input byte {len(stripped) - 1}")
+    if len(s) % 4 != 1 and _B64_ALPHABET.fullmatch(s):
+        return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+    # Go's decodeQuantum, for the offsets of its errors: CR and LF are skipped (but counted), there is
+    # no padding character, a lone trailing symbol is corrupt.
+    src = s.encode("utf-8", "surrogateescape")
+    out = bytearray()
+    si = 0
+    while True:
+        dbuf = [0, 0, 0, 0]
+        j = 0
+        while j < 4:
+            if si == len(src):
+                if j == 0:
+                    return bytes(out)
+                if j == 1:
+                    raise ValueError(f"illegal base64 data at input byte {si - 1}")
+                break
+            c = src[si]
+            si += 1
+            v = _B64_VALUE.get(c)
+            if v is not None:
+                dbuf[j] = v
+                j += 1
+            elif c not in (0x0A, 0x0D):
+                raise ValueError(f"illegal base64 data at input byte {si - 1}")
+        val = dbuf[0] << 18 | dbuf[1] << 12 | dbuf[2] << 6 | dbuf[3]
+        out += val.to_bytes(3, "big")[:j - 1]
+
+
+class _Number:
+    """A JSON number as written (Go decodes it only once it knows the target type)."""
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        self.text = text
+
+
+class _Object(dict):
+    """A JSON object that remembers its members in document order, duplicates included."""
+    __slots__ = ("pairs",)
+
+
+def _object(pairs: list) -> _Object:
+    o = _Object(pairs)
+    o.pairs = pairs
+    return o
+
+
+def _reject_constant(name: str):
+    raise ValueError(name)  # NaN / Infinity: not JSON; json_syntax_error words it
+
+
+_FIELDS = ("v", "rv", "start")
+_FOLD = {"s": "sS\u017f"}  # Go's simple case folding: 's' also matches U+017F (long s)
+
+
+def _field_of(key: str) -> str | None:
+    """The token field a JSON key sets: exact name, else encoding/json's case-folded match."""
+    if key in _FIELDS:
+        return key
+    for name in _FIELDS:
+        if len(key) == len(name) and all(k in _FOLD.get(n, n + n.upper()) for k, n in zip(key, name)):
+            return name
+    return None
+
+
+def _go_string(v: str) -> str:
+    """Invalid UTF-8 (surrogateescape) and lone \\uXXXX surrogates decode to U+FFFD in Go."""
     try:
-        return base64.urlsafe_b64decode(stripped + "=" * (-len(stripped) % 4))
-    except (binascii.Error, ValueError) as e:  # pragma: no cover - alphabet checked above
-        raise ValueError(f"illegal base64 data at input byte 0 ({e})")
+        v.encode("utf-8")
+        return v
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in v)
 
 
-def _json_error(e: json.JSONDecodeError, doc: str) -> str:
-    """Approximation of Go's json.Unmarshal syntax error texts."""
-    if e.pos >= len(doc):
-        return "unexpected end of JSON input"
-    ch = doc[e.pos]
-    if e.msg.startswith("Expecting value"):
-        return f"invalid character {_go_char(ch)} looking for beginning of value"
-    if e.msg.startswith("Expecting property name"):
-        return f"invalid character {_go_char(ch)} looking for beginning of object key string"
-    if e.msg.startswith("Extra data"):
-        return f"invalid character {_go_char(ch)} after top-level value"
-    return f"invalid character {_go_char(ch)} {e.msg.lower()}"
+def _loads(data: bytes):
+    return json.loads(data.decode("utf-8", "surrogateescape"), parse_int=_Number, parse_float=_Number,
+                      parse_constant=_reject_constant, object_pairs_hook=_object)
 
 
-def _go_char(ch: str) -> str:
-    if ch == "'":
-        return "'\\''"
-    if ch == '"':
-        return "'\"'"
-    if ord(ch) < 0x20:
-        return repr(ch)
-    return f"'{ch}'"
-
-
-def _go_type_name(v: object) -> str:
-    if isinstance(v, bool):
-        return "bool"
-    if isinstance(v, (int, float)):
-        return "number"
-    if isinstance(v, str):
-        return "string"
-    if isinstance(v, list):
-        return "array"
-    if isinstance(v, dict):
-        return "object"
-    return "null"
-
-
-def _field(obj: dict, name: str):
-    """encoding/json field lookup: exact key, else case-insensitive; last wins."""
-    if name in obj:
-        return True, obj[name]
-    found, val = False, None
-    for k, v in obj.items():
-        if k.lower() == name:
-            found, val = True, v
-    return found, val
+def _shallow(data: bytes) -> bytes:
+    """Valid JSON with every array or object below the top level's members emptied: the token decoder
+    only looks at their kind, and the result decodes without deep recursion."""
+    out = bytearray()
+    depth = 0
+    in_str = esc = False
+    for c in data:
+        if in_str:
+            if esc:
+                esc = False
+            elif c == 0x5C:
+                esc = True
+            elif c == 0x22:
+                in_str = False
+            keep = depth <= 1
+        elif c == 0x22:
+            in_str = True
+            keep = depth <= 1
+        elif c in b"[{":
+            depth += 1
+            keep = depth <= 2
+        elif c in b"]}":
+            keep = depth <= 2
+            depth -= 1
+        else:
+            keep = depth <= 1
+        if keep:
+            out.append(c)
+    return bytes(out)
 
 
 def _parse_token(data: bytes) -> tuple[str, int, str]:
+    """json.Unmarshal(data, &continueToken{}): syntax errors first (Go checks the whole input before
+    decoding), then members in document order, the first type error reported (the field keeps its
+    value), null leaves a field alone, later duplicates win."""
     try:
-        doc = data.decode("utf-8")
-    except UnicodeDecodeError:
-        doc = data.decode("utf-8", "replace")
-    try:
-        raw = json.loads(doc, parse_float=lambda x: ("float", x), parse_int=lambda x: ("int", x),
-                         parse_constant=lambda x: (_ for _ in ()).throw(ValueError(x)))
-    except json.JSONDecodeError as e:
-        raise ValueError(_json_error(e, doc))
-    except ValueError as e:
-        raise ValueError(f"invalid character '{str(e)[:1]}' looking for beginning of value")
+        raw = _loads(data)
+    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
+        syntax = json_syntax_error(data)
+        if syntax:
+            raise ValueError(syntax) from None
+        raw = _loads(_shallow(data))  # valid but deeper than Python's recursion limit
     if raw is None:
         return "", 0, ""
-    if not isinstance(raw, dict):
-        kind = "array" if isinstance(raw, list) else ("number" if isinstance(raw, tuple) else _go_type_name(raw))
-        raise ValueError(f"json: cannot unmarshal {kind} into Go value of type storage.continueToken")
-    v, rv, start = "", 0, ""
-    found, val = _field(raw, "v")
-    if found and val is not None:
-        if not isinstance(val, str):
-            raise ValueError(f"json: cannot unmarshal {_jtype(val)} into Go struct field "
-                             f"continueToken.v of type string")
-        v = val
-    found, val = _field(raw, "rv")
-    if found and val is not None:
-        if not (isinstance(val, tuple) and val[0] == "int"):
-            desc = f"number {val[1]}" if isinstance(val, tuple) else _jtype(val)
-            raise ValueError(f"json: cannot unmarshal {desc} into Go struct field "
-                             f"continueToken.rv of type int64")
-        n = int(val[1])
-        if not (_INT64_MIN <= n <= _INT64_MAX):
-            raise ValueError(f"json: cannot unmarshal number {val[1]} into Go struct field "
-                             f"continueToken.rv of type int64")
-        rv = n
-    found, val = _field(raw, "start")
-    if found and val is not None:
-        if not isinstance(val, str):
-            raise ValueError(f"json: cannot unmarshal {_jtype(val)} into Go struct field "
-                             f"continueToken.start of type string")
-        start = val
-    return v, rv, start
-
-
-def _jtype(val: object) -> str:
-    if isinstance(val, tuple):
-        return "number"
-    return _go_type_name(val)
+    if not isinstance(raw, _Object):
+        raise ValueError(unmarshal_type_error(json_type_word(raw), "storage.continueToken"))
+    got: dict[str, object] = {"v": "", "rv": 0, "start": ""}
+    first_error = None
+    for key, val in raw.pairs:
+        name = _field_of(key)
+        if name is None or val is None:
+            continue
+        err = None
+        if name == "rv":
+            if isinstance(val, _Number):
+                try:
+                    n = int(val.text)  # ParseInt: only integer syntax, within int64
+                except ValueError:
+                    n = None
+                if n is None or not (_INT64_MIN <= n <= _INT64_MAX):
+                    err = unmarshal_type_error(f"number {val.text}", "int64", "continueToken.rv")
+                else:
+                    got["rv"] = n
+            else:
+                err = unmarshal_type_error(json_type_word(val), "int64", "continueToken.rv")
+        elif isinstance(val, str):
+            got[name] = _go_string(val)
+        else:
+            err = unmarshal_type_error(json_type_word(val), "string", "continueToken." + name)
+        if err and first_error is None:
+            first_error = err
+    if first_error:
+        raise ValueError(first_error)
+    return got["v"], got["rv"], got["start"]  # type: ignore[return-value]
 
 
 def _decode(token: str, key_prefix: str) -> tuple[str, int]:
@@ -227,9 +224,8 @@ def _decode(token: str, key_prefix: str) -> tuple[str, int]:
         v, rv, start = _parse_token(data)
     except ValueError as e:
         raise ValueError(f"continue key is not valid: {e}")
-    if v != CONTINUE_API_VERSION:
-        from machinery.selectors import go_quote
-        raise ValueError(f"continue key is not valid: server does not recognize this encoded version {go_quote(v)}")
+    if v != CONTINUE_API_VERSION:  # upstream formats the version with %v, unquoted
+        raise ValueError(f"continue key is not valid: server does not recognize this encoded version {v}")
     if rv == 0:
         raise ValueError("continue key is not valid: incorrect encoded start resourceVersion "
                          "(version meta.k8s.io/v1)")
@@ -249,18 +245,19 @@ def decode_continue(token: str, key_prefix: str) -> tuple[str, int]:
     `/registry/configmaps/` or `/registry/configmaps/default/`); `from_key` is
     `key_prefix + start` (start includes the trailing NUL), the inclusive start of
     the next page. `rv > 0`: continue exactly at rv; `rv < 0`: at the latest state.
-    Errors -> 400 `invalid continue token: continue key is not valid: ...` (S1.13, S2.3).
+    Errors: StorageError INVALID_CONTINUE, message `invalid continue token: continue key
+    is not valid: ...` (400 BadRequest, S1.13, S2.3).
     """
     try:
         return _decode(token, key_prefix)
     except ValueError as e:
-        raise bad_request(f"invalid continue token: {e}") from None
+        raise invalid_continue(f"invalid continue token: {e}") from None
 
 
 def validate_continue_with_rv(continue_: str, resource_version: str | None) -> None:
-    """S1.12: continue + RV other than unset/""/"0" -> 400."""
+    """S1.12: continue + RV other than unset/""/"0" -> StorageError INVALID_CONTINUE (400)."""
     if continue_ and resource_version not in (None, "", "0"):
-        raise bad_request("specifying resource version is not allowed when using continue")
+        raise invalid_continue("specifying resource version is not allowed when using continue")
 
 
 def resolve_continue(continue_: str, resource_version: str | None, key_prefix: str) -> tuple[str, int]:

@@ -18,6 +18,7 @@ class Code(enum.Enum):
     TOO_LARGE_RV = "TooLargeResourceVersion"  # revision beyond etcd's (S1.22)
     NOT_READY = "NotReady"           # the watch cache is (re)initializing (S1.25, S1.33)
     PROGRESS_UNSUPPORTED = "RequestWatchProgressDisabled"  # a consistent watch-list needs it (S3.7)
+    INVALID_CONTINUE = "InvalidContinue"  # undecodable token (S1.13, S2.3), or with a resourceVersion (S1.12)
     INTERNAL = "Internal"
 
 
@@ -46,3 +47,9 @@ def exists(key: str) -> StorageError:
 
 def conflict(key: str, message: str) -> StorageError:
     return StorageError(Code.RV_CONFLICT, key, message)
+
+
+def invalid_continue(message: str) -> StorageError:
+    """A continue token that does not decode (S1.13, S2.3) or comes with a resourceVersion (S1.12):
+    `message` is upstream's full text; answered 400 BadRequest."""
+    return StorageError(Code.INVALID_CONTINUE, message=message)

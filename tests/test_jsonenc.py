@@ -198,10 +198,24 @@ def test_loads():
     assert loads(b'{"a":1,"a":2}') == {"a": 2}  # last wins, like Go
     assert loads(b"[123456789012345678901234567890]") == [123456789012345678901234567890]
     assert loads(b'"\\ud800x\xff"') == "\ufffdx\ufffd"
-    for bad in [b"", b"{", b'{"a":}', b"[1,]", b"NaN", b"1e400", b'"\x01"']:
+    # json.Unmarshal's texts for the same inputs (Go 1.26): the whole input's syntax is checked first
+    for bad, msg in [
+        (b"", "unexpected end of JSON input"),
+        (b"{", "unexpected end of JSON input"),
+        (b'{"a":}', "invalid character '}' looking for beginning of value"),
+        (b"[1,]", "invalid character ']' looking for beginning of value"),
+        (b"NaN", "invalid character 'N' looking for beginning of value"),
+        (b"-Infinity", "invalid character 'I' in numeric literal"),
+        (b"1e400", "json: cannot unmarshal number 1e400 into Go value of type float64"),
+        (b"[1e400, x]", "invalid character 'x' looking for beginning of value"),
+        (b'"\x01"', "invalid character '\\x01' in string literal"),
+        (b'{"a":[1,2}', "invalid character '}' after array element"),
+        (b"\xef\xbb\xbf{}", "invalid character 'ï' looking for beginning of value"),
+        (b"[-]", "invalid character ']' in numeric literal"),
+    ]:
         with pytest.raises(ValueError) as ei:
             loads(bad)
-        assert str(ei.value)
+        assert str(ei.value) == msg
 
 
 # ---------------------------------------------------------- lists and watch
@@ -294,3 +308,130 @@ def test_s4_2_watch_event_framing():
         b'{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
         b'"message":"too old resource version: 5 (120)","reason":"Expired","code":410}}\n'
     )
+
+
+# ------------------------------------------- machinery.gocompat against Go
+
+# A second, inline Go reference: json.Unmarshal's error text and strconv.Quote, for the Go-imitation
+# helpers every layer shares (machinery.gocompat; loads above and the patch / continue-token decoders
+# report the same texts).
+_GO_ERRTEXT = r'''
+package main
+
+import (
+	"bufio"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+)
+
+func main() {
+	sc := bufio.NewScanner(os.Stdin)
+	sc.Buffer(make([]byte, 1<<20), 1<<26)
+	w := bufio.NewWriter(os.Stdout)
+	defer w.Flush()
+	for sc.Scan() {
+		raw, err := base64.StdEncoding.DecodeString(sc.Text())
+		if err != nil {
+			panic(err)
+		}
+		out := "OK"
+		switch os.Args[1] {
+		case "unmarshal":
+			var v any
+			if err := json.Unmarshal(raw, &v); err != nil {
+				out = "ERR " + err.Error()
+			}
+		case "quote":
+			out = strconv.Quote(string(raw))
+		}
+		fmt.Fprintln(w, base64.StdEncoding.EncodeToString([]byte(out)))
+	}
+}
+'''
+
+
+@pytest.fixture(scope="module")
+def go_errtext(tmp_path_factory) -> str:
+    go = shutil.which("go")
+    if go is None:
+        pytest.fail("the Go toolchain ('go') is required for the encoding/json reference tests but is not on PATH")
+    src = tmp_path_factory.mktemp("errtext")
+    (src / "go.mod").write_text("module errtext\n\ngo 1.22\n")
+    (src / "main.go").write_text(_GO_ERRTEXT)
+    env = dict(os.environ, GOTOOLCHAIN="local", GOFLAGS="-mod=mod", CGO_ENABLED="0")
+    r = subprocess.run([go, "build", "-o", "errtext", "."], cwd=src, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.fail(f"go build of the error-text reference failed:\n{r.stderr}")
+    return str(src / "errtext")
+
+
+def _go_lines(binary: str, mode: str, inputs: list[bytes]) -> list[str]:
+    r = subprocess.run([binary, mode], input=b"".join(base64.b64encode(x) + b"\n" for x in inputs),
+                       capture_output=True, check=True)
+    out = [base64.b64decode(x).decode("utf-8") for x in r.stdout.split(b"\n")[:-1]]
+    assert len(out) == len(inputs), r.stderr
+    return out
+
+
+_ATOMS = [b"{", b"}", b"[", b"]", b",", b":", b'"', b"\\", b"u", b"0", b"1", b"9", b"-", b"+", b".", b"e",
+          b"E", b"t", b"r", b"f", b"a", b"l", b"s", b"n", b" ", b"\n", b"\t", b"\x00", b"\x01", b"\x07", b"\x0b",
+          b"\x7f", b"\xc3", b"\xa9", b"\xff", b"'", b"x", b"true", b"false", b"null", b'"k"', b"12.5e-3", b"NaN",
+          b"\xe2\x80\xa8", b"1e999"]
+
+
+def _json_ish(rnd) -> bytes:
+    """Valid JSON, truncated or with bytes inserted/deleted, or a run of JSON-ish atoms."""
+    def value(d: int) -> bytes:
+        r = rnd.random()
+        if d > 3 or r < 0.3:
+            return rnd.choice([b"1", b"-0.5e3", b'"a\\u00e9\\n"', b"true", b"null", b"false", b'""', b"0"])
+        if r < 0.65:
+            return b"[" + b",".join(value(d + 1) for _ in range(rnd.randint(0, 3))) + b"]"
+        return b"{" + b",".join(b'"k%d":' % i + value(d + 1) for i in range(rnd.randint(0, 3))) + b"}"
+    if rnd.random() < 0.4:
+        return b"".join(rnd.choice(_ATOMS) for _ in range(rnd.randint(0, 8)))
+    v = bytearray(value(0))
+    for _ in range(rnd.randint(0, 2)):
+        i = rnd.randint(0, len(v))
+        op = rnd.random()
+        if op < 0.4 and v:
+            del v[min(i, len(v) - 1)]
+        elif op < 0.8:
+            v[i:i] = rnd.choice(_ATOMS)
+        else:
+            del v[i:]
+    return bytes(v)
+
+
+def test_json_error_texts_match_go(go_errtext):
+    import random
+    from machinery.gocompat import json_syntax_error
+    rnd = random.Random(5866)
+    cases = [_json_ish(rnd) for _ in range(4000)] + [b"[" * 10001, b"[" * 10000 + b"]" * 10000, b"{" * 10001]
+    cases += [bytes([c]) for c in range(256)] + [b"[" + bytes([c]) for c in range(256)]  # every quoteChar
+    for case, want in zip(cases, _go_lines(go_errtext, "unmarshal", cases)):
+        try:
+            loads(case)
+            got = "OK"
+        except ValueError as e:
+            got = "ERR " + str(e)
+        if len(case) < 10000:  # beyond Python's recursion limit loads gives up on valid JSON
+            assert got == want, case
+        syntax = json_syntax_error(case)
+        assert (syntax is None) == (not want.startswith("ERR invalid") and not want.startswith("ERR unexpected")), case
+        if syntax is not None:
+            assert "ERR " + syntax == want, case
+
+
+def test_quote_matches_go(go_errtext):
+    import random
+    from machinery.gocompat import quote
+    # characters whose printability is the same in Go's and Python's Unicode tables
+    alphabet = [chr(c) for c in range(0x100)] + list("\u2028\u2029\u200b\u00ad\ufeff\ue000\ufffd\u4e16\U0001f600\u0378")
+    rnd = random.Random(7)
+    strings = ["".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 6))) for _ in range(2000)]
+    for s, want in zip(strings, _go_lines(go_errtext, "quote", [s.encode() for s in strings])):
+        assert quote(s) == want, s

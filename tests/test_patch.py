@@ -381,14 +381,35 @@ def test_apply_patch_dispatch():
     ("application/merge-patch+json", b"[1]",
      "error decoding patch: json: cannot unmarshal array into Go value of type map[string]interface {}"),
     ("application/merge-patch+json", b"null", "Invalid JSON Patch"),
+    # upstream's text (kjson.UnmarshalStrict / UnmarshalCaseSensitivePreserveInts, Go 1.26): the scanner
+    # fails at the 'o' of a would-be null, not at the 'n'
     ("application/strategic-merge-patch+json", b"nope",
-     "invalid character 'n' looking for beginning of value"),
+     "invalid character 'o' in literal null (expecting 'u')"),
+    # more texts as Go prints them for the same bodies (kjson.UnmarshalStrict into []jsonPatchOp /
+    # map[string]interface{}): type errors in document order, syntax errors with Go's quoteChar
+    ("application/json-patch+json", b'[{"path":1,"op":2}]',
+     "error decoding patch: json: cannot unmarshal number into Go struct field jsonPatchOp.path of type string"),
+    ("application/json-patch+json", b"[1]",
+     "error decoding patch: json: cannot unmarshal number into Go value of type handlers.jsonPatchOp"),
+    ("application/json-patch+json", b'[{"op":"add" "path":"/a"}]',
+     "error decoding patch: invalid character '\"' after object key:value pair"),
+    ("application/json-patch+json", b"\xff", "error decoding patch: invalid character 'ÿ' looking for beginning of value"),
+    ("application/merge-patch+json", b'{"a":NaN}',
+     "error decoding patch: invalid character 'N' looking for beginning of value"),
+    ("application/strategic-merge-patch+json", b'{"a":1}\x01', "invalid character '\\x01' after top-level value"),
     ("application/strategic-merge-patch+json", b'"s"',
      "json: cannot unmarshal string into Go value of type map[string]interface {}"),
 ])
 def test_malformed_bodies_400(ct, body, msg):
     e = _raises(apply_patch, {}, ct, body, "configmaps", False)
     assert (e.code, e.reason, e.message) == (400, "BadRequest", msg)
+
+
+def test_patch_body_decodes_as_go():
+    # encoding/json: invalid UTF-8 inside a string and a lone surrogate escape decode to U+FFFD (no error)
+    assert apply_patch({"metadata": {"name": "x"}}, "application/merge-patch+json",
+                       b'{"data":{"a":"\xffz","b":"\\ud800"}}', "configmaps", False) == \
+        {"metadata": {"name": "x"}, "data": {"a": "\ufffdz", "b": "\ufffd"}}
 
 
 def test_unsupported_content_types_415():

@@ -204,3 +204,12 @@ def test_generate_name():
 def test_generated_names_from_valid_prefixes_are_valid(prefix):
     assert validate_name("pods", prefix + "-", prefix=True) == []
     assert validate_name("pods", generate_name(prefix + "-")) == []
+
+
+def test_field_error_body_renders_values_as_upstream():
+    # field.Error.ErrorBody: %q for strings, %v for numbers and bools, json.Marshal for the rest
+    from machinery.errors import field_error
+    msg = lambda v: field_error("FieldValueInvalid", "f", "d", v)["message"]  # noqa: E731
+    assert msg("\u00e9\x01<&>") == 'Invalid value: "\u00e9\\x01<&>": d'
+    assert msg(["a", "<b>"]) == 'Invalid value: ["a","\\u003cb\\u003e"]: d'
+    assert (msg(1.0), msg(-3), msg(True)) == ("Invalid value: 1: d", "Invalid value: -3: d", "Invalid value: true: d")

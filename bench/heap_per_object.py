@@ -28,145 +28,29 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
-import platform
 import subprocess
 import sys
 import time
 import tracemalloc
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import orjson
 
+from bench.harness import ROOT, log, proc_status_kib, versions, write_json
+from bench.report import render
+from bench.workloads import deployment_pod, settings_configmap, training_pod, user_rolebinding
 from cache.watch_cache import WatchCache
 from storage.store import encode_value, stamp_rv
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KINDS = ("pod", "configmap", "rolebinding", "ai_pod")
 DEFAULT_N = {"pod": 20_000, "configmap": 50_000, "rolebinding": 50_000, "ai_pod": 1_000}
 RESOURCE = {"pod": "pods", "configmap": "configmaps", "rolebinding": "rolebindings", "ai_pod": "pods"}
 
 
-def log(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-# --- object shapes -----------------------------------------------------------------------------------------
-
-def _meta(name: str, ns: str, i: int, labels: dict, annotations: dict | None = None, owner: bool = False) -> dict:
-    md = {"name": name, "namespace": ns, "uid": str(uuid.UUID(int=i + 1)),
-          "creationTimestamp": "2026-01-15T10:%02d:%02dZ" % (i // 60 % 60, i % 60), "labels": labels}
-    if annotations:
-        md["annotations"] = annotations
-    if owner:
-        md["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"web-{i % 97:05x}",
-                                  "uid": str(uuid.UUID(int=(i % 97) + 10**9)), "controller": True,
-                                  "blockOwnerDeletion": True}]
-    return md
-
-
-def pod(i: int) -> dict:
-    """A Deployment-owned web Pod, scheduled and running (~3.4 KB of JSON)."""
-    name = f"web-{i % 97:05x}-{i:08x}"
-    return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": _meta(name, f"ns-{i % 50:02d}", i,
-                          {"app": "web", "pod-template-hash": f"{i % 97:05x}", "tier": "frontend"},
-                          {"kubectl.kubernetes.io/restartedAt": "2026-01-15T10:00:00Z",
-                           "prometheus.io/scrape": "true"}, owner=True),
-        "spec": {
-            "containers": [{
-                "name": "web", "image": "registry.example.com/team/web:1.27.3",
-                "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"},
-                          {"name": "metrics", "containerPort": 9102, "protocol": "TCP"}],
-                "env": [{"name": f"ENV_VAR_{k}", "value": f"value-{k}-{i % 13}"} for k in range(3)]
-                + [{"name": "POD_IP", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}}}],
-                "resources": {"limits": {"cpu": "1", "memory": "512Mi"}, "requests": {"cpu": "250m", "memory": "256Mi"}},
-                "volumeMounts": [{"name": "config", "mountPath": "/etc/web"},
-                                 {"name": "kube-api-access-x7k2p", "readOnly": True,
-                                  "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
-                "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080, "scheme": "HTTP"},
-                                  "initialDelaySeconds": 10, "timeoutSeconds": 1, "periodSeconds": 10,
-                                  "successThreshold": 1, "failureThreshold": 3},
-                "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080, "scheme": "HTTP"},
-                                   "timeoutSeconds": 1, "periodSeconds": 5, "successThreshold": 1,
-                                   "failureThreshold": 3},
-                "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
-                "imagePullPolicy": "IfNotPresent"}],
-            "volumes": [{"name": "config", "configMap": {"name": "web-config", "defaultMode": 420}},
-                        {"name": "kube-api-access-x7k2p", "projected": {"sources": [
-                            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-                            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-                            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {
-                                "apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}], "defaultMode": 420}}],
-            "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
-            "serviceAccountName": "default", "serviceAccount": "default", "nodeName": f"node-{i % 500:04d}",
-            "securityContext": {}, "schedulerName": "default-scheduler",
-            "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
-                             "tolerationSeconds": 300},
-                            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
-                             "tolerationSeconds": 300}],
-            "priority": 0, "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority"},
-        "status": {
-            "phase": "Running",
-            "conditions": [{"type": t, "status": "True", "lastProbeTime": None,
-                            "lastTransitionTime": "2026-01-15T10:00:%02dZ" % k}
-                           for k, t in enumerate(("PodReadyToStartContainers", "Initialized", "Ready",
-                                                  "ContainersReady", "PodScheduled"))],
-            "hostIP": f"10.0.{i % 250}.{i % 200 + 1}", "podIP": f"10.244.{i % 250}.{i % 200 + 2}",
-            "podIPs": [{"ip": f"10.244.{i % 250}.{i % 200 + 2}"}], "startTime": "2026-01-15T10:00:00Z",
-            "containerStatuses": [{"name": "web", "state": {"running": {"startedAt": "2026-01-15T10:00:03Z"}},
-                                   "lastState": {}, "ready": True, "restartCount": 0,
-                                   "image": "registry.example.com/team/web:1.27.3",
-                                   "imageID": "registry.example.com/team/web@sha256:" + "ab12" * 16,
-                                   "containerID": "containerd://" + f"{i:016x}" * 4, "started": True}],
-            "qosClass": "Burstable"}}
-
-
-def configmap(i: int) -> dict:
-    """An application ConfigMap (~1 KB of JSON)."""
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": _meta(f"app-config-{i:08x}", f"ns-{i % 50:02d}", i, {"app": "web", "component": "config"}),
-            "data": {"app.properties": "server.port=8080\nserver.threads=%d\nlog.level=info\n" % (i % 64)
-                     + "feature.flags=" + ",".join(f"flag{k}" for k in range(40)) + "\n",
-                     "endpoints.yaml": "primary: https://db-%d.internal:5432\nreplica: https://db-%d-ro.internal:5432\n"
-                     % (i % 7, i % 7) + "timeout: 30s\nretries: 5\n" * 8}}
-
-
-def rolebinding(i: int) -> dict:
-    """A RoleBinding of one user to a Role (~0.4 KB of JSON)."""
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": _meta(f"rb-{i:08x}", f"ns-{i % 50:02d}", i, {"team": f"t{i % 20}"}),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "edit"},
-            "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": f"user{i}@example.com"}]}
-
-
-def ai_pod(i: int) -> dict:
-    """A distributed-training Pod (~100 KB): hundreds of env vars (rank table, hyper-parameters), a large
-    launcher-config annotation and many volume mounts, as training operators generate them."""
-    p = pod(i)
-    p["metadata"]["name"] = f"train-llm-{i:06d}-worker-{i % 512}"
-    p["metadata"]["labels"] = {"training.kubeflow.org/job-name": f"train-llm-{i // 512}",
-                               "training.kubeflow.org/replica-type": "worker",
-                               "training.kubeflow.org/replica-index": str(i % 512)}
-    p["metadata"]["annotations"]["training.example.com/launcher-config"] = json.dumps(
-        {"hosts": [f"train-llm-{i // 512}-worker-{k}.train-llm.svc:2222" for k in range(512)],
-         "hyper": {f"param_{k}": k * 0.001 for k in range(300)}})
-    c = p["spec"]["containers"][0]
-    c["image"] = "nvcr.io/nvidia/pytorch:25.01-py3"
-    c["env"] = [{"name": f"NCCL_RANK_{k}", "value": f"train-llm-{i // 512}-worker-{k}:{29500 + k}"}
-                for k in range(740)]
-    c["resources"] = {"limits": {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1600Gi"},
-                      "requests": {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1600Gi"}}
-    c["volumeMounts"] += [{"name": f"shard-{k}", "mountPath": f"/data/shard-{k:03d}", "readOnly": True}
-                          for k in range(120)]
-    p["spec"]["volumes"] += [{"name": f"shard-{k}", "persistentVolumeClaim": {"claimName": f"dataset-shard-{k:03d}"}}
-                             for k in range(120)]
-    return p
-
-
-MAKERS = {"pod": pod, "configmap": configmap, "rolebinding": rolebinding, "ai_pod": ai_pod}
+# The object shapes (bench/workloads.py): a Deployment-owned web Pod (~3.4 KB of JSON), an application
+# ConfigMap (~1 KB), a RoleBinding of one user (~0.4 KB), a distributed-training Pod (~100 KB).
+MAKERS = {"pod": deployment_pod, "configmap": settings_configmap, "rolebinding": user_rolebinding,
+          "ai_pod": training_pod}
 
 
 def etcd_values(kind: str, n: int) -> list[tuple[str, bytes]]:
@@ -226,14 +110,6 @@ def malloc_trim() -> None:
         pass
 
 
-def rss_kib() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
 def child(kind: str, n: int, method: str, store: str) -> dict:
     """One measurement in this (fresh) process: method tracemalloc|rss, store cache|dict."""
     values = etcd_values(kind, n)
@@ -247,7 +123,7 @@ def child(kind: str, n: int, method: str, store: str) -> dict:
         tracemalloc.start()
         before = tracemalloc.get_traced_memory()[0]
     else:
-        before = rss_kib() * 1024
+        before = proc_status_kib()["VmRSS"] * 1024
     t0 = time.perf_counter()
     kept = decode_dicts(values) if store == "dict" else ingest(kind, values, exact=store == "cache_exact")
     ingest_s = time.perf_counter() - t0
@@ -257,7 +133,7 @@ def child(kind: str, n: int, method: str, store: str) -> dict:
         after = tracemalloc.get_traced_memory()[0]
         tracemalloc.stop()
     else:
-        after = rss_kib() * 1024
+        after = proc_status_kib()["VmRSS"] * 1024
     out = {"kind": kind, "n": n, "method": method, "store": store, "bytes_per_object": (after - before) / n,
            "ingest_us_per_object": ingest_s / n * 1e6}
     if store != "dict":
@@ -320,19 +196,6 @@ def measure(kinds: list[str], ns: dict[str, int]) -> dict:
     return res
 
 
-def versions() -> dict:
-    import pyroaring
-    cpu = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
-    except OSError:
-        pass
-    return {"python": platform.python_version(), "orjson": orjson.__version__,
-            "pyroaring": getattr(pyroaring, "__version__", "?"), "platform": platform.platform(),
-            "cpu_model": cpu, "cpu_count": os.cpu_count()}
-
-
 def table(res: dict, vers: dict) -> str:
     def v(ok):
         return "PASS" if ok else "FAIL"
@@ -347,7 +210,6 @@ def table(res: dict, vers: dict) -> str:
                      f"{r['cache_exact_rss_bytes']:,.0f} ({r['cache_exact_rss_ratio']:.2f}x) {v(r['pass_exact_rss'])}",
                      f"{r['dict_tracemalloc_bytes']:,.0f} ({r['dict_tracemalloc_ratio']:.2f}x)",
                      f"{r['dict_rss_bytes']:,.0f} ({r['dict_rss_ratio']:.2f}x)"))
-    from bench.cache_reads import render
     head = (f"# bytes/object in the watch cache (WatchCache.replace after Cacher-style ingest); Python "
             f"{vers['python']}, orjson {vers['orjson']}, pyroaring {vers['pyroaring']}; {vers['cpu_model']}\n"
             f"# target <= 1.2 x JSON + 100 B; anchors: Go apiserver 5.2-7x JSON (k/k #142062), Python dict 4-6.6x\n")
@@ -372,8 +234,7 @@ def main(argv=None) -> int:
     ns = {k: max(10, int(v * scale)) for k, v in DEFAULT_N.items()}
     t0 = time.perf_counter()
     res = measure(p.kinds.split(","), ns)
-    vers = versions()
-    from bench.cache_reads import write_json
+    vers = versions(packages=("pyroaring",))
     write_json(p.out, {"benchmark": "heap_per_object", "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                        "elapsed_s": time.perf_counter() - t0, "params": {"quick": p.quick, "n": ns},
                        "measured": "in-process, one fresh child process per (kind, method, store); etcd values "

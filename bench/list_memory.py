@@ -24,10 +24,10 @@ import time
 
 import aiohttp
 
-from bench.cache_reads import (NAMESPACE, Apiserver, current_etcd_binary, etcd_version_str,
-                               load_with_throwaway_apiserver, render, wait_cache_ready, write_json)
-from bench.etcd_path import BenchError, log, versions
-from storage.embedded import EmbeddedEtcd
+from bench.cache_reads import NAMESPACE
+from bench.harness import Apiserver, BenchError, current_etcd, log, versions, wait_cache_ready, write_json
+from bench.report import etcd_version_str, render
+from bench.workloads import load_with_throwaway_apiserver
 
 TARGET_MIB = 64.0
 
@@ -55,7 +55,7 @@ async def concurrent_lists(api: Apiserver, concurrency: int, params: dict) -> di
 def run_case(endpoint: str, wc: bool, params: dict, n: int, concurrency: int) -> dict:
     with Apiserver(endpoint, watch_cache=wc) as api:
         if wc:
-            asyncio.run(wait_cache_ready(api.base, n))
+            asyncio.run(wait_cache_ready(api.base, f"/api/v1/namespaces/{NAMESPACE}/configmaps", n))
         time.sleep(1.0)
         idle = api.mem()
         # VmHWM so far includes initialisation (e.g. the cache's paged initial list); growth is measured
@@ -82,10 +82,9 @@ def main(argv=None) -> int:
     p = ap.parse_args(argv)
     p.objects = p.objects or (200 if p.quick else 1000)
     t0 = time.perf_counter()
-    binary = current_etcd_binary()
     cases = {}
-    with EmbeddedEtcd(binary=binary) as etcd:
-        obj_bytes = load_with_throwaway_apiserver(etcd.endpoint, p.objects, p.size)
+    with current_etcd() as etcd:
+        obj_bytes = load_with_throwaway_apiserver(etcd.endpoint, NAMESPACE, p.objects, p.size)
         for name, wc, params in (("cache on, RV=0", True, {"resourceVersion": "0"}),
                                  ("cache on, consistent", True, {}),
                                  ("cache off, consistent", False, {})):
@@ -93,7 +92,7 @@ def main(argv=None) -> int:
             cases[name], vers = run_case(etcd.endpoint, wc, params, p.objects, p.concurrency)
             log(f"  growth {cases[name]['growth_mib']:.0f} MiB")
     write_json(p.out, {"benchmark": "list_memory", "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                       "elapsed_s": time.perf_counter() - t0, "etcd_binary": binary, "object_bytes": obj_bytes,
+                       "elapsed_s": time.perf_counter() - t0, "etcd_binary": etcd.binary, "object_bytes": obj_bytes,
                        "params": {k: v for k, v in vars(p).items() if k != "out"},
                        "measured": "fresh apiserver per case; growth = VmHWM after the lists - max(VmRSS idle, "
                                    "VmHWM before the lists); client counts bytes only",

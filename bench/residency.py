@@ -20,22 +20,18 @@ ingest events/s, label-selector list from bitmaps vs a scan.
 
 Progress on stderr, a table per profile on stdout, every figure plus versions to --out (JSON), a PNG
 (matplotlib, Agg) to --png. Targets are printed beside the figures, never asserted.
+
+The workloads (objects and profiles) are in bench/workloads.py, processes and HTTP helpers in
+bench/harness.py, the table and the PNG in bench/report.py; this module runs and measures.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import collections
-import importlib.util
-import json
 import os
-import platform
 import random
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import types
 import uuid
@@ -43,16 +39,11 @@ import uuid
 import aiohttp
 import orjson
 
+from bench.harness import (Apiserver, BenchError, current_etcd, get_json, log, stop_all, versions,
+                           wait_all_ready_async, write_json)
+from bench.report import MIB, RESIDENCY_MEASURES as MEASURES, residency_plot, residency_table
+from bench.workloads import PROFILES, STATE_FULL_RESOURCES, Profile, pod
 from machinery.shard_selector import complementary
-from storage.embedded import EmbeddedEtcd, free_port
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MIB = 1024.0 * 1024.0
-MEASURES = ("native", "tracemalloc", "rss")
-MEASURE_LABEL = {"native": "native bytes (cache structures)", "tracemalloc": "tracemalloc heap",
-                 "rss": "RSS"}
-STATE_FULL_RESOURCES = "namespaces,customresourcedefinitions"
-CRD_GROUP = "bench.example.com"
 
 # Figures every run has (the smoke test asserts each is a positive number); per profile/K figures are
 # named "<profile>_k<K>_<measure>_<stat>" (see profile_figures).
@@ -65,437 +56,21 @@ FIGURES = (
 PROFILE_STATS = ("shard_mean_bytes", "shard_max_bytes", "shard_sum_bytes", "full_bytes", "mean_over_full")
 
 
-def log(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+# --- processes -------------------------------------------------------------------
 
+def spawn(role: str, endpoint: str, prefix: str, *extra: str, tracemalloc: bool = True, residency=None) -> Apiserver:
+    """Start (not wait for) an apiserver named `role` in messages and reports."""
+    return Apiserver(endpoint, *extra, etcd_prefix=prefix, residency=residency, name=role,
+                     log_name=f"bench-residency-{role}", env={"RESIDENCY_TRACEMALLOC": "1"} if tracemalloc else None
+                     ).start()
 
-class BenchError(RuntimeError):
-    pass
 
+async def wait_ready(procs: list[Apiserver], timeout: float = 180.0) -> None:
+    await wait_all_ready_async(procs, timeout)
 
-# --- objects -------------------------------------------------------------------
 
-def _hexs(rnd: random.Random, n: int) -> str:
-    return "%0*x" % (n, rnd.getrandbits(4 * n))
-
-
-def node(i: int) -> dict:
-    rnd = random.Random(i)
-    name = f"node-{i:06d}"
-    images = [{"names": [f"registry.example.com/team{j}/image{j}@sha256:{_hexs(rnd, 64)}",
-                         f"registry.example.com/team{j}/image{j}:v1.{j}.{i % 7}"],
-               "sizeBytes": 10_000_000 + j * 1_234_567} for j in range(7)]
-    conds = [{"type": t, "status": "False" if t != "Ready" else "True",
-              "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z",
-              "reason": f"Kubelet{t}", "message": f"kubelet reports {t} condition is healthy"}
-             for t in ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")]
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {
-                "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-                "node.kubernetes.io/instance-type": ("m5.xlarge", "m5.2xlarge", "c5.4xlarge")[i % 3],
-                "topology.kubernetes.io/zone": f"zone-{i % 3}", "pool": f"pool-{i % 10}"}},
-            "spec": {"podCIDR": f"10.{i // 256 % 256}.{i % 256}.0/24",
-                     "providerID": f"aws:///zone-{i % 3}/i-{_hexs(rnd, 17)}"},
-            "status": {"capacity": {"cpu": "4", "memory": "16310060Ki", "pods": "110",
-                                    "ephemeral-storage": "101430960Ki"},
-                       "allocatable": {"cpu": "3920m", "memory": "15293228Ki", "pods": "110",
-                                       "ephemeral-storage": "93478772582"},
-                       "conditions": conds,
-                       "addresses": [{"type": "InternalIP", "address": f"10.0.{i // 256 % 256}.{i % 256}"},
-                                     {"type": "Hostname", "address": name}],
-                       "nodeInfo": {"machineID": _hexs(rnd, 32), "systemUUID": str(uuid.UUID(int=rnd.getrandbits(128))),
-                                    "bootID": str(uuid.UUID(int=rnd.getrandbits(128))),
-                                    "kernelVersion": "6.1.0-18-cloud-amd64", "osImage": "Debian GNU/Linux 12",
-                                    "containerRuntimeVersion": "containerd://1.7.13",
-                                    "kubeletVersion": "v1.36.0", "kubeProxyVersion": "v1.36.0",
-                                    "operatingSystem": "linux", "architecture": "amd64"},
-                       "images": images}}
-
-
-def lease(i: int, renew: str = "2026-01-01T00:00:00.000000Z") -> dict:
-    name = f"node-{i:06d}"
-    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {"name": name, "namespace": "kube-node-lease",
-                         "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name,
-                                              "uid": str(uuid.UUID(int=random.Random(i).getrandbits(128)))}]},
-            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": renew}}
-
-
-def configmap(ns: str, i: int, size: int = 8) -> dict:
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": f"cm-{i:06d}", "namespace": ns,
-                         "labels": {"app": f"app-{i % 50}", "tier": ("web", "db", "cache")[i % 3]}},
-            "data": {f"key{j}": ("%d" % j) * 100 for j in range(size)}}
-
-
-def big_configmap(ns: str, i: int) -> dict:
-    rnd = random.Random(i)
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": f"big-{i:04d}", "namespace": ns, "labels": {"app": "big"}},
-            "data": {"blob": _hexs(rnd, 100 * 1024)}}
-
-
-def secret(ns: str, i: int) -> dict:
-    rnd = random.Random(i)
-    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": f"secret-{i:06d}", "namespace": ns, "labels": {"app": f"app-{i % 50}"}},
-            "data": {"token": base64.b64encode(rnd.randbytes(480)).decode(),
-                     "ca.crt": base64.b64encode(rnd.randbytes(160)).decode()}}
-
-
-def pod(ns: str, i: int) -> dict:
-    rnd = random.Random(i)
-    app = f"app-{i % 50}"
-    rs = f"{app}-{_hexs(rnd, 10)[:10]}"
-    hash_ = f"{(i // 10) * 2654435761 % (1 << 32):08x}"
-
-    def container(c: int) -> dict:
-        return {"name": f"{app}-c{c}", "image": f"registry.example.com/{app}/server:v1.{c}.{i % 9}",
-                "ports": [{"containerPort": 8080 + c, "protocol": "TCP", "name": f"http{c}"}],
-                "env": [{"name": f"ENV_{k}", "value": f"value-{k}-{app}"} for k in range(4)],
-                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
-                              "limits": {"cpu": "500m", "memory": "512Mi"}},
-                "volumeMounts": [{"name": "config", "mountPath": "/etc/config", "readOnly": True},
-                                 {"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
-                                  "readOnly": True}],
-                "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080 + c}, "periodSeconds": 10},
-                "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080 + c}, "periodSeconds": 5},
-                "terminationMessagePath": "/dev/termination-log", "imagePullPolicy": "IfNotPresent"}
-
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"{rs}-{i:06d}", "namespace": ns,
-                         "labels": {"app": app, "pod-template-hash": hash_, "tier": ("web", "db", "cache")[i % 3]},
-                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs,
-                                              "uid": str(uuid.UUID(int=rnd.getrandbits(128))),
-                                              "controller": True, "blockOwnerDeletion": True}]},
-            "spec": {"containers": [container(0), container(1)],
-                     "volumes": [{"name": "config", "configMap": {"name": f"cm-{i % 100:06d}"}},
-                                 {"name": "kube-api-access", "projected": {"sources": [
-                                     {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}]}}],
-                     "restartPolicy": "Always", "dnsPolicy": "ClusterFirst", "serviceAccountName": "default",
-                     "nodeName": f"node-{i % 500:06d}", "schedulerName": "default-scheduler",
-                     "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists",
-                                      "effect": "NoExecute", "tolerationSeconds": 300}]},
-            "status": {"phase": "Running", "hostIP": f"10.0.{i % 256}.{i // 256 % 256}",
-                       "podIP": f"10.1.{i % 256}.{i // 256 % 256}", "startTime": "2026-01-01T00:00:00Z",
-                       "conditions": [{"type": t, "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
-                                      for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")],
-                       "containerStatuses": [{"name": f"{app}-c{c}", "ready": True, "restartCount": 0,
-                                              "image": f"registry.example.com/{app}/server:v1.{c}.{i % 9}",
-                                              "imageID": f"registry.example.com/{app}/server@sha256:{_hexs(rnd, 64)}",
-                                              "containerID": f"containerd://{_hexs(rnd, 64)}",
-                                              "state": {"running": {"startedAt": "2026-01-01T00:00:01Z"}}}
-                                             for c in range(2)]}}
-
-
-def rolebinding(ns: str, i: int) -> dict:
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": f"rb-{i:06d}", "namespace": ns},
-            "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": f"user-{i}@example.com"}],
-            "roleRef": {"kind": "Role", "apiGroup": "rbac.authorization.k8s.io", "name": f"role-{i % 20}"}}
-
-
-def widget_crd() -> dict:
-    v = {"name": "v1", "served": True, "storage": True,
-         "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}
-    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"widgets.{CRD_GROUP}"},
-            "spec": {"group": CRD_GROUP, "scope": "Namespaced", "versions": [v],
-                     "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"}}}
-
-
-def widget(i: int, gen: int = 0) -> dict:
-    return {"apiVersion": f"{CRD_GROUP}/v1", "kind": "Widget",
-            "metadata": {"name": f"w-{i:07d}", "namespace": "churn", "labels": {"shard": f"s{i % 16}"}},
-            "spec": {"generation": gen, "replicas": i % 5, "payload": ("%07d" % i) * 100}}
-
-
-# --- processes -----------------------------------------------------------------
-
-def current_etcd_binary() -> str:
-    spec = importlib.util.spec_from_file_location("_build_etcd", os.path.join(ROOT, "tools", "build_etcd.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.ensure_etcd()
-
-
-class Proc:
-    def __init__(self, role: str, popen: subprocess.Popen, base: str, log_path: str, selector=None):
-        self.role = role
-        self.popen = popen
-        self.base = base
-        self.log_path = log_path
-        self.selector = selector
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(15)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
-
-
-def spawn(role: str, endpoint: str, prefix: str, *extra: str, tracemalloc: bool = True, selector=None) -> Proc:
-    port = free_port()
-    log_path = os.path.join(tempfile.gettempdir(), f"bench-residency-{role}-{port}.log")
-    env = dict(os.environ)
-    if tracemalloc:
-        env["RESIDENCY_TRACEMALLOC"] = "1"
-    with open(log_path, "wb") as lf:
-        p = subprocess.Popen([sys.executable, "-m", "apiserver", "--etcd-servers", endpoint, "--etcd-prefix",
-                              prefix, "--port", str(port), *extra], stdout=lf, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, env=env, cwd=ROOT)
-    return Proc(role, p, f"http://127.0.0.1:{port}", log_path, selector)
-
-
-async def wait_ready(s: aiohttp.ClientSession, procs: list[Proc], timeout: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout
-    for p in procs:
-        while True:
-            if p.popen.poll() is not None:
-                raise BenchError(f"{p.role} exited with {p.popen.returncode}; see {p.log_path}")
-            try:
-                async with s.get(p.base + "/readyz", timeout=aiohttp.ClientTimeout(total=2)) as r:
-                    if r.status == 200:
-                        break
-            except (aiohttp.ClientError, asyncio.TimeoutError):
-                pass
-            if time.monotonic() > deadline:
-                raise BenchError(f"{p.role} not ready in {timeout:.0f} s; see {p.log_path}")
-            await asyncio.sleep(0.2)
-
-
-async def check(r: aiohttp.ClientResponse, what: str, ok=(200, 201)) -> bytes:
-    body = await r.read()
-    if r.status not in ok:
-        raise BenchError(f"{what}: HTTP {r.status}: {body[:400]!r}")
-    return body
-
-
-async def get_json(s: aiohttp.ClientSession, url: str, params: dict | None = None, what: str = "") -> dict:
-    for attempt in range(50):
-        async with s.get(url, params=params) as r:
-            if r.status == 429:  # cache (re)initialising
-                await r.read()
-                await asyncio.sleep(0.2)
-                continue
-            return orjson.loads(await check(r, what or url, ok=(200,)))
-    raise BenchError(f"{what or url}: still 429 after retries")
-
-
-async def post(s: aiohttp.ClientSession, url: str, obj: dict, ok=(200, 201)) -> bytes:
-    async with s.post(url, data=orjson.dumps(obj), headers={"Content-Type": "application/json"}) as r:
-        return await check(r, f"POST {url}", ok=ok)
-
-
-async def pool(n: int, clients: int, op, label: str) -> float:
-    it = iter(range(n))
-    done = [0]
-    step = max(1, n // 5)
-
-    async def worker():
-        for i in it:
-            await op(i)
-            done[0] += 1
-            if done[0] % step == 0:
-                log(f"  {label}: {done[0]}/{n}")
-
-    t0 = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(clients)))
-    return time.perf_counter() - t0
-
-
-# --- profiles --------------------------------------------------------------------
-
-class Profile:
-    """A workload: what to load, what to run while measuring, which resources to check."""
-    name = ""
-    title = ""
-    full_resources: str | None = None   # --residency-full-resources for shards (None: the default)
-
-    def __init__(self, n: int):
-        self.n = n
-        self.counts: dict[str, int] = {}
-        self.sample_bytes: dict[str, int] = {}   # one object's size as the apiserver returns it
-        self.bytes_total = 0                     # sum of created objects' sizes (as returned)
-        self.writes = 0
-        self.write_errors = 0
-
-    # (report key, cluster-wide list path) of every resource whose cache is compared
-    resources: tuple[tuple[str, str], ...] = ()
-
-    async def create(self, s, base, path, obj, kind) -> None:
-        body = await post(s, base + path, obj)
-        self.bytes_total += len(body)
-        self.counts[kind] = self.counts.get(kind, 0) + 1
-        self.sample_bytes.setdefault(kind, len(body))
-
-    async def load(self, s, base, clients):
-        raise NotImplementedError
-
-    async def writer(self, s, base, stop: asyncio.Event):
-        raise NotImplementedError
-
-    def describe(self) -> str:
-        kinds = ", ".join(f"{self.counts[k]} {k} (~{self.sample_bytes[k] / 1024:.1f} KB)" for k in self.counts)
-        return f"{kinds}; {self.bytes_total / 1e6:.1f} MB of objects"
-
-
-async def paced(stop: asyncio.Event, rate: float, workers: int, op) -> None:
-    """Run op(i) at about `rate`/s on `workers` coroutines until stop is set."""
-    counter = iter(range(1 << 62))
-    t0 = time.perf_counter()
-
-    async def w():
-        for i in counter:
-            if stop.is_set():
-                return
-            due = t0 + i / rate
-            now = time.perf_counter()
-            if due > now:
-                await asyncio.sleep(due - now)
-            await op(i)
-    await asyncio.gather(*(w() for _ in range(workers)))
-
-
-class NodeProfile(Profile):
-    name = "node"
-    title = "node-bound"
-    resources = (("nodes", "/api/v1/nodes"), ("leases.coordination.k8s.io", "/apis/coordination.k8s.io/v1/leases"))
-
-    async def load(self, s, base, clients):
-        self.nodes = self.n // 2
-        await post(s, base + "/api/v1/namespaces", {"metadata": {"name": "kube-node-lease"}}, ok=(201, 409))
-        await pool(self.nodes, clients, lambda i: self.create(s, base, "/api/v1/nodes", node(i), "Nodes"), "nodes")
-        await pool(self.nodes, clients, lambda i: self.create(
-            s, base, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", lease(i), "Leases"), "leases")
-
-    def heartbeat_rate(self) -> float:
-        return max(20.0, min(self.nodes / 10.0, 400.0))   # every lease renewed every ~10 s (capped)
-
-    async def writer(self, s, base, stop):
-        url = base + "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/"
-
-        async def op(i):
-            j = i % self.nodes
-            ts = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
-            async with s.put(url + f"node-{j:06d}", data=orjson.dumps(lease(j, ts)),
-                             headers={"Content-Type": "application/json"}) as r:
-                await r.read()
-                self.writes += 1
-                self.write_errors += r.status >= 300
-        await paced(stop, self.heartbeat_rate(), 8, op)
-
-    def describe(self) -> str:
-        return super().describe() + f"; Lease heartbeats at {self.heartbeat_rate():.0f}/s while measuring"
-
-
-class ChurnProfile(Profile):
-    name = "churn"
-    title = "churn-bound"
-    resources = ((f"widgets.{CRD_GROUP}", f"/apis/{CRD_GROUP}/v1/widgets"),)
-
-    async def load(self, s, base, clients):
-        await post(s, base + "/api/v1/namespaces", {"metadata": {"name": "churn"}})
-        await post(s, base + "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", widget_crd())
-        url = f"/apis/{CRD_GROUP}/v1/namespaces/churn/widgets"
-        for _ in range(100):  # served as soon as the CRD is created; wait for discovery to pick it up
-            async with s.get(base + url, params={"limit": "1"}) as r:
-                await r.read()
-                if r.status == 200:
-                    break
-            await asyncio.sleep(0.1)
-        self.live = collections.deque(range(self.n))
-        self.next_id = self.n
-        await pool(self.n, clients, lambda i: self.create(s, base, url, widget(i), "Widgets"), "widgets")
-
-    async def writer(self, s, base, stop):
-        url = base + f"/apis/{CRD_GROUP}/v1/namespaces/churn/widgets"
-        rnd = random.Random(7)
-
-        async def op(i):
-            kind = i % 3
-            if kind == 0:
-                j = self.next_id
-                self.next_id += 1
-                async with s.post(url, data=orjson.dumps(widget(j)), headers={"Content-Type": "application/json"}) as r:
-                    await r.read()
-                    ok = r.status < 300
-                if ok:
-                    self.live.append(j)
-            elif kind == 1:
-                j = self.live[rnd.randrange(len(self.live))]
-                async with s.put(f"{url}/w-{j:07d}", data=orjson.dumps(widget(j, i)),
-                                 headers={"Content-Type": "application/json"}) as r:
-                    await r.read()
-                    ok = r.status < 300 or r.status in (404, 409)
-            else:
-                j = self.live.popleft()
-                async with s.delete(f"{url}/w-{j:07d}") as r:
-                    await r.read()
-                    ok = r.status < 300 or r.status == 404
-            self.writes += 1
-            self.write_errors += not ok
-
-        async def w():
-            i = 0
-            while not stop.is_set():
-                await op(i)
-                i += 1
-        self.t_writer = time.perf_counter()
-        await asyncio.gather(*(w() for _ in range(6)))
-
-    def describe(self) -> str:
-        return super().describe() + "; create/update/delete (1:1:1) as fast as 6 writers go while measuring"
-
-
-class StateProfile(Profile):
-    name = "state"
-    title = "state-bound"
-    full_resources = STATE_FULL_RESOURCES
-    NS = 20
-    resources = (("configmaps", "/api/v1/configmaps"), ("secrets", "/api/v1/secrets"), ("pods", "/api/v1/pods"),
-                 ("rolebindings.rbac.authorization.k8s.io", "/apis/rbac.authorization.k8s.io/v1/rolebindings"))
-
-    async def load(self, s, base, clients):
-        n = self.n
-        self.ncm, nsec, npod, nrb = int(n * 0.3), int(n * 0.15), int(n * 0.3), int(n * 0.25)
-        nbig = max(2, n // 1000)
-        for k in range(self.NS):
-            await post(s, base + "/api/v1/namespaces", {"metadata": {"name": f"state-{k}"}})
-
-        def ns(i):
-            return f"state-{i % self.NS}"
-        await pool(self.ncm, clients, lambda i: self.create(
-            s, base, f"/api/v1/namespaces/{ns(i)}/configmaps", configmap(ns(i), i), "ConfigMaps"), "configmaps")
-        await pool(nsec, clients, lambda i: self.create(
-            s, base, f"/api/v1/namespaces/{ns(i)}/secrets", secret(ns(i), i), "Secrets"), "secrets")
-        await pool(npod, clients, lambda i: self.create(
-            s, base, f"/api/v1/namespaces/{ns(i)}/pods", pod(ns(i), i), "Pods"), "pods")
-        await pool(nrb, clients, lambda i: self.create(
-            s, base, f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns(i)}/rolebindings", rolebinding(ns(i), i),
-            "RoleBindings"), "rolebindings")
-        await pool(nbig, min(clients, 4), lambda i: self.create(
-            s, base, f"/api/v1/namespaces/{ns(i)}/configmaps", big_configmap(ns(i), i), "100KB-ConfigMaps"), "big")
-
-    async def writer(self, s, base, stop):
-        async def op(i):   # mostly idle: a trickle of ConfigMap updates
-            j = (i * 7919) % self.ncm
-            nsn = f"state-{j % self.NS}"
-            async with s.put(f"{base}/api/v1/namespaces/{nsn}/configmaps/cm-{j:06d}",
-                             data=orjson.dumps(configmap(nsn, j)), headers={"Content-Type": "application/json"}) as r:
-                await r.read()
-                self.writes += 1
-                self.write_errors += r.status >= 300
-        await paced(stop, 5.0, 1, op)
-
-    def describe(self) -> str:
-        return super().describe() + "; 5 ConfigMap updates/s while measuring"
-
-
-PROFILES = {"node": NodeProfile, "churn": ChurnProfile, "state": StateProfile}
+def stop_procs(procs: list[Apiserver]) -> None:
+    stop_all(procs, timeout=15, strict=False)
 
 
 # --- measuring -------------------------------------------------------------------
@@ -523,21 +98,21 @@ def measurement(rep: dict) -> dict:
                           for k, v in rep["resources"].items()}}
 
 
-async def current_revision(s, p: Proc, path: str) -> int:
+async def current_revision(s, p: Apiserver, path: str) -> int:
     doc = await get_json(s, p.base + path, {"limit": "1"})
     return int(doc["metadata"]["resourceVersion"])
 
 
-async def sync(s, procs: list[Proc], prof: Profile, partial, rev: int, timeout: float = 120.0) -> None:
+async def sync(s, procs: list[Apiserver], prof: Profile, partial, rev: int, timeout: float = 120.0) -> None:
     """Consistent lists (which make each cache catch up to etcd's revision), then poll /debug/residency
     until every compared resource (and namespaces) is ready with rv >= rev."""
     keys = [k for k, _ in prof.resources] + ["namespaces"]
     for p in procs:
         for key, path in list(prof.resources) + [("namespaces", "/api/v1/namespaces")]:
             params = {"limit": "1"}
-            if p.selector is not None and partial(key):
-                params["shardSelector"] = str(p.selector)
-            await get_json(s, p.base + path, params, f"{p.role} sync list {key}")
+            if p.residency is not None and partial(key):
+                params["shardSelector"] = str(p.residency)
+            await get_json(s, p.base + path, params, f"{p.name} sync list {key}")
     deadline = time.monotonic() + timeout
     for p in procs:
         while True:
@@ -547,11 +122,11 @@ async def sync(s, procs: list[Proc], prof: Profile, partial, rev: int, timeout: 
             if not lag:
                 break
             if time.monotonic() > deadline:
-                raise BenchError(f"{p.role}: caches {lag} did not reach rv {rev} in {timeout:.0f} s")
+                raise BenchError(f"{p.name}: caches {lag} did not reach rv {rev} in {timeout:.0f} s")
             await asyncio.sleep(0.1)
 
 
-async def correctness(s, full: Proc, shards: list[Proc], prof: Profile, partial) -> dict:
+async def correctness(s, full: Apiserver, shards: list[Apiserver], prof: Profile, partial) -> dict:
     """Union of the shards' sharded lists == the full replica's list at the same RV, no object twice."""
     problems: list[str] = []
     per_resource = {}
@@ -562,18 +137,18 @@ async def correctness(s, full: Proc, shards: list[Proc], prof: Profile, partial)
         rv = whole["metadata"]["resourceVersion"]
         seen: dict = {}
         for sh in shards:
-            params = {"shardSelector": str(sh.selector)} if partial(key) else None
-            doc = await get_json(s, sh.base + path, params, f"{sh.role} sharded list {key}")
+            params = {"shardSelector": str(sh.residency)} if partial(key) else None
+            doc = await get_json(s, sh.base + path, params, f"{sh.name} sharded list {key}")
             if doc["metadata"]["resourceVersion"] != rv:
-                problems.append(f"{key}: {sh.role} list at RV {doc['metadata']['resourceVersion']}, full at {rv}")
+                problems.append(f"{key}: {sh.name} list at RV {doc['metadata']['resourceVersion']}, full at {rv}")
             for it in doc["items"]:
                 md = it["metadata"]
                 k = (md.get("namespace", ""), md["name"])
                 if k in seen:
-                    problems.append(f"{key}: {k} in {seen[k][0]} and {sh.role}")
-                seen[k] = (sh.role, md["resourceVersion"])
-                if partial(key) and not sh.selector.matches(md["uid"], md.get("namespace", "")):
-                    problems.append(f"{key}: {k} outside {sh.role}'s selector")
+                    problems.append(f"{key}: {k} in {seen[k][0]} and {sh.name}")
+                seen[k] = (sh.name, md["resourceVersion"])
+                if partial(key) and not sh.residency.matches(md["uid"], md.get("namespace", "")):
+                    problems.append(f"{key}: {k} outside {sh.name}'s selector")
         got = {k: v[1] for k, v in seen.items()}
         if got != want:
             missing = set(want) - set(got)
@@ -585,7 +160,7 @@ async def correctness(s, full: Proc, shards: list[Proc], prof: Profile, partial)
     return {"passed": not problems, "problems": problems[:20], "resources": per_resource}
 
 
-async def measure_all(s, procs: list[Proc]) -> list[dict]:
+async def measure_all(s, procs: list[Apiserver]) -> list[dict]:
     out = []
     for p in procs:
         out.append(measurement(await get_json(s, p.base + "/debug/residency", {"gc": "1"})))
@@ -620,7 +195,7 @@ async def run_profile(s, etcd_ep: str, prof: Profile, ks: list[int], p: argparse
     loader = spawn(f"{prof.name}-loader", etcd_ep, prefix, "--watch-cache=false", tracemalloc=False)
     procs_alive = [loader]
     try:
-        await wait_ready(s, [loader])
+        await wait_ready([loader])
         t0 = time.perf_counter()
         await prof.load(s, loader.base, p.clients)
         load_s = time.perf_counter() - t0
@@ -634,16 +209,16 @@ async def run_profile(s, etcd_ep: str, prof: Profile, ks: list[int], p: argparse
 
         full = spawn(f"{prof.name}-full", etcd_ep, prefix)
         procs_alive.append(full)
-        await wait_ready(s, [full])
+        await wait_ready([full])
         runs = []
         for k in ks:
             sels = complementary(k)
             extra = ("--residency-full-resources", prof.full_resources) if prof.full_resources else ()
-            shards = [spawn(f"{prof.name}-k{k}-s{i}", etcd_ep, prefix, "--residency", str(sel), *extra, selector=sel)
+            shards = [spawn(f"{prof.name}-k{k}-s{i}", etcd_ep, prefix, *extra, residency=sel)
                       for i, sel in enumerate(sels)]
             procs_alive += shards
             log(f"K={k}: started {k} shard process(es); waiting for ready")
-            await wait_ready(s, shards)
+            await wait_ready(shards)
             stop = asyncio.Event()
             writes0 = prof.writes
             wtask = asyncio.create_task(prof.writer(s, loader.base, stop))
@@ -666,8 +241,8 @@ async def run_profile(s, etcd_ep: str, prof: Profile, ks: list[int], p: argparse
             runs.append({"k": k, "selectors": [str(x) for x in sels], "measured_at_rv": rev,
                          "writes_per_s_while_measuring": wrate, "full": meas[0], "shards": meas[1:],
                          "summary": summ, "check": chk})
+            stop_procs(shards)
             for sh in shards:
-                sh.stop()
                 procs_alive.remove(sh)
         return {"title": prof.title, "description": prof.describe(), "counts": prof.counts,
                 "sample_object_bytes": prof.sample_bytes, "workload_bytes": prof.bytes_total,
@@ -675,20 +250,19 @@ async def run_profile(s, etcd_ep: str, prof: Profile, ks: list[int], p: argparse
                 "shard_full_resources": prof.full_resources or "(default: namespaces, CRDs and RBAC fully resident)",
                 "rbac_sharded": prof.full_resources == STATE_FULL_RESOURCES, "runs": runs}
     finally:
-        for x in procs_alive:
-            x.stop()
+        stop_procs(procs_alive)
 
 
 async def measure_floor(s, etcd_ep: str) -> dict:
     fp = spawn("floor", etcd_ep, f"/registry-empty-{os.getpid()}")
     try:
-        await wait_ready(s, [fp])
+        await wait_ready([fp])
         await asyncio.sleep(1.0)
         m = measurement(await get_json(s, fp.base + "/debug/residency", {"gc": "1"}))
         m.pop("resources")
         return m
     finally:
-        fp.stop()
+        stop_procs([fp])
 
 
 # --- in-process micro-benchmarks --------------------------------------------------
@@ -814,7 +388,7 @@ def micro_select(n: int, runs: int) -> dict:
             "select_scan_median_ms": ms * 1e3, "select_speedup": ms / mb, "select_selector": str(sel)}
 
 
-# --- targets, table, PNG ----------------------------------------------------------
+# --- targets (reported beside the figures) ---------------------------------------
 
 def targets(doc: dict, p: argparse.Namespace) -> list[dict]:
     out = []
@@ -854,119 +428,6 @@ def targets(doc: dict, p: argparse.Namespace) -> list[dict]:
     out.append({"target": f"label-selector list over {mi['select_objects']:,} objects from bitmaps >= 10x a scan",
                 "value": f"{mi['select_speedup']:.0f}x ({mi['select_bitmap_median_ms']:.2f} ms vs "
                          f"{mi['select_scan_median_ms']:.0f} ms)", "met": mi["select_speedup"] >= 10})
-    return out
-
-
-def table(doc: dict) -> str:
-    lines = []
-    v = doc["versions"]
-    etcd_v = v["etcd"].get("etcdserver") if isinstance(v["etcd"], dict) else "?"
-    fl = doc["floor"]
-    lines.append(f"# cache residency: heap per shard vs full replication; etcd {etcd_v}, Python {v['python']}, "
-                 f"{v.get('cpu_affinity') or v['cpu_count']} cores ({v['cpu_model']}); all processes on one machine")
-    lines.append(f"# empty-process floor (apiserver, cache on, empty prefix): tracemalloc {fl['tracemalloc'] / MIB:.1f} MiB, "
-                 f"RSS {fl['rss'] / MIB:.1f} MiB, native {fl['native'] / 1024:.1f} KiB")
-    for name, pr in doc["profiles"].items():
-        lines.append("")
-        lines.append(f"## {pr['title']}: {pr['description']}")
-        lines.append("#   shards: " + ("--residency-full-resources " + STATE_FULL_RESOURCES +
-                                         " (RBAC sharded too; by default RBAC stays fully resident)"
-                                         if pr["rbac_sharded"] else
-                                         "default residency (namespaces, CRDs and RBAC fully resident)"))
-        hdr = (f"{'measure':<12} {'K':>2}  {'shard mean':>11} {'shard max':>11} {'sum shards':>11} "
-               f"{'full':>11} {'mean/full':>9} {'ideal 1/K':>9} {'-floor':>7}  check")
-        lines.append(hdr)
-        for m in MEASURES:
-            for run in pr["runs"]:
-                d = run["summary"][m]
-                af = d.get("above_floor_mean_over_full")
-                lines.append(f"{m:<12} {run['k']:>2}  {d['shard_mean_bytes'] / MIB:>7.2f} MiB "
-                             f"{d['shard_max_bytes'] / MIB:>7.2f} MiB {d['shard_sum_bytes'] / MIB:>7.2f} MiB "
-                             f"{d['full_bytes'] / MIB:>7.2f} MiB {d['mean_over_full']:>9.3f} {1 / run['k']:>9.3f} "
-                             f"{(f'{af:.3f}' if af is not None else '-'):>7}  "
-                             f"{'pass' if run['check']['passed'] else 'FAIL'}")
-    lines.append("")
-    lines.append("# native = entry+btree+bitmap+slots+history+snapshot bytes from /debug/residency; "
-                 "-floor = (shard - empty floor) / (full - empty floor); check = union of sharded lists == full list "
-                 "at the same RV, no object twice (writers stopped)")
-    mi = doc["micro"]
-    lines.append(f"# in-process: drop non-resident Pod {mi['drop_nonresident_median_us']:.2f} us (keep resident "
-                 f"{mi['keep_resident_median_us']:.2f} us; median per call); ingest {mi['ingest_events_per_s_full']:,.0f} "
-                 f"events/s all resident, {mi['ingest_events_per_s_k2']:,.0f} with K=2 ({mi['ingest_events']} Pod events); "
-                 f"label select over {mi['select_objects']:,}: bitmaps {mi['select_bitmap_median_ms']:.2f} ms vs "
-                 f"scan {mi['select_scan_median_ms']:.0f} ms")
-    lines.append("")
-    lines.append("targets (reported, not asserted):")
-    for t in doc["targets"]:
-        where = f" [{t['profile']} K={t['k']}]" if "profile" in t else ""
-        met = {True: "met", False: "NOT met", None: "n/a"}[t["met"]]
-        lines.append(f"  {met:<8} {t['target']}{where}: {t['value']}")
-    return "\n".join(lines)
-
-
-def draw(doc: dict, path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    profs = list(doc["profiles"].items())
-    fig, axes = plt.subplots(1, len(profs), figsize=(5.5 * len(profs), 4.5), squeeze=False)
-    colors = {"native": "tab:blue", "tracemalloc": "tab:orange", "rss": "tab:green"}
-    for ax, (name, pr) in zip(axes[0], profs):
-        ks = [r["k"] for r in pr["runs"]]
-        for m in MEASURES:
-            mean = [r["summary"][m]["shard_mean_bytes"] / MIB for r in pr["runs"]]
-            mx = [r["summary"][m]["shard_max_bytes"] / MIB for r in pr["runs"]]
-            full = statistics.mean(r["summary"][m]["full_bytes"] for r in pr["runs"]) / MIB
-            ax.errorbar(ks, mean, yerr=[[0] * len(ks), [a - b for a, b in zip(mx, mean)]], marker="o",
-                        color=colors[m], label=f"{m} per shard (mean, max)", capsize=3)
-            ax.plot(ks, [full / k for k in ks], linestyle="--", color=colors[m], alpha=0.6, label=f"{m} ideal full/K")
-        ax.axhline(doc["floor"]["rss"] / MIB, color="grey", linestyle=":", label="RSS floor (empty)")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xticks(ks)
-        ax.set_xticklabels([str(k) for k in ks])
-        ax.set_xlabel("K (shards)")
-        ax.set_ylabel("MiB per process")
-        ax.set_title(f"{pr['title']} ({pr['workload_bytes'] / 1e6:.1f} MB of objects)")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def versions(etcd_ep: str, etcd_bin: str) -> dict:
-    import urllib.request
-    cpu = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    out = {"python": platform.python_version(), "aiohttp": aiohttp.__version__, "orjson": orjson.__version__,
-           "platform": platform.platform(), "cpu_model": cpu or platform.processor(), "cpu_count": os.cpu_count(),
-           "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-           "etcd_binary": etcd_bin}
-    for mod in ("pyroaring", "matplotlib"):
-        try:
-            from importlib.metadata import version
-            out[mod] = version(mod)
-        except Exception as e:  # noqa: BLE001
-            out[mod] = f"unavailable: {e}"
-    try:
-        out["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                                           timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        out["git_commit"] = ""
-    try:
-        with urllib.request.urlopen(etcd_ep + "/version", timeout=5) as r:
-            out["etcd"] = json.loads(r.read())
-    except OSError as e:
-        out["etcd"] = f"unavailable: {e}"
     return out
 
 
@@ -1031,7 +492,7 @@ def main(argv=None) -> int:
     p = parse_args(argv)
     t_start = time.perf_counter()
     log("ensuring a current etcd (tools/build_etcd.py)")
-    etcd_bin = current_etcd_binary()
+    etcd = current_etcd()
     q = p.quick
     log("in-process micro-benchmarks")
     micro = {}
@@ -1040,9 +501,9 @@ def main(argv=None) -> int:
     micro.update(micro_select(p.select_objects, 10 if q else 20))
     log(f"micro: drop {micro['drop_nonresident_median_us']:.2f} us, ingest {micro['ingest_events_per_s_full']:,.0f}/s, "
         f"select speedup {micro['select_speedup']:.0f}x")
-    with EmbeddedEtcd(binary=etcd_bin) as etcd:
-        log(f"etcd at {etcd.endpoint} ({etcd_bin})")
-        vers = versions(etcd.endpoint, etcd_bin)
+    with etcd:
+        log(f"etcd at {etcd.endpoint} ({etcd.binary})")
+        vers = versions(etcd.endpoint, packages=("pyroaring", "matplotlib"), git=True, etcd_binary=etcd.binary)
         res = asyncio.run(run(p, etcd.endpoint))
     doc = {"benchmark": "residency", "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "params": {k: v for k, v in vars(p).items() if k not in ("out", "png")},
@@ -1056,11 +517,9 @@ def main(argv=None) -> int:
     doc["checks_passed"] = all(r["check"]["passed"] for pr in doc["profiles"].values() for r in pr["runs"])
     doc["figures"] = flat_figures(doc)
     doc["elapsed_s"] = time.perf_counter() - t_start
-    os.makedirs(os.path.dirname(os.path.abspath(p.out)), exist_ok=True)
-    with open(p.out, "w") as f:
-        json.dump(doc, f, indent=2)
-    draw(doc, p.png)
-    print(table(doc))
+    write_json(p.out, doc)
+    residency_plot(doc, p.png)
+    print(residency_table(doc))
     log(f"wrote {p.out} and {p.png} in {doc['elapsed_s']:.1f} s")
     return 0 if doc["checks_passed"] else 1
 

@@ -20,19 +20,17 @@ from __future__ import annotations
 
 import argparse
 import gc
-import platform
 import random
 import sys
 import time
 import tracemalloc
 
+import ext
+from bench.harness import log, versions, write_json
+from bench.report import render
 from cache.watch_cache import WatchCache
 
 TARGET = 0.05
-
-
-def log(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def value(i: int, rv: int, size: int) -> bytes:
@@ -104,11 +102,7 @@ def main(argv=None) -> int:
     figs = {"kept": kept, "dropped": dropped, "snapshot_bytes": snap, "live_cache_bytes": live,
             "snapshot_fraction_of_live": snap / live, "snapshot_bytes_per_snapshot": snap / max(kept["snapshots"], 1),
             "history_bytes": dropped["retained_after_updates_bytes"], "pass": snap / live < TARGET}
-    import ext
-    import orjson
-    vers = {"python": platform.python_version(), "platform": platform.platform(), "orjson": orjson.__version__,
-            "btree": getattr(ext.BTree, "__module__", "?")}
-    from bench.cache_reads import render, write_json
+    vers = versions(btree=getattr(ext.BTree, "__module__", "?"))
     write_json(p.out, {"benchmark": "snapshot_retention", "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                        "elapsed_s": time.perf_counter() - t0,
                        "params": {k: v for k, v in vars(p).items() if k != "out"},

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
-import os
 import resource
 import sys
 import time
@@ -34,23 +33,20 @@ import time
 import aiohttp
 import orjson
 
-from bench.cache_reads import (JSON_CT, Apiserver, current_etcd_binary, etcd_version_str, render, write_json)
-from bench.etcd_path import BenchError, check, log, pct, versions
-from storage.embedded import EmbeddedEtcd
+from bench.harness import (JSON_CT, Apiserver, BenchError, check, current_etcd, log, run_pool, versions,
+                           wait_tasks, write_json)
+from bench.report import etcd_version_str, pct, render
+from bench.workloads import configmap, create_objects, ensure_namespace, payload
 
 NAMESPACE = "fanout"
 OBJECTS = 100
-_PAYLOAD = {f"key{i}": ("%d" % i) * 100 for i in range(8)}
 _RUN = [""]
 
 
 def cm(i: int, seq: int | None = None) -> dict:
-    data = dict(_PAYLOAD)
-    if seq is not None:
-        data["seq"] = str(seq)
-        data["run"] = _RUN[0]  # distinct per configuration: an identical PUT is a no-op (no event)
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": f"cm-{i:04d}", "namespace": NAMESPACE}, "data": data}
+    # "run" is distinct per configuration: an identical PUT is a no-op (no event)
+    data = payload() if seq is None else payload(seq=str(seq), run=_RUN[0])
+    return configmap(f"cm-{i:04d}", NAMESPACE, data=data)
 
 
 # --- client process ---------------------------------------------------------------------------------------
@@ -104,12 +100,7 @@ def client_main(base: str, rv: str, n_watchers: int, expected: int, timeout: flo
                         raise t.exception()
                 raise BenchError(f"only {n_open[0]}/{n_watchers} watches opened in 60 s")
             q.put(("ready", n_watchers))
-            done, pending = await asyncio.wait(tasks, timeout=timeout)
-            for t in pending:
-                t.cancel()
-            for t in done:
-                if t.exception():
-                    raise t.exception()
+            pending = await wait_tasks(tasks, timeout)
         ru = resource.getrusage(resource.RUSAGE_SELF)
         return {"counts": counts, "lasts": lasts, "recv": recv, "cpu_s": ru.ru_utime + ru.ru_stime,
                 "incomplete": len(pending)}
@@ -126,32 +117,23 @@ async def write_updates(base: str, updates: int, writers: int) -> tuple[float, l
     """(first write wall time, ack ns per seq, writes/s)."""
     acks = [0] * updates
     url = f"{base}/api/v1/namespaces/{NAMESPACE}/configmaps/"
-    it = iter(range(updates))
     conn = aiohttp.TCPConnector(limit=writers)
     async with aiohttp.ClientSession(connector=conn) as s:
-        async def worker():
-            for seq in it:
-                i = seq % OBJECTS
-                async with s.put(url + f"cm-{i:04d}", data=orjson.dumps(cm(i, seq)), headers=JSON_CT) as r:
-                    await check(r, f"PUT cm-{i:04d}")
-                acks[seq] = time.time_ns()
+        async def op(seq):
+            i = seq % OBJECTS
+            async with s.put(url + f"cm-{i:04d}", data=orjson.dumps(cm(i, seq)), headers=JSON_CT) as r:
+                await check(r, f"PUT cm-{i:04d}")
+            acks[seq] = time.time_ns()
         t0 = time.time()
-        p0 = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(writers)))
-        return t0, acks, updates / (time.perf_counter() - p0)
+        elapsed, _ = await run_pool(updates, writers, op, steps=0)
+        return t0, acks, updates / elapsed
 
 
 async def setup_namespace(base: str) -> str:
     async with aiohttp.ClientSession() as s:
-        async with s.post(f"{base}/api/v1/namespaces", data=orjson.dumps({"metadata": {"name": NAMESPACE}}),
-                          headers=JSON_CT) as r:
-            if r.status not in (201, 409):
-                await check(r, "POST namespace")
+        await ensure_namespace(s, base, NAMESPACE)
         url = f"{base}/api/v1/namespaces/{NAMESPACE}/configmaps"
-        for i in range(OBJECTS):
-            async with s.post(url, data=orjson.dumps(cm(i)), headers=JSON_CT) as r:
-                if r.status != 409:
-                    await check(r, "POST cm")
+        await create_objects(s, url, OBJECTS, cm, clients=1, steps=0)  # one by one, as before
         async with s.get(url, params={"limit": "1"}) as r:
             return orjson.loads(await check(r, "LIST"))["metadata"]["resourceVersion"]
 
@@ -253,9 +235,8 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     p = parse_args(argv)
     t0 = time.perf_counter()
-    binary = current_etcd_binary()
     runs: dict = {}
-    with EmbeddedEtcd(binary=binary) as etcd:
+    with current_etcd() as etcd:
         for mode, wc, counts in (("cache on", True, p.on_watchers), ("cache off", False, p.off_watchers)):
             for w in counts:
                 with Apiserver(etcd.endpoint, watch_cache=wc) as api:
@@ -280,7 +261,7 @@ def main(argv=None) -> int:
                                            "per watcher); --off-watchers 100,1000 to try"}
     res = {"runs": runs}
     write_json(p.out, {"benchmark": "watch_fanout", "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                       "elapsed_s": time.perf_counter() - t0, "etcd_binary": binary,
+                       "elapsed_s": time.perf_counter() - t0, "etcd_binary": etcd.binary,
                        "params": {k: v for k, v in vars(p).items() if k != "out"},
                        "measured": "watch clients in forked aiohttp processes counting raw bytes; writer in the "
                                    "benchmark process; all share the cores with etcd and the apiserver",

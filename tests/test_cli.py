@@ -7,13 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import requests
 
 from storage.embedded import EmbeddedEtcd, free_port
-from tests.conftest import start_apiserver_process
+from tests.helpers import ApiserverProcess, start_apiserver
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -36,19 +35,11 @@ def test_malformed_flags_are_refused_at_start(args, needle):
 
 def test_embedded_etcd_starts_and_stops_with_the_server(tmp_path):
     """README command 1: no --etcd-servers starts a real etcd in the state dir, stopped on exit."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "apiserver", "--port", str(port), "--state-dir", str(tmp_path)],
-                            stderr=subprocess.PIPE, text=True)
+    srv = ApiserverProcess("--state-dir", str(tmp_path), stderr_pipe=True).start()  # no --etcd-servers
+    proc = srv.popen
     try:
-        deadline = time.monotonic() + 30
-        ok = False
-        while time.monotonic() < deadline and not ok:
-            try:
-                ok = requests.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200
-            except requests.RequestException:
-                time.sleep(0.1)
-        assert ok
-        ns = requests.get(f"http://127.0.0.1:{port}/api/v1/namespaces").json()
+        assert srv.poll_ready(30)
+        ns = requests.get(f"{srv.base}/api/v1/namespaces").json()
         assert {"default", "kube-system"} <= {i["metadata"]["name"] for i in ns["items"]}
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -69,8 +60,8 @@ def test_https_serving(etcd, tmp_path):
                     "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
                     "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
     sport = free_port()
-    proc, base = start_apiserver_process(etcd.endpoint, "/registry-tls", "--secure-port", str(sport),
-                                         "--tls-cert-file", str(cert), "--tls-private-key-file", str(key))
+    srv = start_apiserver(etcd.endpoint, "/registry-tls", "--secure-port", str(sport),
+                          "--tls-cert-file", str(cert), "--tls-private-key-file", str(key))
     try:
         r = requests.get(f"https://127.0.0.1:{sport}/version", verify=str(cert), timeout=5)
         assert r.status_code == 200 and r.json()["major"] == "1"
@@ -90,8 +81,7 @@ def test_https_serving(etcd, tmp_path):
                     break
         assert seen == [("ADDED", "tls0"), ("ADDED", "tls1"), ("ADDED", "tls2")]
     finally:
-        proc.terminate()
-        proc.wait(10)
+        srv.stop()
 
 
 def test_etcd_servers_overrides_route_builtin_and_custom_resources(etcd):
@@ -100,7 +90,8 @@ def test_etcd_servers_overrides_route_builtin_and_custom_resources(etcd):
     with EmbeddedEtcd() as other:
         group = "ov.example.com"
         overrides = f"/configmaps#{other.endpoint},{group}/things#{other.endpoint}"
-        proc, base = start_apiserver_process(etcd.endpoint, "/registry-ov", "--etcd-servers-overrides", overrides)
+        srv = start_apiserver(etcd.endpoint, "/registry-ov", "--etcd-servers-overrides", overrides)
+        base = srv.base
         try:
             s = requests.Session()
             assert s.post(f"{base}/api/v1/namespaces/default/configmaps",
@@ -128,5 +119,4 @@ def test_etcd_servers_overrides_route_builtin_and_custom_resources(etcd):
             assert "/registry-ov/configmaps/default/routed" not in in_default
             assert "/registry-ov/secrets/default/notrouted" in in_default
         finally:
-            proc.terminate()
-            proc.wait(10)
+            srv.stop()

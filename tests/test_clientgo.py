@@ -11,13 +11,12 @@ import os
 import shutil
 import subprocess
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from machinery.shard_selector import complementary
 from storage.embedded import EmbeddedEtcd
-from tests.conftest import start_apiserver_process
+from tests.helpers import ApiserverProcess, stop_all, wait_all_ready
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODULE = os.path.join(HERE, "clientgo")
@@ -41,23 +40,24 @@ def clientgo_servers(current_etcd):
     prefix = f"/registry-cg{os.getpid()}"
     sels = [str(s) for s in complementary(2)]
     with EmbeddedEtcd() as own_etcd:
-        specs = [(current_etcd.endpoint, prefix), (current_etcd.endpoint, prefix, "--residency", sels[0]),
-                 (current_etcd.endpoint, prefix, "--residency", sels[1]),
-                 (own_etcd.endpoint, "/registry", "--watch-cache=false")]
-        with ThreadPoolExecutor(len(specs)) as ex:
-            started = list(ex.map(lambda s: start_apiserver_process(*s), specs))
-        env = {
-            "APISERVER_URL": started[0][1],
-            "SHARD_URLS": "\n".join(b for _, b in started[1:3]),
-            "SHARD_SELECTORS": "\n".join(sels),
-            "APISERVER_ETCD_URL": started[3][1],
-            "ETCD_URL": own_etcd.endpoint,
-        }
-        yield env
-        for p, _ in started:
-            p.terminate()
-        for p, _ in started:
-            p.wait(10)
+        started = [ApiserverProcess(etcd_servers=current_etcd.endpoint, etcd_prefix=prefix),
+                   ApiserverProcess(etcd_servers=current_etcd.endpoint, etcd_prefix=prefix, residency=sels[0]),
+                   ApiserverProcess(etcd_servers=current_etcd.endpoint, etcd_prefix=prefix, residency=sels[1]),
+                   ApiserverProcess("--watch-cache=false", etcd_servers=own_etcd.endpoint, etcd_prefix="/registry")]
+        try:
+            for p in started:  # all start at once, then each is waited for
+                p.start()
+            wait_all_ready(started, 30)
+            env = {
+                "APISERVER_URL": started[0].base,
+                "SHARD_URLS": "\n".join(p.base for p in started[1:3]),
+                "SHARD_SELECTORS": "\n".join(sels),
+                "APISERVER_ETCD_URL": started[3].base,
+                "ETCD_URL": own_etcd.endpoint,
+            }
+            yield env
+        finally:
+            stop_all(started)
 
 
 def run_go(binary, servers, test, **extra_env):

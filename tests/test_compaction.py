@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import time
 
-from storage.embedded import EmbeddedEtcd
-from tests.conftest import Api, _load_build_etcd, start_apiserver_process
+from tests.helpers import Api, current_etcd, start_apiserver
 
 
 def test_compactor_compacts_and_cache_drops_old_snapshots():
-    path = _load_build_etcd().ensure_etcd()
-    with EmbeddedEtcd(binary=path) as etcd:   # its own etcd: compaction is cluster-wide
-        proc, base = start_apiserver_process(etcd.endpoint, "/registry", "--etcd-compaction-interval", "1s")
+    with current_etcd() as etcd:   # its own etcd: compaction is cluster-wide
+        srv = start_apiserver(etcd.endpoint, "/registry", "--etcd-compaction-interval", "1s")
         try:
-            api = Api(base)
+            api = Api(srv.base)
             v1 = api.post("/api/v1/namespaces/default/configmaps", {"metadata": {"name": "a"}}).json()
             rv1 = v1["metadata"]["resourceVersion"]
             exact = {"resourceVersion": rv1, "resourceVersionMatch": "Exact"}
@@ -30,5 +28,4 @@ def test_compactor_compacts_and_cache_drops_old_snapshots():
             assert r.status_code == 410, r.text   # S1.24 via etcd after the snapshot was dropped (S1.21)
             assert r.json()["message"] == "The resourceVersion for the provided list is too old."
         finally:
-            proc.terminate()
-            proc.wait(10)
+            srv.stop()

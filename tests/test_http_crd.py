@@ -6,18 +6,8 @@ import os
 
 import pytest
 
+from tests.helpers import crd, start_apiserver
 from tests.test_http_core import read_events
-
-
-def crd(group, plural, kind, scope="Namespaced", status=True):
-    v = {"name": "v1", "served": True, "storage": True,
-         "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}
-    if status:
-        v["subresources"] = {"status": {}}
-    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{plural}.{group}"},
-            "spec": {"group": group, "scope": scope, "versions": [v],
-                     "names": {"plural": plural, "singular": kind.lower(), "kind": kind, "shortNames": [plural[:3]]}}}
 
 
 @pytest.fixture
@@ -97,9 +87,9 @@ def test_crd_seen_by_a_second_apiserver(api, widgets, namespace):
 
     import requests
 
-    from tests.conftest import start_apiserver_process
     # Same etcd prefix as the session apiserver (tests/conftest.py), so it sees the same CRD.
-    proc, base = start_apiserver_process(api.etcd.endpoint, f"/registry-http{os.getpid()}")
+    srv = start_apiserver(api.etcd.endpoint, f"/registry-http{os.getpid()}")
+    base = srv.base
     try:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -109,5 +99,4 @@ def test_crd_seen_by_a_second_apiserver(api, widgets, namespace):
             time.sleep(0.1)
         assert r.status_code == 200, r.text
     finally:
-        proc.terminate()
-        proc.wait(10)
+        srv.stop()

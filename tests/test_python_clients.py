@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from storage.embedded import EmbeddedEtcd
-from tests.conftest import Api, start_apiserver_process
+from tests.helpers import Api, start_apiserver, stop_all
 
 
 def official_client(base):
@@ -98,16 +98,18 @@ def gone(request):
             etcd = own.__enter__()
             prefix = "/registry"
         flags = () if request.param == "cache" else ("--watch-cache=false",)
-        p, base = start_apiserver_process(etcd.endpoint, prefix, *flags)
+        p = start_apiserver(etcd.endpoint, prefix, *flags)
         procs.append(p)
+        base = p.base
         a = Api(base)
         assert a.post("/api/v1/namespaces", {"metadata": {"name": "g"}}).status_code == 201
         old = a.post("/api/v1/namespaces/g/configmaps", cm_body("old")).json()["metadata"]["resourceVersion"]
         for i in range(3):
             assert a.post("/api/v1/namespaces/g/configmaps", cm_body(f"n{i}")).status_code == 201
         if request.param == "cache":
-            p2, base = start_apiserver_process(etcd.endpoint, prefix)  # its cache starts after `old`
+            p2 = start_apiserver(etcd.endpoint, prefix)  # its cache starts after `old`
             procs.append(p2)
+            base = p2.base
         else:
             cur = a.get("/api/v1/namespaces/g/configmaps").json()["metadata"]["resourceVersion"]
             r = requests.post(etcd.endpoint + "/v3/kv/compaction", json={"revision": cur, "physical": True},
@@ -115,9 +117,7 @@ def gone(request):
             assert r.status_code == 200, r.text
         yield base, "g", old
     finally:
-        for p in procs:
-            p.terminate()
-            p.wait(10)
+        stop_all(procs)
         if own is not None:
             own.__exit__(None, None, None)
 

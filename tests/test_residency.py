@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from machinery.shard_selector import complementary
-from tests.conftest import Api, start_apiserver_process
+from tests.helpers import Api, start_apiserver, stop_all
 
 N_CM = 60
 N_ROLES = 10
@@ -27,8 +27,8 @@ def metric(api: Api, name: str, **labels) -> float:
 @pytest.fixture(scope="module")
 def cluster(current_etcd):
     prefix = f"/registry-res{os.getpid()}"
-    full_proc, full_base = start_apiserver_process(current_etcd.endpoint, prefix)
-    full = Api(full_base)
+    full_proc = start_apiserver(current_etcd.endpoint, prefix)
+    full = Api(full_proc.base)
     ns = "res"
     assert full.post("/api/v1/namespaces", {"metadata": {"name": ns}}).status_code == 201
     for i in range(N_CM):
@@ -42,9 +42,9 @@ def cluster(current_etcd):
     shards = []
     procs = [full_proc]
     for sel in sels:
-        p, base = start_apiserver_process(current_etcd.endpoint, prefix, "--residency", str(sel))
+        p = start_apiserver(current_etcd.endpoint, prefix, residency=sel)
         procs.append(p)
-        shards.append((Api(base), sel))
+        shards.append((Api(p.base), sel))
     # Wait until every shard has ingested the full replica's revision.
     rev = int(full.get(f"/api/v1/namespaces/{ns}/configmaps").json()["metadata"]["resourceVersion"])
     deadline = time.monotonic() + 20
@@ -55,9 +55,7 @@ def cluster(current_etcd):
                 break
             time.sleep(0.1)
     yield full, shards, ns
-    for p in procs:
-        p.terminate()
-        p.wait(10)
+    stop_all(procs)
 
 
 def test_shards_hold_complementary_parts(cluster):

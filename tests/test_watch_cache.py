@@ -22,7 +22,7 @@ import time
 import pytest
 import requests
 
-from tests.conftest import Api, start_apiserver_process
+from tests.helpers import Api, start_apiserver
 
 _seq = iter(range(1, 1_000_000))
 
@@ -74,16 +74,12 @@ class Server:
 
 def _start(etcd, tag: str) -> Server:
     start_rev = _etcd_revision(etcd.endpoint)
-    proc, base = start_apiserver_process(etcd.endpoint, f"/registry-wc{tag}{os.getpid()}", "--watch-cache=true")
-    return Server(base, etcd, proc, start_rev)
+    proc = start_apiserver(etcd.endpoint, f"/registry-wc{tag}{os.getpid()}", "--watch-cache=true")
+    return Server(proc.base, etcd, proc, start_rev)
 
 
 def _stop(s: Server) -> None:
-    s.proc.terminate()
-    try:
-        s.proc.wait(10)
-    except Exception:
-        s.proc.kill()
+    s.proc.stop(strict=False)  # as before: a slow shutdown is killed, not a failure
 
 
 @pytest.fixture(scope="module")

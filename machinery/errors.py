@@ -92,12 +92,6 @@ def conflict(resource: str, name: str, group: str, why: str) -> StatusError:
         _details(name, group, resource))
 
 
-def conflict_modified(resource: str, name: str, group: str = "") -> StatusError:
-    """The message upstream gives for a stale resourceVersion on update."""
-    return conflict(resource, name, group,
-                    "the object has been modified; please apply your changes to the latest version and try again")
-
-
 def invalid(kind: str, name: str, group: str, causes: list[dict[str, str]]) -> StatusError:
     """422 Invalid: `Kind.group "name" is invalid: [e1, e2]` (S1.2).
 
@@ -161,17 +155,6 @@ def request_entity_too_large(message: str) -> StatusError:
     return StatusError(413, "RequestEntityTooLarge", f"Request entity too large: {message}")
 
 
-def unsupported_media_type(content_type: str) -> StatusError:
-    return StatusError(415, "UnsupportedMediaType",
-                       f"the body of the request was in an unknown format - accepted media types include: "
-                       f"application/json-patch+json, application/merge-patch+json, "
-                       f"application/apply-patch+yaml")
-
-
-def not_acceptable(message: str) -> StatusError:
-    return StatusError(406, "NotAcceptable", message)
-
-
 def expired(message: str, metadata: dict[str, Any] | None = None) -> StatusError:
     """410 Expired (S1.24, S2.12)."""
     return StatusError(410, "Expired", message, metadata=metadata)
@@ -190,10 +173,6 @@ def too_large_resource_version(requested: int, current: int, retry_after: int = 
 def too_many_requests(message: str, retry_after: int) -> StatusError:
     """429 (S1.25)."""
     return StatusError(429, "TooManyRequests", message, {"retryAfterSeconds": retry_after})
-
-
-def service_unavailable(message: str) -> StatusError:
-    return StatusError(503, "ServiceUnavailable", message)
 
 
 def internal(message: str) -> StatusError:

@@ -51,10 +51,6 @@ class ListOptions:
     labels: LabelSelector | None = field(default=None, compare=False, repr=False)
     fields: FieldSelector | None = field(default=None, compare=False, repr=False)
 
-    @property
-    def rv_is_unset(self) -> bool:
-        return not self.resource_version
-
 
 # --- Go scalar decoding -------------------------------------------------------
 

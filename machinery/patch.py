@@ -59,14 +59,13 @@ from machinery.gocompat import format_v, json_syntax_error, json_type_word, unma
 
 __all__ = [
     "json_merge_patch", "json_patch", "strategic_merge_patch", "apply_patch", "check_patch_type",
-    "STRATEGIC_SCHEMA", "PATCH_TYPES", "JSONPatchError", "MAX_JSON_PATCH_OPERATIONS",
+    "STRATEGIC_SCHEMA", "JSONPatchError", "MAX_JSON_PATCH_OPERATIONS",
 ]
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
-PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, APPLY_PATCH)
 
 MAX_JSON_PATCH_OPERATIONS = 10000  # handlers/patch.go maxJSONPatchOperations
 _OP_STRING_FIELDS = ("op", "path", "from")  # handlers.jsonPatchOp's string fields

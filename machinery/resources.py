@@ -43,11 +43,6 @@ class Resource:
         return f"{self.group}/{self.version}" if self.group else self.version
 
     @property
-    def group_resource(self) -> str:
-        """`group/resource` as used by --etcd-servers-overrides (core group is empty)."""
-        return f"{self.group}/{self.plural}"
-
-    @property
     def qualified(self) -> str:
         """`resource.group` as upstream messages spell it (`configmaps`, `leases.coordination.k8s.io`)."""
         return f"{self.plural}.{self.group}" if self.group else self.plural
@@ -126,9 +121,6 @@ class Registry:
 
     def in_group_version(self, group: str, version: str) -> list[Resource]:
         return [r for r in self._by_gvr.values() if r.group == group and r.version == version]
-
-    def by_group_resource(self, group: str, plural: str) -> list[Resource]:
-        return [r for r in self._by_gvr.values() if r.group == group and r.plural == plural]
 
     # --- CRDs ---------------------------------------------------------------
 

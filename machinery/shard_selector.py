@@ -123,18 +123,11 @@ class ShardSelector:
                 return True
         return False
 
-    def hash_of(self, uid: str, namespace: str) -> int:
-        return ext.fnv1a64(uid if self.field == "uid" else namespace)
-
     def matches(self, uid: str, namespace: str) -> bool:
         """Hash the selected field's string (FNV-1a 64, S7.10) and test it."""
         return self.matches_hash(ext.fnv1a64(uid if self.field == "uid" else namespace))
 
     # -- set relations ---------------------------------------------------------------------------
-    def merged(self) -> list[tuple[int, int]]:
-        """The union of the ranges as sorted, disjoint, non-adjacent intervals."""
-        return list(self._merged)
-
     def contains(self, other: "ShardSelector") -> bool:
         """True iff other has the same field and every hash other matches, self matches too."""
         if other.field != self.field:
@@ -144,9 +137,6 @@ class ShardSelector:
             if not any(ms <= s and e <= me for ms, me in m):
                 return False
         return True
-
-    def union_covers_everything(self) -> bool:
-        return self._merged == [(0, FULL)]
 
 
 def _merge(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:

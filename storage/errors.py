@@ -12,7 +12,6 @@ class Code(enum.Enum):
     KEY_NOT_FOUND = "KeyNotFound"
     KEY_EXISTS = "KeyExists"
     RV_CONFLICT = "ResourceVersionConflicts"
-    INVALID_OBJ = "InvalidObj"
     UNREACHABLE = "Unreachable"
     EXPIRED = "Expired"              # revision compacted (S1.24, S2.12)
     TOO_LARGE_RV = "TooLargeResourceVersion"  # revision beyond etcd's (S1.22)

@@ -226,7 +226,6 @@ class EtcdWatch:
         self._requests.put_nowait(pb.WatchRequest(create_request=pb.WatchCreateRequest(
             key=prefix, range_end=prefix_end(prefix), start_revision=start_revision,
             prev_kv=True, progress_notify=progress_notify)))
-        self._resource = resource
         self._call = None
         self._closed = False
         metrics.observe_etcd("watch", resource, 0.0)

@@ -86,9 +86,6 @@ class Router:
     def default_client(self) -> EtcdClient:
         return self.client_for("", "")
 
-    def all_clients(self) -> list[EtcdClient]:
-        return list(self._clients.values())
-
     async def close(self) -> None:
         for c in self._clients.values():
             await c.close()

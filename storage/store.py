@@ -339,13 +339,6 @@ def _transition(ev, predicate: Predicate | None):
         yield Event("DELETED", stamp_rv(old, rev), rev)
 
 
-async def aclose_quietly(gen) -> None:
-    try:
-        await gen.aclose()
-    except (asyncio.CancelledError, Exception):  # pragma: no cover - best effort
-        pass
-
-
 # --- the request-level contract (storage.interface), as upstream's etcd3 store -----------------
 
 # Watch without progress: ask etcd for a bookmark this often at most (defaultBookmarkFrequency, S4.11).

@@ -185,6 +185,7 @@ _MAX_NESTING_DEPTH = 10000
 _OBJECT_KEY, _OBJECT_VALUE, _ARRAY_VALUE = range(3)
 _HEX = frozenset(b"0123456789abcdefABCDEF")
 _DIGITS = frozenset(b"0123456789")
+_IN_HEX_ESCAPE = "in \\u hexadecimal character escape"
 
 
 class _SyntaxError(Exception):
@@ -318,23 +319,24 @@ class _Scanner:
         else:
             self.error(c, "in string escape code")
 
-    def _hex(self, c: int, nxt) -> None:
-        if c in _HEX:
+    def _one_of(self, c: int, allowed: frozenset, nxt, context: str) -> None:
+        """A state that needs one byte of a class, then moves on to `nxt`."""
+        if c in allowed:
             self.step = nxt
         else:
-            self.error(c, "in \\u hexadecimal character escape")
+            self.error(c, context)
 
     def in_string_esc_u(self, c: int) -> None:
-        self._hex(c, self.in_string_esc_u1)
+        self._one_of(c, _HEX, self.in_string_esc_u1, _IN_HEX_ESCAPE)
 
     def in_string_esc_u1(self, c: int) -> None:
-        self._hex(c, self.in_string_esc_u12)
+        self._one_of(c, _HEX, self.in_string_esc_u12, _IN_HEX_ESCAPE)
 
     def in_string_esc_u12(self, c: int) -> None:
-        self._hex(c, self.in_string_esc_u123)
+        self._one_of(c, _HEX, self.in_string_esc_u123, _IN_HEX_ESCAPE)
 
     def in_string_esc_u123(self, c: int) -> None:
-        self._hex(c, self.in_string)
+        self._one_of(c, _HEX, self.in_string, _IN_HEX_ESCAPE)
 
     def neg(self, c: int) -> None:
         if c == 0x30:
@@ -358,10 +360,7 @@ class _Scanner:
             return self.end_value(c)
 
     def dot(self, c: int) -> None:
-        if c in _DIGITS:
-            self.step = self.dot0
-        else:
-            self.error(c, "after decimal point in numeric literal")
+        self._one_of(c, _DIGITS, self.dot0, "after decimal point in numeric literal")
 
     def dot0(self, c: int) -> None:
         if c in _DIGITS:
@@ -378,10 +377,7 @@ class _Scanner:
         return self.exp_sign(c)
 
     def exp_sign(self, c: int) -> None:
-        if c in _DIGITS:
-            self.step = self.exp0
-        else:
-            self.error(c, "in exponent of numeric literal")
+        self._one_of(c, _DIGITS, self.exp0, "in exponent of numeric literal")
 
     def exp0(self, c: int) -> None:
         if c in _DIGITS:

@@ -645,7 +645,7 @@ class _CelParser:
                 e = _Node(K_CALL, fn="_[_]", args=[e, idx])
             elif self.at("{") and _is_qualified_name(e):
                 self.next()
-                fields = yield self.struct_fields()
+                fields = yield self.entries(field_names=True)
                 e = _Node(K_STRUCT, args=fields)
             else:
                 return e
@@ -667,33 +667,20 @@ class _CelParser:
         self.expect(close)
         return out
 
-    def struct_fields(self):
+    def entries(self, field_names: bool):
+        """``k: v`` pairs up to the closing brace (the '{' is consumed): a struct's fields (k an
+        identifier; the values are returned) or a map's entries (k an expression; keys and values)."""
         out: list[_Node] = []
         if self.at("}"):
             self.next()
             return out
         while True:
-            t = self.next()
-            if t.kind != "id":
-                self.fail(t, "expecting IDENTIFIER")
-            self.expect(":")
-            out.append((yield self.expr()))
-            if self.at(","):
-                self.next()
-                if self.at("}"):
-                    break
-                continue
-            break
-        self.expect("}")
-        return out
-
-    def map_entries(self):
-        out: list[_Node] = []
-        if self.at("}"):
-            self.next()
-            return out
-        while True:
-            out.append((yield self.expr()))
+            if field_names:
+                t = self.next()
+                if t.kind != "id":
+                    self.fail(t, "expecting IDENTIFIER")
+            else:
+                out.append((yield self.expr()))
             self.expect(":")
             out.append((yield self.expr()))
             if self.at(","):
@@ -735,7 +722,7 @@ class _CelParser:
             return _Node(K_LIST, args=(yield self.args("]")))
         if t.kind == "op" and t.text == "{":
             self.next()
-            return _Node(K_MAP, args=(yield self.map_entries()))
+            return _Node(K_MAP, args=(yield self.entries(field_names=False)))
         self.fail(t)
 
     def literal(self, t: _Tok, negative: bool) -> _Node:

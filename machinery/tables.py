@@ -675,18 +675,10 @@ def _cr_cell(col: dict, obj: dict, now: _dt.datetime) -> Any:
         return _go_text(value)
     if value is None:
         return None
-    if typ == "integer":
-        if isinstance(value, bool):
+    if typ in ("integer", "number"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             return None
-        if isinstance(value, (int, float)):
-            return int(value)
-        return None
-    if typ == "number":
-        if isinstance(value, bool):
-            return None
-        if isinstance(value, (int, float)):
-            return float(value)
-        return None
+        return int(value) if typ == "integer" else float(value)
     if typ == "boolean":
         return value if isinstance(value, bool) else None
     if typ == "date":

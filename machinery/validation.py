@@ -18,7 +18,7 @@ import base64
 import binascii
 import random
 import re
-from typing import Any
+from typing import Any, Callable
 
 from machinery.errors import bad_request, field_error, invalid
 
@@ -71,31 +71,26 @@ def _full(fmt: str, value: str) -> bool:
     return re.fullmatch(fmt, value) is not None
 
 
-def is_dns1123_label(value: str) -> list[str]:
+def _length_and_format(value: str, max_len: int, fmt: str, msg: str, *examples: str) -> list[str]:
+    """The shape of apimachinery's string validators: a length limit, then the format."""
     errs = []
-    if len(value) > 63:
-        errs.append(_max_len(63))
-    if not _full(_DNS1123_LABEL_FMT, value):
-        errs.append(_regex_error(_DNS1123_LABEL_MSG, _DNS1123_LABEL_FMT, "my-name", "123-abc"))
+    if len(value) > max_len:
+        errs.append(_max_len(max_len))
+    if not _full(fmt, value):
+        errs.append(_regex_error(msg, fmt, *examples))
     return errs
+
+
+def is_dns1123_label(value: str) -> list[str]:
+    return _length_and_format(value, 63, _DNS1123_LABEL_FMT, _DNS1123_LABEL_MSG, "my-name", "123-abc")
 
 
 def is_dns1123_subdomain(value: str) -> list[str]:
-    errs = []
-    if len(value) > 253:
-        errs.append(_max_len(253))
-    if not _full(_DNS1123_SUBDOMAIN_FMT, value):
-        errs.append(_regex_error(_DNS1123_SUBDOMAIN_MSG, _DNS1123_SUBDOMAIN_FMT, "example.com"))
-    return errs
+    return _length_and_format(value, 253, _DNS1123_SUBDOMAIN_FMT, _DNS1123_SUBDOMAIN_MSG, "example.com")
 
 
 def is_dns1035_label(value: str) -> list[str]:
-    errs = []
-    if len(value) > 63:
-        errs.append(_max_len(63))
-    if not _full(_DNS1035_LABEL_FMT, value):
-        errs.append(_regex_error(_DNS1035_LABEL_MSG, _DNS1035_LABEL_FMT, "my-name", "abc-123"))
-    return errs
+    return _length_and_format(value, 63, _DNS1035_LABEL_FMT, _DNS1035_LABEL_MSG, "my-name", "abc-123")
 
 
 def is_qualified_name(value: str) -> list[str]:
@@ -124,20 +119,11 @@ def is_qualified_name(value: str) -> list[str]:
 
 
 def is_valid_label_value(value: str) -> list[str]:
-    errs = []
-    if len(value) > 63:
-        errs.append(_max_len(63))
-    if not _full(_LABEL_VALUE_FMT, value):
-        errs.append(_regex_error(_LABEL_VALUE_MSG, _LABEL_VALUE_FMT, "MyValue", "my_value", "12345"))
-    return errs
+    return _length_and_format(value, 63, _LABEL_VALUE_FMT, _LABEL_VALUE_MSG, "MyValue", "my_value", "12345")
 
 
 def is_config_map_key(value: str) -> list[str]:
-    errs = []
-    if len(value) > 253:
-        errs.append(_max_len(253))
-    if not _full(_CONFIG_MAP_KEY_FMT, value):
-        errs.append(_regex_error(_CONFIG_MAP_KEY_MSG, _CONFIG_MAP_KEY_FMT, "key.name", "KEY_NAME", "key-name"))
+    errs = _length_and_format(value, 253, _CONFIG_MAP_KEY_FMT, _CONFIG_MAP_KEY_MSG, "key.name", "KEY_NAME", "key-name")
     if value == ".":
         errs.append("must not be '.'")
     elif value == "..":
@@ -323,30 +309,32 @@ def _secret_value_len(v: Any) -> int:
 
 
 def _configmap_errors(obj: dict) -> list[dict[str, str]]:
-    causes: list[dict[str, str]] = []
     data, binary = _string_map(obj.get("data")), _string_map(obj.get("binaryData"))
-    total = 0
-    for k in sorted(data):
-        causes += [_inv(f"data[{k}]", k, m) for m in is_config_map_key(k)]
-        if k in binary:
-            causes.append(_inv(f"data[{k}]", k, "duplicate of key present in binaryData"))
-        total += len(str(data[k] or "").encode())
-    for k in sorted(binary):
-        causes += [_inv(f"binaryData[{k}]", k, m) for m in is_config_map_key(k)]
-        total += _secret_value_len(binary[k])
+    causes, total = _keys_and_size("data", data, lambda v: len(str(v or "").encode()), binary)
+    more, binary_total = _keys_and_size("binaryData", binary, _secret_value_len)
+    causes += more
+    total += binary_total
     if total > MAX_SECRET_SIZE:
         # field.TooLong(field.NewPath(""), cfg, MaxSecretSize): an empty path prints as "[]"
         causes.append(field_error("FieldValueTooLong", "[]", f"may not be more than {MAX_SECRET_SIZE} bytes"))
     return causes
 
 
-def _secret_errors(obj: dict) -> list[dict[str, str]]:
+def _keys_and_size(field: str, m: dict, size: Callable[[Any], int],
+                   binary: dict | None = None) -> tuple[list[dict[str, str]], int]:
+    """Key errors of a data map in key order (with `binary`: keys it repeats) and its total size."""
     causes: list[dict[str, str]] = []
-    data = _string_map(obj.get("data"))
     total = 0
-    for k in sorted(data):
-        causes += [_inv(f"data[{k}]", k, m) for m in is_config_map_key(k)]
-        total += _secret_value_len(data[k])
+    for k in sorted(m):
+        causes += [_inv(f"{field}[{k}]", k, msg) for msg in is_config_map_key(k)]
+        if binary is not None and k in binary:
+            causes.append(_inv(f"{field}[{k}]", k, "duplicate of key present in binaryData"))
+        total += size(m[k])
+    return causes, total
+
+
+def _secret_errors(obj: dict) -> list[dict[str, str]]:
+    causes, total = _keys_and_size("data", _string_map(obj.get("data")), _secret_value_len)
     if total > MAX_SECRET_SIZE:
         causes.append(field_error("FieldValueTooLong", "data", f"may not be more than {MAX_SECRET_SIZE} bytes"))
     return causes

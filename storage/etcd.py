@@ -152,39 +152,31 @@ class EtcdClient:
 
     async def create(self, key: bytes, value: bytes, resource: str = "") -> tuple[bool, int, KV | None]:
         """Put iff the key does not exist. Returns (ok, revision, existing kv if not ok)."""
-        req = pb.TxnRequest(
-            compare=[pb.Compare(key=key, target=pb.Compare.MOD, result=pb.Compare.EQUAL, mod_revision=0)],
-            success=[pb.RequestOp(request_put=pb.PutRequest(key=key, value=value))],
-            failure=[pb.RequestOp(request_range=pb.RangeRequest(key=key))])
-        r = await self._call("create", resource, self.kv.Txn(req, timeout=self.timeout), key.decode())
-        if r.succeeded:
-            return True, r.header.revision, None
-        kvs = r.responses[0].response_range.kvs
-        return False, r.header.revision, (_kv(kvs[0]) if kvs else None)
+        return await self._cas("create", key, 0, pb.RequestOp(request_put=pb.PutRequest(key=key, value=value)),
+                               resource)
 
     async def update(self, key: bytes, value: bytes, expected_mod_revision: int,
                      resource: str = "") -> tuple[bool, int, KV | None]:
         """Compare-and-swap on mod_revision. Returns (ok, revision, current kv if not ok)."""
-        req = pb.TxnRequest(
-            compare=[pb.Compare(key=key, target=pb.Compare.MOD, result=pb.Compare.EQUAL,
-                                mod_revision=expected_mod_revision)],
-            success=[pb.RequestOp(request_put=pb.PutRequest(key=key, value=value))],
-            failure=[pb.RequestOp(request_range=pb.RangeRequest(key=key))])
-        r = await self._call("update", resource, self.kv.Txn(req, timeout=self.timeout), key.decode())
-        if r.succeeded:
-            return True, r.header.revision, None
-        kvs = r.responses[0].response_range.kvs
-        return False, r.header.revision, (_kv(kvs[0]) if kvs else None)
+        return await self._cas("update", key, expected_mod_revision,
+                               pb.RequestOp(request_put=pb.PutRequest(key=key, value=value)), resource)
 
     async def delete(self, key: bytes, expected_mod_revision: int,
                      resource: str = "") -> tuple[bool, int, KV | None]:
         """Delete iff mod_revision matches. Returns (ok, revision, current kv if not ok)."""
+        return await self._cas("delete", key, expected_mod_revision,
+                               pb.RequestOp(request_delete_range=pb.DeleteRangeRequest(key=key)), resource)
+
+    async def _cas(self, op: str, key: bytes, expected_mod_revision: int, then: pb.RequestOp,
+                   resource: str) -> tuple[bool, int, KV | None]:
+        """One Txn: `then` iff the key's mod_revision is `expected_mod_revision` (0: the key does not
+        exist), else read the key. Returns (ok, revision, current kv if not ok)."""
         req = pb.TxnRequest(
             compare=[pb.Compare(key=key, target=pb.Compare.MOD, result=pb.Compare.EQUAL,
                                 mod_revision=expected_mod_revision)],
-            success=[pb.RequestOp(request_delete_range=pb.DeleteRangeRequest(key=key))],
+            success=[then],
             failure=[pb.RequestOp(request_range=pb.RangeRequest(key=key))])
-        r = await self._call("delete", resource, self.kv.Txn(req, timeout=self.timeout), key.decode())
+        r = await self._call(op, resource, self.kv.Txn(req, timeout=self.timeout), key.decode())
         if r.succeeded:
             return True, r.header.revision, None
         kvs = r.responses[0].response_range.kvs

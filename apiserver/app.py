@@ -18,7 +18,7 @@ from storage.store import EtcdStore
 
 from .controllers import Controllers
 from .endpoints.common import Context
-from .health import Health
+from .health import Health, residency_report
 from .middleware import status_and_metrics
 from .routes import Routes
 
@@ -41,13 +41,16 @@ class APIServer:
         self.registry = Registry()
         self.router = Router(config.etcd_servers, config.etcd_overrides)
         self.residency = Residency(config.residency, config.full_resources)
-        self.controllers = Controllers(self)
-        self.health = Health(self)
-        self.routes = Routes(self)
+        self.controllers = Controllers(self.registry, self.router, self.etcd_prefix, store_for=self.store_for,
+                                       serve=self.storage_for, forget=self.forget)
+        self.health = Health(self.registry, self.router, self.etcd_prefix,
+                             cacher_of=lambda r: self.storage_for(r).cacher, watch_cache=config.watch_cache)
         # Watch-list (S5) is served by the watch cache; without it we answer as upstream
         # does with the WatchList gate off (S5.3).
         self.endpoints = Context(registry=self.registry, etcd_prefix=self.etcd_prefix, storage=self.storage_for,
                                  after_write=self.controllers.after_write, watch_list_enabled=config.watch_cache)
+        self.routes = Routes(self.registry, self.endpoints, self.health,
+                             residency_report=lambda: residency_report(self.residency, self.cachers()))
         self._storage: dict[tuple[str, str], CacheDelegator] = {}
         self._stores: dict[tuple[str, str], EtcdStore] = {}
         self._tasks: list[asyncio.Task] = []

@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
 from machinery import objects
-from machinery.resources import CRD, Resource
+from machinery.resources import CRD, Registry, Resource
 from storage import errors as serr
+from storage.router import Router
+from storage.store import EtcdStore
 
 from . import metrics
-
-if TYPE_CHECKING:
-    from .app import APIServer
 
 log = logging.getLogger("apiserver")
 
@@ -26,16 +25,22 @@ STORAGE_OBJECTS_PERIOD = 30.0
 
 
 class Controllers:
-    def __init__(self, server: APIServer):
-        self.server = server
+    def __init__(self, registry: Registry, router: Router, etcd_prefix: str,
+                 store_for: Callable[[Resource], EtcdStore], serve: Callable[[Resource], Any],
+                 forget: Callable[[Resource], None]):
+        self.registry = registry
+        self.router = router
+        self.etcd_prefix = etcd_prefix
+        self.store_for = store_for
+        self.serve = serve      # start serving a resource (its storage and watch cache)
+        self.forget = forget    # stop serving one (its CRD is gone)
 
     async def create_system_namespaces(self) -> None:
-        s = self.server
-        ns = s.registry.lookup("", "v1", "namespaces")
+        ns = self.registry.lookup("", "v1", "namespaces")
         for name in SYSTEM_NAMESPACES:
             obj: dict[str, Any] = {"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": name}}
             try:
-                await s.store_for(ns).create(ns.key(s.etcd_prefix, None, name), objects.prepare_create(ns, obj))
+                await self.store_for(ns).create(ns.key(self.etcd_prefix, None, name), objects.prepare_create(ns, obj))
             except serr.StorageError as e:
                 if e.code is not serr.Code.KEY_EXISTS:
                     raise
@@ -43,19 +48,17 @@ class Controllers:
     # --- CRDs: served as soon as created, in every process -------------------------------------
 
     async def load_crds(self) -> int:
-        s = self.server
-        res = await s.store_for(CRD).list(CRD.prefix(s.etcd_prefix))
+        res = await self.store_for(CRD).list(CRD.prefix(self.etcd_prefix))
         for crd in res.items:
-            s.registry.apply_crd(crd)
+            self.registry.apply_crd(crd)
         return res.resource_version
 
     async def sync_crds_forever(self) -> None:
         """Follow CRD changes made through any apiserver sharing this etcd."""
-        s = self.server
         while True:
             try:
                 rv = await self.load_crds()
-                async for ev in s.store_for(CRD).watch(CRD.prefix(s.etcd_prefix), rv):
+                async for ev in self.store_for(CRD).watch(CRD.prefix(self.etcd_prefix), rv):
                     self.apply_crd_event(ev.type, ev.obj)
             except asyncio.CancelledError:
                 raise
@@ -64,13 +67,12 @@ class Controllers:
                 await asyncio.sleep(1)
 
     def apply_crd_event(self, ev_type: str, crd: dict) -> None:
-        s = self.server
         if ev_type == "DELETED":
-            for r in s.registry.remove_crd(crd["metadata"]["name"]):
-                s.forget(r)
+            for r in self.registry.remove_crd(crd["metadata"]["name"]):
+                self.forget(r)
         else:
-            for r in s.registry.apply_crd(crd):
-                s.storage_for(r)  # start filling the new resource's cache right away
+            for r in self.registry.apply_crd(crd):
+                self.serve(r)  # start filling the new resource's cache right away
 
     # --- side effects of writes ----------------------------------------------------------------
 
@@ -84,35 +86,32 @@ class Controllers:
             await self._delete_namespace_contents(obj["metadata"]["name"])
 
     async def _delete_custom_objects(self, crd: dict) -> None:
-        s = self.server
         spec = crd.get("spec") or {}
         names = spec.get("names") or {}
-        prefix = f"{s.etcd_prefix}/{spec.get('group')}/{names.get('plural')}/"
-        await s.router.client_for(spec.get("group", ""), names.get("plural", "")).delete_prefix(prefix.encode())
+        prefix = f"{self.etcd_prefix}/{spec.get('group')}/{names.get('plural')}/"
+        await self.router.client_for(spec.get("group", ""), names.get("plural", "")).delete_prefix(prefix.encode())
 
     async def _delete_namespace_contents(self, namespace: str) -> None:
         # Upstream's namespace controller empties a terminating namespace; we do
         # it synchronously on delete (documented difference).
-        s = self.server
         done = set()
-        for r in s.registry.all():
+        for r in self.registry.all():
             if not r.namespaced or (r.group, r.plural) in done:
                 continue
             done.add((r.group, r.plural))
-            await s.router.client_for(r.group, r.plural).delete_prefix(r.prefix(s.etcd_prefix, namespace).encode())
+            await self.router.client_for(r.group, r.plural).delete_prefix(r.prefix(self.etcd_prefix, namespace).encode())
 
     # --- metrics -------------------------------------------------------------------------------
 
     async def count_objects_forever(self) -> None:
-        s = self.server
         while True:
             try:
                 seen = set()
-                for r in s.registry.all():
+                for r in self.registry.all():
                     if (r.group, r.plural) in seen:
                         continue
                     seen.add((r.group, r.plural))
-                    n = await s.store_for(r).count(r.prefix(s.etcd_prefix))
+                    n = await self.store_for(r).count(r.prefix(self.etcd_prefix))
                     metrics.apiserver_storage_objects.labels(r.qualified).set(n)
             except asyncio.CancelledError:
                 raise

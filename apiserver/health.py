@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
 from aiohttp import web
 
+from cache.cacher import Cacher
+from cache.residency import Residency
 from machinery import errors
-
-if TYPE_CHECKING:
-    from .app import APIServer
+from machinery.resources import Registry
+from storage.router import Router
 
 log = logging.getLogger("apiserver")
 
@@ -20,30 +21,33 @@ ETCD_CHECK_TIMEOUT = 2.0
 
 
 class Health:
-    def __init__(self, server: APIServer):
-        self.server = server
+    def __init__(self, registry: Registry, router: Router, etcd_prefix: str,
+                 cacher_of: Callable[[Any], Cacher | None], watch_cache: bool):
+        self.registry = registry
+        self.router = router
+        self.etcd_prefix = etcd_prefix
+        self.cacher_of = cacher_of   # a resource's watch cache (None with --watch-cache=false)
+        self.watch_cache = watch_cache  # /readyz waits for the watch caches
 
     async def check_etcd(self) -> str | None:
-        s = self.server
         try:
-            await asyncio.wait_for(s.router.default_client().current_revision(
-                (s.etcd_prefix + "/").encode(), "healthz"), ETCD_CHECK_TIMEOUT)
+            await asyncio.wait_for(self.router.default_client().current_revision(
+                (self.etcd_prefix + "/").encode(), "healthz"), ETCD_CHECK_TIMEOUT)
             return None
         except Exception as e:
             return f"etcd: {e!r}"
 
     async def check_watch_cache(self) -> str | None:
         """Ready once every built-in resource's cache is initialised (upstream 1.36 default)."""
-        s = self.server
-        pending = [f"{r.plural}" for r in s.registry.all()
-                   if not r.custom and not s.storage_for(r).cacher.ready]
+        pending = [f"{r.plural}" for r in self.registry.all()
+                   if not r.custom and not self.cacher_of(r).ready]
         return f"watch cache not ready: {', '.join(pending)}" if pending else None
 
     def checks(self, kind: str) -> dict[str, Any]:
         checks: dict[str, Any] = {"ping": None, "log": None}
         if kind in ("readyz", "healthz"):
             checks["etcd"] = self.check_etcd
-        if kind == "readyz" and self.server.config.watch_cache:
+        if kind == "readyz" and self.watch_cache:
             checks["watch-cache"] = self.check_watch_cache
         return checks
 
@@ -79,12 +83,11 @@ class Health:
         return web.Response(text=text, status=500 if failed else 200, content_type="text/plain")
 
 
-def residency_report(server: APIServer) -> dict[str, Any]:
+def residency_report(residency: Residency, cachers: dict[tuple[str, str], Cacher]) -> dict[str, Any]:
     """Per resource: resident objects and bytes by structure (debug endpoint, residency benchmark)."""
-    residency = server.residency
     out: dict[str, Any] = {"residency": str(residency.selector) if residency.selector else "",
                            "fullResources": sorted(residency.full_resources), "resources": {}}
-    for (group, plural), c in sorted(server.cachers().items()):
+    for (group, plural), c in sorted(cachers.items()):
         st = c.wc.stats()
         st.update({"ready": c.ready, "partial": residency.partial(plural), "rv": c.wc.rv,
                    "droppedNonResident": c.dropped_nonresident})

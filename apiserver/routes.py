@@ -3,7 +3,7 @@ served as soon as they exist): health, metrics, version, discovery, OpenAPI, the
 `/api/v1/...` and `/apis/<group>/<version>/...` to the endpoints by verb."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -12,11 +12,10 @@ from machinery import errors, jsonenc
 
 from . import discovery
 from .endpoints import read, watch, write
-from .endpoints.common import RequestScope, json_response
-from .health import residency_report
+from machinery.resources import Registry
 
-if TYPE_CHECKING:
-    from .app import APIServer
+from .endpoints.common import Context, RequestScope, json_response
+from .health import Health
 
 
 def not_found() -> errors.StatusError:
@@ -37,8 +36,12 @@ def is_watch(request: web.Request) -> bool:
 
 
 class Routes:
-    def __init__(self, server: APIServer):
-        self.server = server
+    def __init__(self, registry: Registry, endpoints: Context, health: Health,
+                 residency_report: Callable[[], dict[str, Any]]):
+        self.registry = registry
+        self.endpoints = endpoints
+        self.health = health
+        self.residency_report = residency_report
 
     def scope_for(self, group: str, version: str, rest: list[str]) -> RequestScope:
         namespace = None
@@ -47,7 +50,7 @@ class Routes:
             rest = rest[2:]
         if not rest:
             raise errors.not_found("", "")
-        res = self.server.registry.lookup(group, version, rest[0])
+        res = self.registry.lookup(group, version, rest[0])
         if res is None or (namespace is not None and not res.namespaced):
             raise not_found()
         name = rest[1] if len(rest) >= 2 else None
@@ -57,22 +60,21 @@ class Routes:
         return RequestScope(res, namespace, name, sub)
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
-        s = self.server
         parts = [p for p in request.path.split("/") if p]
         if not parts:
             return json_response(jsonenc.dumps({"paths": sorted(
                 ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/metrics", "/version",
-                 "/openapi/v2", "/openapi/v3"] + [f"/apis/{g}" for g in s.registry.groups() if g])}))
+                 "/openapi/v2", "/openapi/v3"] + [f"/apis/{g}" for g in self.registry.groups() if g])}))
         head = parts[0]
         if head in ("livez", "readyz", "healthz") and len(parts) <= 2:
-            return await s.health.respond(request, head, parts[1] if len(parts) == 2 else None)
+            return await self.health.respond(request, head, parts[1] if len(parts) == 2 else None)
         if head == "metrics" and len(parts) == 1:
             return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
         if parts == ["debug", "residency"]:
             if "gc" in request.query:
                 import gc
                 gc.collect()
-            return json_response(jsonenc.dumps(residency_report(s)) + b"\n")
+            return json_response(jsonenc.dumps(self.residency_report()) + b"\n")
         if head == "version" and len(parts) == 1:
             return json_response(jsonenc.dumps(discovery.version_info()) + b"\n")
         if head == "openapi":
@@ -80,15 +82,15 @@ class Routes:
         if head in ("api", "apis") and len(parts) == 1:
             if discovery.wants_aggregated(request.headers.get("Accept")):
                 # Aggregated discovery (one request instead of one per group version).
-                doc = discovery.aggregated_discovery(s.registry, core=(head == "api"))
+                doc = discovery.aggregated_discovery(self.registry, core=(head == "api"))
                 return web.Response(body=jsonenc.dumps(doc) + b"\n", headers={
                     "Content-Type": discovery.AGGREGATED_CONTENT_TYPE, "Vary": "Accept",
                     "ETag": discovery.aggregated_etag(doc)})
             if head == "api":
                 return json_response(jsonenc.dumps(discovery.api_versions(request.host)) + b"\n")
-            return json_response(jsonenc.dumps(discovery.api_group_list(s.registry)) + b"\n")
+            return json_response(jsonenc.dumps(discovery.api_group_list(self.registry)) + b"\n")
         if head == "apis" and len(parts) == 2:
-            g = discovery.api_group(s.registry, parts[1])
+            g = discovery.api_group(self.registry, parts[1])
             if g is None:
                 raise not_found()
             return json_response(jsonenc.dumps(g) + b"\n")
@@ -97,7 +99,7 @@ class Routes:
             raise not_found()
         group, version, rest = resolved
         if not rest:
-            rl = discovery.api_resource_list(s.registry, group, version)
+            rl = discovery.api_resource_list(self.registry, group, version)
             if rl is None:
                 raise not_found()
             return json_response(jsonenc.dumps(rl) + b"\n")
@@ -107,7 +109,7 @@ class Routes:
 
     def openapi(self, parts: list[str]) -> web.Response:
         from . import openapi  # noqa: PLC0415 (documents are built on first request)
-        registry = self.server.registry
+        registry = self.registry
         if parts == ["openapi", "v2"]:
             return json_response(jsonenc.dumps(openapi.v2(registry)))
         if parts == ["openapi", "v3"]:
@@ -125,7 +127,7 @@ class Routes:
 
     async def verb(self, request: web.Request, scope: RequestScope) -> web.StreamResponse:
         m = request.method
-        ctx = self.server.endpoints
+        ctx = self.endpoints
         res = scope.resource
         if scope.name is None:
             if m == "GET":

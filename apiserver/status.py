@@ -30,7 +30,7 @@ def map_storage_error(e: serr.StorageError, res: Resource, name: str = "") -> er
     if c is serr.Code.PROGRESS_UNSUPPORTED:
         return errors.StatusError(500, "InternalError", "a watch stream was requested by the client but the "
                                                         "required storage feature RequestWatchProgress is disabled")
-    if c is serr.Code.INVALID_CONTINUE:
+    if c in (serr.Code.INVALID_CONTINUE, serr.Code.INVALID_RV):
         return errors.bad_request(e.message)
     if c is serr.Code.UNREACHABLE:
         return errors.StatusError(504, "Timeout", f"etcd unreachable: {e.message}")

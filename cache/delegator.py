@@ -16,7 +16,7 @@ from machinery.resources import Resource
 from storage import errors as serr
 from storage.continue_token import encode_continue, resolve_continue
 from storage.interface import ListPage, ListRequest, WatchRequest, WatchSink
-from storage.store import EtcdStore
+from storage.store import EtcdStore, parse_resource_version
 
 from . import plan, reads
 from .cacher import Cacher
@@ -104,7 +104,7 @@ class CacheDelegator:
 
     async def get_at(self, key: str, resource_version: str | None) -> Obj | bytes:
         """The object (decoded from etcd) or its wire bytes (from the cache)."""
-        rv = int(resource_version) if resource_version else 0
+        rv = parse_resource_version(resource_version, key)
         cacher = await self._settled()
         if cacher is not None and self.residency.partial(self.res.plural):
             # A name does not tell which shard holds the object: never answer 404 for an
@@ -148,6 +148,7 @@ class CacheDelegator:
 
     async def _list_from_cache(self, cacher: Cacher, prefix: str, req: ListRequest) -> ListPage | None:
         """A page from the watch cache, or None when the list must go to etcd (S1.18-S1.26)."""
+        parse_resource_version(req.resource_version, prefix)  # S1.11: 400 before routing (and before continue)
         start_key = cont_rv = None
         if req.continue_:
             start_key, cont_rv = resolve_continue(req.continue_, req.resource_version, prefix)  # S1.12

@@ -81,8 +81,12 @@ def parse_resource_version(s: str | None) -> int:
     try:
         return parse_uint64(s)
     except ValueError as e:
-        raise bad_request(
-            f"invalid resource version: resourceVersion: Invalid value: {go_quote(s)}: {e}") from None
+        raise bad_request(invalid_resource_version(s, e)) from None
+
+
+def invalid_resource_version(s: str, err: ValueError) -> str:
+    """The 400 message for an unparseable resourceVersion (S1.11)."""
+    return f"invalid resource version: resourceVersion: Invalid value: {go_quote(s)}: {err}"
 
 
 # --- validation -----------------------------------------------------------------

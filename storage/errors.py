@@ -17,6 +17,7 @@ class Code(enum.Enum):
     TOO_LARGE_RV = "TooLargeResourceVersion"  # revision beyond etcd's (S1.22)
     NOT_READY = "NotReady"           # the watch cache is (re)initializing (S1.25, S1.33)
     PROGRESS_UNSUPPORTED = "RequestWatchProgressDisabled"  # a consistent watch-list needs it (S3.7)
+    INVALID_RV = "InvalidResourceVersion"  # an unparseable resourceVersion (S1.11)
     INVALID_CONTINUE = "InvalidContinue"  # undecodable token (S1.13, S2.3), or with a resourceVersion (S1.12)
     INTERNAL = "Internal"
 

@@ -17,6 +17,9 @@ from typing import Any, AsyncIterator, Callable, Optional
 
 import orjson
 
+from machinery.gocompat import parse_uint64
+from machinery.listoptions import invalid_resource_version
+
 from . import errors
 from .continue_token import encode_continue, resolve_continue
 from .interface import ListPage, ListRequest, WatchRequest, WatchSink
@@ -352,6 +355,16 @@ CONTINUE_EXPIRED = (
     "up in the list.")
 
 
+def parse_resource_version(rv_s: str | None, key: str = "") -> int:
+    """A resourceVersion as upstream's versioner parses it (S1.1, S1.11): ""/"0"/None are 0."""
+    if rv_s in (None, "", "0"):
+        return 0
+    try:
+        return parse_uint64(rv_s)
+    except ValueError as e:
+        raise errors.StorageError(errors.Code.INVALID_RV, key, invalid_resource_version(rv_s, e)) from None
+
+
 def with_shard(predicate: Predicate | None, shard) -> Predicate | None:
     """The object predicate of the etcd path: selectors AND the shard selector (S7.12)."""
     if shard is None:
@@ -375,7 +388,7 @@ async def get_list(store: EtcdStore, prefix: str, req: ListRequest) -> ListPage:
         if cont_rv > 0:
             revision = cont_rv
     elif rv_s not in (None, "", "0"):
-        n = int(rv_s)
+        n = parse_resource_version(rv_s, prefix)
         if req.resource_version_match == "Exact" or (not req.resource_version_match and req.limit > 0):
             revision = n          # L5/L6: exactly at N
         else:

@@ -7,7 +7,7 @@ from aiohttp import web
 from cache.reads import indexable
 from machinery import jsonenc, tables
 from machinery.encoding import encode_list_item
-from machinery.listoptions import ListOptions, parse_resource_version
+from machinery.listoptions import ListOptions
 from storage import errors as serr
 from storage.interface import ListRequest
 
@@ -19,8 +19,6 @@ from .common import (Context, Obj, RequestScope, json_response, list_options, pa
 async def get(ctx: Context, request: web.Request, scope: RequestScope) -> web.Response:
     res = scope.resource
     rv_s = request.query.get("resourceVersion") or None
-    if rv_s:
-        parse_resource_version(rv_s)  # 400 before anything is read
     try:
         got = await ctx.storage(res).get_at(ctx.key(scope), rv_s)
     except serr.StorageError as e:
@@ -35,8 +33,6 @@ async def get(ctx: Context, request: web.Request, scope: RequestScope) -> web.Re
 def list_request(scope: RequestScope, opts: ListOptions) -> ListRequest:
     """The storage request of a LIST (or the list step of a deletecollection)."""
     res = scope.resource
-    if opts.resource_version not in (None, "", "0"):
-        parse_resource_version(opts.resource_version)  # S1.11: 400 before routing
     pred, exact_name = predicate(opts)
     return ListRequest(resource_version=opts.resource_version, resource_version_match=opts.resource_version_match,
                        limit=opts.limit, continue_=opts.continue_, predicate=pred, exact_name=exact_name,

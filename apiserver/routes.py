@@ -126,26 +126,22 @@ class Routes:
         raise not_found()
 
     async def verb(self, request: web.Request, scope: RequestScope) -> web.StreamResponse:
+        collection = scope.name is None
         m = request.method
-        ctx = self.endpoints
-        res = scope.resource
-        if scope.name is None:
-            if m == "GET":
-                return await (watch.watch if is_watch(request) else read.list_)(ctx, request, scope)
-            if m == "POST":
-                return await write.create(ctx, request, scope)
-            if m == "DELETE":
-                return await write.deletecollection(ctx, request, scope)
-            raise errors.method_not_supported(res.plural, verb_name(m, True), res.group)
-        if m == "GET":
-            return await (watch.watch if is_watch(request) else read.get)(ctx, request, scope)
-        if m == "PUT":
-            return await write.update(ctx, request, scope)
-        if m == "PATCH":
-            return await write.patch(ctx, request, scope)
-        if m == "DELETE" and not scope.subresource:
-            return await write.delete(ctx, request, scope)
-        raise errors.method_not_supported(res.plural, verb_name(m, False), res.group)
+        if m == "GET" and is_watch(request):
+            endpoint = watch.watch
+        elif m == "DELETE" and scope.subresource:
+            endpoint = None
+        else:
+            endpoint = (COLLECTION_VERBS if collection else OBJECT_VERBS).get(m)
+        if endpoint is None:
+            res = scope.resource
+            raise errors.method_not_supported(res.plural, verb_name(m, collection), res.group)
+        return await endpoint(self.endpoints, request, scope)
+
+
+COLLECTION_VERBS = {"GET": read.list_, "POST": write.create, "DELETE": write.deletecollection}
+OBJECT_VERBS = {"GET": read.get, "PUT": write.update, "PATCH": write.patch, "DELETE": write.delete}
 
 
 def verb_name(method: str, collection: bool) -> str:

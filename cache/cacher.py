@@ -79,13 +79,6 @@ def progress_requests_supported(version: str) -> bool:
     return parts >= (3, 6, 0)
 
 
-class TooLargeRV(Exception):
-    def __init__(self, requested: int, current: int):
-        super().__init__(f"Too large resource version: {requested}, current: {current}")
-        self.requested = requested
-        self.current = current
-
-
 class Decoded:
     """What ingest extracts from one object version (decoded once)."""
     __slots__ = ("obj", "uid", "namespace", "labels")
@@ -488,7 +481,7 @@ class Cacher:
             self._rev_inflight = None
 
     async def wait_until_fresh(self, rv: int, timeout: float = BLOCK_TIMEOUT) -> None:
-        """Block until the cache has seen rv (TooLargeRV after `timeout`)."""
+        """Block until the cache has seen rv; after `timeout`, TOO_LARGE_RV with Retry-After 1 (S1.16, S1.22)."""
         if self.wc.rv >= rv:
             return
         t0 = time.perf_counter()
@@ -498,7 +491,8 @@ class Cacher:
         try:
             await asyncio.wait_for(asyncio.shield(fut), timeout)
         except asyncio.TimeoutError:
-            raise TooLargeRV(rv, self.wc.rv) from None
+            raise serr.StorageError(serr.Code.TOO_LARGE_RV, self.prefix, rv=rv, current_rv=self.wc.rv,
+                                    retry_after=1) from None
         finally:
             metrics.read_wait.labels(self.group, self.resource_label).observe(time.perf_counter() - t0)
             self.waiters = [(r, f) for r, f in self.waiters if f is not fut]

@@ -119,7 +119,7 @@ class CacheDelegator:
             if where == "cache":
                 # S1.15-S1.16: RV=0 any state; RV=N wait up to 3 s, 504 otherwise (no etcd fallback).
                 if rv:
-                    await reads.wait_fresh_or_504(cacher, rv)
+                    await cacher.wait_until_fresh(rv)
                 e = cacher.wc.store.get(key)
                 if e is None:
                     raise serr.not_found(key)

@@ -15,7 +15,7 @@ from storage.interface import WatchRequest, WatchSink
 
 from . import metrics as cmetrics
 from .cache_watcher import CacheWatcher
-from .cacher import Cacher, TooLargeRV, next_bookmark_time
+from .cacher import Cacher, next_bookmark_time
 from .plan import CONSISTENT, EXACT, NOT_OLDER_THAN, ListPlan
 from .watch_cache import INDEXABLE_OPS, Entry, TooOld
 
@@ -34,18 +34,6 @@ class CachedList:
     remaining: int | None
 
 
-def too_large(key: str, e: TooLargeRV) -> serr.StorageError:
-    """The cache waited up to 3 s for an RV it has not seen: 504 with Retry-After 1 (S1.16, S1.22)."""
-    return serr.StorageError(serr.Code.TOO_LARGE_RV, key, rv=e.requested, current_rv=e.current, retry_after=1)
-
-
-async def wait_fresh_or_504(cacher: Cacher, rv: int) -> None:
-    try:
-        await cacher.wait_until_fresh(rv)
-    except TooLargeRV as e:
-        raise too_large(cacher.prefix, e) from None
-
-
 async def list_from_cache(cacher: Cacher, res: Resource, plan: ListPlan, prefix: str, start_key: str | None,
                           predicate: Callable[[Obj], bool] | None, label_reqs: list | None,
                           namespace: str | None, shard: Callable[[Entry], bool] | None = None) -> CachedList:
@@ -57,15 +45,17 @@ async def list_from_cache(cacher: Cacher, res: Resource, plan: ListPlan, prefix:
         rev = await cacher.current_revision()
         try:
             await cacher.wait_until_fresh(rev)
-        except TooLargeRV:
+        except serr.StorageError as e:
+            if e.code is not serr.Code.TOO_LARGE_RV:
+                raise
             cmetrics.consistent_read.labels(res.group, res.plural, "true", "true").inc()
             raise Delegate() from None  # S3.4: a consistent list falls back to etcd
         cmetrics.consistent_read.labels(res.group, res.plural, "true", "false").inc()
     elif plan.mode == NOT_OLDER_THAN:
-        await wait_fresh_or_504(cacher, plan.rv)
+        await cacher.wait_until_fresh(plan.rv)  # 504 after 3 s (S1.16)
     elif plan.mode == EXACT:
         if plan.rv > wc.rv:
-            await wait_fresh_or_504(cacher, plan.rv)
+            await cacher.wait_until_fresh(plan.rv)  # 504 after 3 s (S1.16)
         tree = wc.snapshot_at(plan.rv)
         if tree is None:
             raise Delegate()  # older than every snapshot: etcd answers (or 410s), S1.21
@@ -172,8 +162,8 @@ async def serve_watch(cacher: Cacher, prefix: str, req: WatchRequest, sink: Watc
                 await cacher.wait_until_fresh(rv)
         elif rv_s in (None, "") and send_initial is False:
             await cacher.wait_until_fresh(await cacher.current_revision())
-    except TooLargeRV as e:
-        await sink.fail(too_large(prefix, e))
+    except serr.StorageError as e:  # TOO_LARGE_RV after 3 s, or etcd unreachable: an ERROR event
+        await sink.fail(e)
         return
 
     # 2. Register atomically with the state we start from (no await in between).

@@ -20,8 +20,6 @@ From Python: `from tools.build_etcd import ensure_etcd; path = ensure_etcd()`.
 """
 from __future__ import annotations
 
-import argparse
-import fcntl
 import os
 import re
 import shutil
@@ -30,38 +28,18 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tools/ is not a package
+from gobuild import BuildError, build_once, cli, go_env, log, run  # noqa: E402
+
 DEFAULT_VERSION = "v3.5.35"
 MODULE = "go.etcd.io/etcd/server/v3"
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC_DIR = os.path.join(HERE, "etcdbuild")
 REPO_ROOT = os.path.dirname(HERE)
 DEFAULT_DEST = os.path.join(REPO_ROOT, ".cache", "etcd")
+TOOL = "build_etcd"
 
-
-class BuildError(RuntimeError):
-    pass
-
-
-def _log(msg: str) -> None:
-    print(f"[build_etcd] {msg}", file=sys.stderr, flush=True)
-
-
-def _go_env() -> dict[str, str]:
-    env = dict(os.environ)
-    flags = env.get("GOFLAGS", "").split()
-    flags = [f for f in flags if not f.startswith("-mod=")] + ["-mod=mod"]
-    env["GOFLAGS"] = " ".join(flags)
-    env["CGO_ENABLED"] = "0"
-    return env
-
-
-def _run(cmd: list[str], cwd: str, env: dict[str, str]) -> None:
-    _log("$ " + " ".join(cmd))
-    p = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if p.stdout:
-        sys.stderr.write(p.stdout)
-    if p.returncode != 0:
-        raise BuildError(f"`{' '.join(cmd)}` failed with exit code {p.returncode} (output above)")
+__all__ = ["BuildError", "ensure_etcd", "DEFAULT_VERSION"]
 
 
 def _binary_version(path: str) -> str | None:
@@ -86,25 +64,19 @@ def ensure_etcd(version: str = DEFAULT_VERSION, dest: str = DEFAULT_DEST) -> str
     """
     if not re.fullmatch(r"v3\.\d+\.\d+(-[0-9A-Za-z.-]+)?", version):
         raise BuildError(f"bad etcd version {version!r} (expected e.g. {DEFAULT_VERSION})")
-    out_dir = os.path.abspath(os.path.join(dest, version))
-    target = os.path.join(out_dir, "etcd")
-    if _is_good(target, version):
-        return target
+    target = os.path.join(os.path.abspath(os.path.join(dest, version)), "etcd")
     go = shutil.which("go")
-    if go is None:
-        raise BuildError("Go is not installed (no `go` on PATH); it is needed to build etcd "
-                         f"{version} from {MODULE}")
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if _is_good(target, version):  # built by someone else while we waited
-            return target
+
+    def build() -> None:
+        if go is None:
+            raise BuildError("Go is not installed (no `go` on PATH); it is needed to build etcd "
+                             f"{version} from {MODULE}")
         _build(go, version, target)
-    return target
+    return build_once(target, lambda t: _is_good(t, version), build)
 
 
 def _build(go: str, version: str, target: str) -> None:
-    env = _go_env()
+    env = go_env()
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="etcdbuild-") as tmp:
         if version == DEFAULT_VERSION:
@@ -114,15 +86,15 @@ def _build(go: str, version: str, target: str) -> None:
             os.makedirs(src)
             for name in ("go.mod", "go.sum", "main.go"):
                 shutil.copy(os.path.join(SRC_DIR, name), src)
-            _log(f"retargeting a copy of {SRC_DIR} to {MODULE}@{version}")
-            _run([go, "mod", "edit", f"-require={MODULE}@{version}"], src, env)
-            _run([go, "mod", "tidy"], src, env)
-        _log(f"building etcd {version} from {MODULE} (cold builds take a minute or two)")
+            log(TOOL, f"retargeting a copy of {SRC_DIR} to {MODULE}@{version}")
+            run(TOOL, [go, "mod", "edit", f"-require={MODULE}@{version}"], src, env)
+            run(TOOL, [go, "mod", "tidy"], src, env)
+        log(TOOL, f"building etcd {version} from {MODULE} (cold builds take a minute or two)")
         tmp_out = target + f".tmp{os.getpid()}"
         try:
-            _run([go, "build", "-trimpath",
-                  "-ldflags", f"-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=module-{version}",
-                  "-o", tmp_out, "."], src, env)
+            run(TOOL, [go, "build", "-trimpath",
+                       "-ldflags", f"-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=module-{version}",
+                       "-o", tmp_out, "."], src, env)
             got = _binary_version(tmp_out)
             if got != version.lstrip("v"):
                 raise BuildError(f"built binary reports etcd version {got!r}, expected {version}")
@@ -130,21 +102,11 @@ def _build(go: str, version: str, target: str) -> None:
         finally:
             if os.path.exists(tmp_out):
                 os.unlink(tmp_out)
-    _log(f"built {target} in {time.monotonic() - t0:.1f}s")
+    log(TOOL, f"built {target} in {time.monotonic() - t0:.1f}s")
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--version", default=DEFAULT_VERSION, help=f"etcd version (default {DEFAULT_VERSION})")
-    ap.add_argument("--dest", default=DEFAULT_DEST, help="cache directory (default <repo>/.cache/etcd)")
-    args = ap.parse_args(argv)
-    try:
-        path = ensure_etcd(args.version, args.dest)
-    except BuildError as e:
-        print(f"build_etcd: error: {e}", file=sys.stderr)
-        return 1
-    print(path)
-    return 0
+    return cli(TOOL, __doc__.splitlines()[0], DEFAULT_VERSION, DEFAULT_DEST, ensure_etcd, argv)
 
 
 if __name__ == "__main__":

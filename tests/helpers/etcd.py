@@ -13,13 +13,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 @functools.cache
-def build_etcd_module() -> ModuleType:
-    """tools/build_etcd.py, loaded from its file: `tools` is not a package, and a top-level `tools` from
+def load_tool(name: str) -> ModuleType:
+    """tools/<name>.py, loaded from its file: `tools` is not a package, and a top-level `tools` from
     some installed distribution could shadow it as a namespace package."""
-    spec = importlib.util.spec_from_file_location("_build_etcd", os.path.join(ROOT, "tools", "build_etcd.py"))
+    spec = importlib.util.spec_from_file_location(f"_{name}", os.path.join(ROOT, "tools", f"{name}.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def build_etcd_module() -> ModuleType:
+    return load_tool("build_etcd")
 
 
 def current_etcd_binary() -> str:

@@ -1,7 +1,7 @@
 """What upstream's controllers and post-start hooks would do, done in-process: the system
 namespaces at start, CRDs served as soon as they exist (in every process sharing the etcd),
 cascade deletes of a deleted CRD's objects and a deleted namespace's contents, and the
-`apiserver_storage_objects` count."""
+`apiserver_resource_objects` count."""
 from __future__ import annotations
 
 import asyncio
@@ -20,7 +20,7 @@ log = logging.getLogger("apiserver")
 
 # Namespaces upstream creates at start (the system namespaces controller).
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-# How often apiserver_storage_objects is refreshed (upstream: every minute).
+# How often apiserver_resource_objects is refreshed (upstream: every minute).
 STORAGE_OBJECTS_PERIOD = 30.0
 
 
@@ -105,16 +105,17 @@ class Controllers:
 
     async def count_objects_forever(self) -> None:
         while True:
-            try:
-                seen = set()
-                for r in self.registry.all():
-                    if (r.group, r.plural) in seen:
-                        continue
-                    seen.add((r.group, r.plural))
+            seen = set()
+            for r in self.registry.all():
+                if (r.group, r.plural) in seen:
+                    continue
+                seen.add((r.group, r.plural))
+                try:
                     n = await self.store_for(r).count(r.prefix(self.etcd_prefix))
-                    metrics.apiserver_storage_objects.labels(r.qualified).set(n)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                log.warning("storage object count failed error=%r", e)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:
+                    log.warning("storage object count failed resource=%s error=%r", r.qualified, e)
+                    n = -1  # as upstream: -1 when the count could not be fetched
+                metrics.apiserver_resource_objects.labels(r.group, r.plural).set(n)
             await asyncio.sleep(STORAGE_OBJECTS_PERIOD)

@@ -15,6 +15,6 @@ apiserver_request_duration_seconds = Histogram(
     REQUEST_LABELS,
     buckets=(0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20,
              30, 45, 60))
-apiserver_storage_objects = Gauge(
-    "apiserver_storage_objects", "Number of stored objects at the time of last check split by kind.",
-    ["resource"])
+apiserver_resource_objects = Gauge(
+    "apiserver_resource_objects", "Number of stored objects at the time of last check split by kind. In case of a "
+    "fetching error, the value will be -1.", ["group", "resource"])

@@ -123,7 +123,7 @@ async def consistent_lists(api: Apiserver, n: int, workers: int, duration: float
 def table(res: dict, p: argparse.Namespace, vers: dict, obj_bytes: int) -> str:
     on, off = res["cache_on"], res["cache_off"]
     cores = vers.get("cpu_affinity") or vers.get("cpu_count")
-    # count-only ranges (apiserver_storage_objects refresh every 30 s) are also recorded as operation "list".
+    # count-only ranges (apiserver_resource_objects refresh every 30 s) are also recorded as operation "list".
     count_calls = int(p.duration // 30) + 1
     speed = off["list_p50_ms"] / on["list_p50_ms"] if on["list_p50_ms"] else float("inf")
     rows = [

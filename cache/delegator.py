@@ -171,7 +171,8 @@ class CacheDelegator:
         page = ListPage(got.resource_version, raw=[list_item_bytes(res, e.data) for e in got.entries],
                         decode=lambda data: jsonenc.loads(wire(data)))
         if got.continue_key is not None:
-            page.continue_ = encode_continue(got.continue_key[len(prefix):], got.resource_version)
+            # S2.2: upstream's cache path strips the un-slashed prefix, so its tokens start with "/".
+            page.continue_ = encode_continue(got.continue_key[len(prefix) - 1:], got.resource_version)
             page.remaining = got.remaining
         return page
 

@@ -66,5 +66,5 @@ class WatchFrames:
 
     def bookmark(self, rv: int, initial_events_end: bool = False) -> bytes:
         """BOOKMARK events are never Tables (S4.11, S5.4)."""
-        return jsonenc.watch_event("BOOKMARK", encode_obj(self.res, objects.bookmark(self.res, rv,
-                                                                                      initial_events_end)))
+        obj = objects.bookmark(self.res, rv, initial_events_end)
+        return jsonenc.watch_event("BOOKMARK", encode_obj(self.res, obj))

@@ -14,6 +14,12 @@ from typing import Any, Iterable
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 
 
+# Resources whose upstream registry sets ReturnDeletedObject (checked against kube-apiserver v1.37.2);
+# every other DELETE answers with a Success Status.
+RETURN_DELETED_OBJECT = {("", "pods"), ("", "services"), ("", "serviceaccounts"), ("", "namespaces"),
+                         ("apiextensions.k8s.io", "customresourcedefinitions")}
+
+
 @dataclass
 class Resource:
     group: str
@@ -41,6 +47,12 @@ class Resource:
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def returns_deleted_object(self) -> bool:
+        """A DELETE answers with the deleted object (else with a Success Status), as upstream's
+        registries set `ReturnDeletedObject`."""
+        return not self.custom and (self.group, self.plural) in RETURN_DELETED_OBJECT
 
     @property
     def qualified(self) -> str:

@@ -50,6 +50,16 @@ async def _try_compact(client: EtcdClient, expect_version: int, rev: int) -> tup
     return True, expect_version + 1
 
 
+async def compact_now(client: EtcdClient, rev: int) -> None:
+    """Compact at `rev` now, recording it in compact_rev_key first as every apiserver's compactor does
+    (kube-apiserver's watch cache learns of compactions only through that key)."""
+    version = 0
+    while True:
+        won, version = await _try_compact(client, version, rev)  # a lost CAS tells the current version
+        if won:
+            return
+
+
 async def run_compactor(client: EtcdClient, interval: float = DEFAULT_INTERVAL) -> None:
     """Forever: every interval, compact at the revision seen one interval ago (if we win the CAS)."""
     version = 0

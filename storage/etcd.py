@@ -138,7 +138,7 @@ class EtcdClient:
                     resource: str = "", count_only: bool = False,
                     keys_only: bool = False) -> tuple[list[KV], int, bool, int]:
         """One range request: (kvs, header revision, more, count)."""
-        # Count-only ranges (apiserver_storage_objects) are not lists of objects.
+        # Count-only ranges (apiserver_resource_objects) are not lists of objects.
         r = await self._call("count" if count_only else "list", resource, self.kv.Range(pb.RangeRequest(
             key=start, range_end=end, revision=revision, limit=limit,
             count_only=count_only, keys_only=keys_only), timeout=self.timeout))

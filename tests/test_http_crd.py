@@ -3,6 +3,7 @@ namespaced and cluster-scoped, status subresource, unstructured encoding (S6.4).
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -15,6 +16,11 @@ def widgets(api, request):
     group = f"g{abs(hash(request.node.name)) % 10**8}.example.com"
     r = api.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd(group, "widgets", "Widget"))
     assert r.status_code == 201, r.text
+    # Ours serves a CRD's resources at once; kube-apiserver a moment after it is Established.
+    deadline = time.monotonic() + 30
+    while api.get(f"/apis/{group}/v1").status_code != 200:
+        assert time.monotonic() < deadline, f"/apis/{group}/v1 not served 30 s after the CRD was created"
+        time.sleep(0.1)
     yield group
     api.delete(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.{group}")
 

@@ -119,6 +119,12 @@ def _configmap(name: str, data: dict[str, str], binary: dict[str, bytes]) -> byt
     return body
 
 
+@pytest.fixture
+def api(differential_api):
+    """The HTTP tests run against our apiserver and the real kube-apiserver (conftest.differential_mode)."""
+    return differential_api
+
+
 def test_http_create_from_protobuf(api, namespace):
     body = _envelope("v1", "ConfigMap", _configmap("pb1", {"b": "2", "a": "<1>"}, {"bin": b"\x00\xff"}))
     r = api.req("POST", f"/api/v1/namespaces/{namespace}/configmaps", data=body, headers=PB)
@@ -145,38 +151,46 @@ def test_http_delete_options_from_protobuf(api, namespace):
     assert r.status_code == 200, r.text
 
 
-@pytest.mark.parametrize("body,why", [
-    (b'{"metadata":{"name":"x"}}', "expected prefix"),                      # JSON sent as protobuf
-    (protobuf.MAGIC + b"\x0a\x05ab", "truncated"),                           # cut short
-    (protobuf.MAGIC + _ld(2, b"\x0f\x01"), "wire type"),                     # wire type 7
+@pytest.mark.parametrize("body,why,upstream", [
+    (b'{"metadata":{"name":"x"}}', "expected prefix", None),                # JSON sent as protobuf
+    (protobuf.MAGIC + b"\x0a\x05ab", "truncated",                            # cut short
+     "the object provided is unrecognized (must be of type ConfigMap): unexpected EOF (6b3873000a056162)"),
+    (protobuf.MAGIC + _ld(2, b"\x0f\x01"), "wire type",                      # wire type 7
+     'ConfigMap in version "v1" cannot be handled as a ConfigMap: proto: wrong wireType = 7 for field ObjectMeta'),
 ])
-def test_http_malformed_protobuf_is_400(api, namespace, body, why):
+def test_http_malformed_protobuf_is_400(api, namespace, body, why, upstream):
+    """Malformed protobuf bodies are 400 BadRequest on both servers. The error texts of Go's protobuf
+    decoder are a deliberate difference where `upstream` is given (docs/differences.md): kube-apiserver
+    is asserted to say exactly that, we say what went wrong in our words."""
     r = api.req("POST", f"/api/v1/namespaces/{namespace}/configmaps", data=body, headers=PB)
     assert r.status_code == 400, r.text
     st = r.json()
     assert st["kind"] == "Status" and st["reason"] == "BadRequest"
-    assert st["message"].startswith("the object provided is unrecognized (must be of type ConfigMap)")
-    assert why in st["message"]
-
-
-def test_out_of_range_time_is_a_protobuf_error():
-    """An Event's eventTime (MicroTime) far beyond year 9999: a 400, not a crash."""
-    meta = _ld(1, "ev")
-    event_time = _ld(10, _varint(1 << 3) + _varint(10**13))  # Event field 10: eventTime {1: seconds}
-    body = _envelope("v1", "Event", _ld(1, meta) + event_time)
-    with pytest.raises(protobuf.ProtobufError):
-        protobuf.decode(body, "v1", "Event")
+    if api.mode == "kube" and upstream is not None:
+        assert st["message"] == upstream
+    else:
+        assert st["message"].startswith("the object provided is unrecognized (must be of type ConfigMap)")
+        assert why in st["message"]
 
 
 def test_http_protobuf_kind_mismatch_is_400(api, namespace):
     body = _envelope("v1", "Secret", _configmap("pbx", {}, {}))
     r = api.req("POST", f"/api/v1/namespaces/{namespace}/configmaps", data=body, headers=PB)
     assert r.status_code == 400, r.text
-    assert "does not match the expected kind" in r.json()["message"]
+    assert r.json()["message"] == ('Secret in version "v1" cannot be handled as a ConfigMap: converting '
+                                   '(v1.Secret) to (core.ConfigMap): unknown conversion')
 
 
 def test_http_custom_resource_protobuf_is_415(api, namespace, widgets):  # noqa: F811
+    """Custom resources have no protobuf form. kube-apiserver v1.37.2 panics on such a body (a nil
+    pointer in apiextensions' schemaCoercingDecoder.Decode; its panic filter drops the connection without
+    a response); we answer 415 (docs/differences.md)."""
+    import requests
     body = _envelope(f"{widgets}/v1", "Widget", _ld(1, _ld(1, "w1")))
+    if api.mode == "kube":
+        with pytest.raises(requests.ConnectionError):
+            api.req("POST", f"/apis/{widgets}/v1/namespaces/{namespace}/widgets", data=body, headers=PB)
+        return
     r = api.req("POST", f"/apis/{widgets}/v1/namespaces/{namespace}/widgets", data=body, headers=PB)
     assert r.status_code == 415, r.text
     st = r.json()

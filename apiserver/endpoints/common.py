@@ -11,7 +11,7 @@ from machinery import errors, jsonenc, protobuf, tables
 from machinery import shard_selector
 from machinery.encoding import encode_obj
 from machinery.listoptions import ListOptions, parse_list_options
-from machinery.resources import Registry, Resource
+from machinery.resources import BUILTINS, Registry, Resource
 from machinery.selectors import field_selectors_for
 
 Obj = dict[str, Any]
@@ -112,6 +112,8 @@ def check_gvk(res: Resource, obj: Obj) -> None:
     """kind/apiVersion may be omitted (defaulted from the URL) but must not differ (400)."""
     av = obj.get("apiVersion")
     kind = obj.get("kind")
+    if not res.custom and ((av and av != res.api_version) or (kind and kind != res.kind)):
+        raise errors.bad_request(scheme_mismatch(res, av or res.api_version, kind or res.kind))
     if av and av != res.api_version:
         raise errors.bad_request(f"the API version in the data ({av}) does not match the expected "
                                  f"API version ({res.api_version})")
@@ -126,15 +128,31 @@ def check_gvk(res: Resource, obj: Obj) -> None:
         obj.update({"kind": res.kind, "apiVersion": res.api_version, **rest})
 
 
+def scheme_mismatch(res: Resource, av: str, kind: str) -> str:
+    """Upstream's decoder error for a built-in body of another kind or version: a conversion error when
+    the scheme knows the body's kind, else "no kind registered" (checked against kube-apiserver v1.37.2)."""
+    version = av.rpartition("/")[2]
+    head = f'{kind} in version "{version}" cannot be handled as a {res.kind}'
+    if any(r.kind == kind and r.api_version == av for r in BUILTINS):
+        internal = res.group.split(".")[0] if res.group else "core"
+        return f"{head}: converting ({version}.{kind}) to ({internal}.{res.kind}): unknown conversion"
+    return f'{head}: no kind "{kind}" is registered for version "{av}" in scheme "pkg/runtime/scheme.go:111"'
+
+
 def dry_run(request: web.Request) -> bool:
     values = request.query.getall("dryRun", [])
-    for v in values:
-        if v != "All":
-            raise errors.invalid("DeleteOptions" if request.method == "DELETE" else "CreateOptions", "",
-                                 "meta.k8s.io",
-                                 [errors.field_error("FieldValueNotSupported", "dryRun",
-                                                     'supported values: "All"', v)])
+    causes = dry_run_errors(values)
+    if causes:
+        raise errors.invalid("DeleteOptions" if request.method == "DELETE" else "CreateOptions", "",
+                             "meta.k8s.io", causes)
     return bool(values)
+
+
+def dry_run_errors(values: list[str]) -> list[dict]:
+    """Upstream ValidateDryRun: one error carrying the whole list when any value is not "All"."""
+    if all(v == "All" for v in values):
+        return []
+    return [errors.field_error("FieldValueNotSupported", "dryRun", 'supported values: "All"', list(values))]
 
 
 # --- list options and selectors ------------------------------------------------------------------

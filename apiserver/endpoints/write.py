@@ -14,8 +14,8 @@ from machinery.resources import Resource
 from storage import errors as serr
 
 from ..status import map_storage_error
-from .common import (Context, Obj, RequestScope, check_gvk, decode_body, dry_run, list_options, read_body,
-                     respond_obj, stream_list)
+from .common import (Context, Obj, RequestScope, check_gvk, decode_body, dry_run, dry_run_errors, json_response, list_options,
+                     read_body, respond_obj, stream_list)
 from .read import list_request
 
 
@@ -85,9 +85,17 @@ async def update(ctx: Context, request: web.Request, scope: RequestScope) -> web
     if want_rv is not None:
         want_rv = str(parse_resource_version(str(want_rv)))
 
+    want_uid = md.get("uid") or None
+
     def apply(cur: Obj) -> Obj:
         if want_rv is not None and cur["metadata"].get("resourceVersion") != want_rv:
             raise serr.conflict(ctx.key(scope), "the object has been modified")
+        if want_uid is not None and cur["metadata"].get("uid") != want_uid:
+            # A uid in the body is a precondition (upstream's update hands it to the etcd3 store).
+            key = ctx.key(scope)
+            raise serr.conflict(key, f"StorageError: invalid object, Code: 4, Key: {key}, ResourceVersion: 0, "
+                                     f"AdditionalErrorMsg: Precondition failed: UID in precondition: {want_uid}, "
+                                     f"UID in object meta: {cur['metadata'].get('uid', '')}")
         return dict(obj)
     return await _write(ctx, request, scope, apply, status_ok=200)
 
@@ -215,9 +223,20 @@ async def delete(ctx: Context, request: web.Request, scope: RequestScope) -> web
     opts = await delete_options(request)
     pre = opts["preconditions"]
     out, status = await delete_one(ctx, request, res, scope.namespace, scope.name or "",
-                                        uid=pre.get("uid"), rv=pre.get("resourceVersion"),
-                                        dry=bool(opts["dryRun"]))
+                                   uid=pre.get("uid"), rv=pre.get("resourceVersion"), dry=bool(opts["dryRun"]))
+    if status == 200 and not res.returns_deleted_object:
+        return json_response(jsonenc.dumps(deleted_status(res, out)) + b"\n")
     return respond_obj(request, res, out, status)
+
+
+def deleted_status(res: Resource, obj: Obj) -> Obj:
+    """The Success Status of a DELETE (upstream's registries without ReturnDeletedObject)."""
+    details: Obj = {"name": obj["metadata"].get("name", "")}
+    if res.group:
+        details["group"] = res.group
+    details["kind"] = res.plural
+    details["uid"] = obj["metadata"].get("uid", "")
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
 
 
 async def delete_one(ctx: Context, request: web.Request, res: Resource, namespace: str | None, name: str,
@@ -230,14 +249,16 @@ async def delete_one(ctx: Context, request: web.Request, res: Resource, namespac
     except serr.StorageError as e:
         raise map_storage_error(e, res, name) from None
     md = cur["metadata"]
+    # Upstream's registry checks DeleteOptions preconditions itself, naming the kind.
     if uid is not None and md.get("uid") != uid:
-        raise errors.conflict(res.plural, name, res.group,
-                              f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
-                              f"{md.get('uid', '')}")
+        raise errors.conflict(res.kind, name, res.group,
+                              f"the UID in the precondition ({uid}) does not match the UID in record "
+                              f"({md.get('uid', '')}). The object might have been deleted and then recreated")
     if rv is not None and md.get("resourceVersion") != rv:
-        raise errors.conflict(res.plural, name, res.group,
-                              f"Precondition failed: ResourceVersion in precondition: {rv}, "
-                              f"ResourceVersion in object meta: {md.get('resourceVersion')}")
+        raise errors.conflict(res.kind, name, res.group,
+                              f"the ResourceVersion in the precondition ({rv}) does not match the "
+                              f"ResourceVersion in record ({md.get('resourceVersion')}). The object might have "
+                              f"been modified")
     if dry:
         return cur, 200
     if md.get("finalizers") and res.plural != "namespaces":
@@ -304,9 +325,7 @@ def validate_delete_options(opts: Obj) -> None:
         causes.append(errors.field_error("FieldValueNotSupported", "propagationPolicy",
                                          "supported values: " + ", ".join(f'"{p}"' for p in _PROPAGATION + ("nil",)),
                                          policy))
-    for v in opts.get("dryRun") or []:
-        if v != "All":
-            causes.append(errors.field_error("FieldValueNotSupported", "dryRun", 'supported values: "All"', v))
+    causes += dry_run_errors(opts.get("dryRun") or [])
     if causes:
         raise errors.invalid("DeleteOptions", "", "meta.k8s.io", causes)
 

@@ -7,10 +7,13 @@ import json as _json
 class Api:
     """HTTP client bound to one apiserver's base URL; returns `requests` responses."""
 
-    def __init__(self, base: str):
+    def __init__(self, base: str, *, cert: tuple[str, str] | None = None, verify: str | bool = True):
         import requests  # a test dependency: imported only where a test client is made
         self.base = base
         self.s = requests.Session()
+        self.cert = cert      # a client certificate (kube-apiserver refuses anonymous requests)
+        self.verify = verify  # the CA of an HTTPS server; per request, as REQUESTS_CA_BUNDLE beats a
+                              # Session's verify (psf/requests#3829)
 
     def req(self, method, path, *, json=None, data=None, headers=None, params=None, stream=False, timeout=30):
         h = dict(headers or {})
@@ -18,7 +21,7 @@ class Api:
             data = _json.dumps(json)
             h.setdefault("Content-Type", "application/json")
         r = self.s.request(method, self.base + path, data=data, headers=h, params=params, stream=stream,
-                           timeout=timeout)
+                           timeout=timeout, cert=self.cert, verify=self.verify)
         return r
 
     def get(self, path, **kw):

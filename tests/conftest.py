@@ -124,6 +124,7 @@ def differential_api(differential_mode):
     a = Api(server.url, cert=server.client_cert, verify=server.ca) if mode == "kube" else Api(server)
     a.mode = mode
     a.etcd = etcd
+    a.etcd_prefix = server.prefix if mode == "kube" else f"/registry-http{os.getpid()}"
     return a
 
 

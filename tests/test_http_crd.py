@@ -12,15 +12,26 @@ from tests.test_http_core import read_events
 
 
 @pytest.fixture
+def api(differential_api):
+    """Against our apiserver and the real kube-apiserver (conftest.differential_mode)."""
+    return differential_api
+
+
+def wait_status(api, path: str, code: int, timeout: float = 30.0) -> None:
+    """Ours serves (or stops serving) a CRD's resources at once; kube-apiserver a moment after the CRD
+    is Established (or its finalizer has run)."""
+    deadline = time.monotonic() + timeout
+    while (got := api.get(path).status_code) != code:
+        assert time.monotonic() < deadline, f"{path}: {got}, not {code}, {timeout} s after the CRD change"
+        time.sleep(0.1)
+
+
+@pytest.fixture
 def widgets(api, request):
     group = f"g{abs(hash(request.node.name)) % 10**8}.example.com"
     r = api.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd(group, "widgets", "Widget"))
     assert r.status_code == 201, r.text
-    # Ours serves a CRD's resources at once; kube-apiserver a moment after it is Established.
-    deadline = time.monotonic() + 30
-    while api.get(f"/apis/{group}/v1").status_code != 200:
-        assert time.monotonic() < deadline, f"/apis/{group}/v1 not served 30 s after the CRD was created"
-        time.sleep(0.1)
+    wait_status(api, f"/apis/{group}/v1", 200)
     yield group
     api.delete(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.{group}")
 
@@ -78,23 +89,23 @@ def test_cluster_scoped_custom_resource(api, request):
     assert api.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
                     crd(group, "gadgets", "Gadget", scope="Cluster", status=False)).status_code == 201
     base = f"/apis/{group}/v1/gadgets"
+    wait_status(api, f"/apis/{group}/v1", 200)
     r = api.post(base, {"apiVersion": f"{group}/v1", "kind": "Gadget", "metadata": {"name": "g"}})
     assert r.status_code == 201, r.text
     assert "namespace" not in r.json()["metadata"]
     assert [i["metadata"]["name"] for i in api.get(base).json()["items"]] == ["g"]
     # Deleting the CRD removes the resource and its objects.
     assert api.delete(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/gadgets.{group}").status_code == 200
-    assert api.get(base).status_code == 404
+    wait_status(api, base, 404)
 
 
 def test_crd_seen_by_a_second_apiserver(api, widgets, namespace):
-    """A CRD created through one process is served by another sharing the etcd (CRD sync watch)."""
-    import time
-
+    """A CRD created through one process is served by another sharing the etcd (CRD sync watch). With
+    kube-apiserver as the first process, ours reads what kube stored (JSON) under kube's prefix."""
     import requests
 
     # Same etcd prefix as the session apiserver (tests/conftest.py), so it sees the same CRD.
-    srv = start_apiserver(api.etcd.endpoint, f"/registry-http{os.getpid()}")
+    srv = start_apiserver(api.etcd.endpoint, api.etcd_prefix)
     base = srv.base
     try:
         deadline = time.monotonic() + 10

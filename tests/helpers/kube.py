@@ -56,6 +56,7 @@ class KubeApiserver:
 
     def __init__(self, etcd_endpoint: str, *, prefix: str = "/registry", protobuf: bool = False,
                  sharding_gate: bool = True, extra_args: tuple[str, ...] = ()):
+        self.prefix = prefix
         self.dir = tempfile.mkdtemp(prefix="kube-apiserver-")
         make_pki(self.dir)
         self.port = _free_port()

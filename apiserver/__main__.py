@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve lists and watches from the watch cache (default true; false: everything from etcd)")
     p.add_argument("--etcd-compaction-interval", type=_duration, default=300.0,
                    help="how often etcd history is compacted (upstream default 5m; 0 disables), e.g. 5m, 30s")
+    p.add_argument("--read-only", type=_bool, default=False, nargs="?", const=True,
+                   help="refuse every write (405) and never write to etcd: no system namespaces, no compaction; "
+                        "for pointing the apiserver at a restored snapshot of a production etcd")
     p.add_argument("--residency", default="",
                    help="shard selector (KEP-5866 grammar) of the objects this process keeps in its watch caches, "
                         "e.g. \"shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')\"; "
@@ -145,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"embedded etcd: {etcd.endpoint} data={etcd.data_dir} log={etcd.log_path}", file=sys.stderr)
     try:
         cfg = Config(etcd_servers=servers, etcd_prefix=a.etcd_prefix, etcd_overrides=a.overrides,
-                     watch_cache=a.watch_cache,
+                     watch_cache=a.watch_cache, read_only=a.read_only,
                      residency=a.residency_selector, full_resources=a.full_resources,
                      compaction_interval=a.etcd_compaction_interval)
         asyncio.run(_serve(APIServer(cfg), a))

@@ -32,6 +32,7 @@ class Config:
     residency: Any = None                      # machinery.shard_selector.ShardSelector or None (everything)
     full_resources: tuple[str, ...] = DEFAULT_FULL_RESOURCES
     compaction_interval: float = 300.0         # --etcd-compaction-interval (0: never)
+    read_only: bool = False                    # --read-only: no write reaches etcd
 
 
 class APIServer:
@@ -50,7 +51,8 @@ class APIServer:
         self.endpoints = Context(registry=self.registry, etcd_prefix=self.etcd_prefix, storage=self.storage_for,
                                  after_write=self.controllers.after_write, watch_list_enabled=config.watch_cache)
         self.routes = Routes(self.registry, self.endpoints, self.health,
-                             residency_report=lambda: residency_report(self.residency, self.cachers()))
+                             residency_report=lambda: residency_report(self.residency, self.cachers()),
+                             read_only=config.read_only)
         self._storage: dict[tuple[str, str], CacheDelegator] = {}
         self._stores: dict[tuple[str, str], EtcdStore] = {}
         self._tasks: list[asyncio.Task] = []
@@ -106,13 +108,14 @@ class APIServer:
 
     async def start(self) -> None:
         self.etcd_version = await self.router.default_client().status()
-        await self.controllers.create_system_namespaces()
+        if not self.config.read_only:
+            await self.controllers.create_system_namespaces()
         await self.controllers.load_crds()
         if self.config.watch_cache:
             for r in self.registry.all():
                 self.storage_for(r)
         self._tasks.append(asyncio.create_task(self.controllers.sync_crds_forever()))
-        if self.config.compaction_interval > 0:
+        if self.config.compaction_interval > 0 and not self.config.read_only:
             from storage.compact import run_compactor
             self._tasks.append(asyncio.create_task(
                 run_compactor(self.router.default_client(), self.config.compaction_interval)))

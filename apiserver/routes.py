@@ -37,8 +37,9 @@ def is_watch(request: web.Request) -> bool:
 
 class Routes:
     def __init__(self, registry: Registry, endpoints: Context, health: Health,
-                 residency_report: Callable[[], dict[str, Any]]):
+                 residency_report: Callable[[], dict[str, Any]], read_only: bool = False):
         self.registry = registry
+        self.read_only = read_only  # --read-only: every write verb is 405, as for a read-only registry
         self.endpoints = endpoints
         self.health = health
         self.residency_report = residency_report
@@ -130,7 +131,7 @@ class Routes:
         m = request.method
         if m == "GET" and is_watch(request):
             endpoint = watch.watch
-        elif m == "DELETE" and scope.subresource:
+        elif (m == "DELETE" and scope.subresource) or (self.read_only and m != "GET"):
             endpoint = None
         else:
             endpoint = (COLLECTION_VERBS if collection else OBJECT_VERBS).get(m)

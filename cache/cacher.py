@@ -30,6 +30,7 @@ from typing import Callable
 import orjson
 
 from storage import errors as serr
+from storage.codec import decode_value
 from storage.compact import last_compacted
 from storage.etcd import EtcdClient, WatchCompacted, WatchProgress
 from storage.store import EtcdStore, stamp_rv
@@ -236,10 +237,7 @@ class Cacher:
         return n
 
     def _decode_value(self, key: str, value: bytes) -> dict:
-        try:
-            return orjson.loads(value)
-        except orjson.JSONDecodeError as e:
-            raise serr.StorageError(serr.Code.INTERNAL, key, f"undecodable value: {e}") from None
+        return decode_value(key, value)  # JSON, or the protobuf kube-apiserver stores by default
 
     def _resident(self, key: str, value: bytes) -> bool:
         if self.residency is None:
@@ -345,7 +343,7 @@ class Cacher:
         cur = Decoded(self._decode_value(key, ev.kv.value))
         prev_labels = None
         if ev.prev is not None and key in self.wc.store:
-            prev_labels = (orjson.loads(ev.prev.value).get("metadata") or {}).get("labels") or {}
+            prev_labels = (self._decode_value(key, ev.prev.value).get("metadata") or {}).get("labels") or {}
         data = self._stored_form(self.encode(stamp_rv(cur.obj, rv)))
         return self.wc.apply_put(key, rv, data, cur.uid, cur.namespace, cur.labels, prev_labels)
 

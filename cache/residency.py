@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Callable
 
 import ext
+from storage.codec import decode_value
 
 from machinery.shard_selector import ShardSelector
 
@@ -81,9 +82,8 @@ class Residency:
 
         def keep(key: str, value: bytes) -> bool:
             uid = uid_of(value)
-            if uid is None:
-                import orjson
-                uid = ((orjson.loads(value).get("metadata") or {}).get("uid")) or ""
+            if uid is None:  # another layout, or protobuf: decode
+                uid = ((decode_value(key, value).get("metadata") or {}).get("uid")) or ""
             return sel.matches_hash(ext.fnv1a64(uid))
         return keep
 

@@ -21,6 +21,7 @@ from machinery.gocompat import parse_uint64
 from machinery.listoptions import invalid_resource_version
 
 from . import errors
+from .codec import decode_value
 from .continue_token import encode_continue, resolve_continue
 from .interface import ListPage, ListRequest, WatchRequest, WatchSink
 from .etcd import KV, PAGE_SIZE, EtcdClient, WatchCompacted, WatchProgress, prefix_end
@@ -82,11 +83,7 @@ def encode_value(obj: Obj) -> bytes:
 
 
 def decode_kv(kv: KV) -> Obj:
-    try:
-        obj = orjson.loads(kv.value)
-    except orjson.JSONDecodeError as e:
-        raise errors.StorageError(errors.Code.INTERNAL, kv.key.decode(), f"undecodable value: {e}") from None
-    return stamp_rv(obj, kv.mod_revision)
+    return stamp_rv(decode_value(kv.key.decode(), kv.value), kv.mod_revision)
 
 
 @dataclass

@@ -2,7 +2,6 @@
 namespaced and cluster-scoped, status subresource, unstructured encoding (S6.4)."""
 from __future__ import annotations
 
-import os
 import time
 
 import pytest

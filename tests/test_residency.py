@@ -7,7 +7,6 @@ import os
 import time
 
 import pytest
-import requests
 
 from machinery.shard_selector import complementary
 from tests.helpers import Api, start_apiserver, stop_all

@@ -13,14 +13,12 @@ import json
 import os
 import queue
 import random
-import re
 import socket
 import statistics
 import threading
 import time
 
 import pytest
-import requests
 
 from tests.helpers import Api, start_apiserver
 
@@ -479,25 +477,6 @@ def test_watch_list_initial_events_bookmark_and_live(srv_current):
     _check_watch_list(api, ns, p, objs)
     # RV "0": current cache state, no wait.
     _check_watch_list(api, ns, dict(WATCH_LIST, resourceVersion="0"), objs)
-
-
-@pytest.mark.parametrize("params,field,msg", [
-    ({"sendInitialEvents": "true"}, "resourceVersionMatch",
-     "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"),                 # S1.8
-    ({"sendInitialEvents": "true", "resourceVersionMatch": "Exact", "resourceVersion": "5"},
-     "resourceVersionMatch", "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"),
-    ({"resourceVersionMatch": "NotOlderThan", "resourceVersion": "5"}, "resourceVersionMatch",
-     "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"),          # S1.9
-])
-def test_watch_list_validation_422(srv_current, params, field, msg):
-    """S1.8, S1.9: 422 Invalid before any stream."""
-    api = srv_current.api()
-    r = api.get("/api/v1/namespaces/default/configmaps", params={"watch": "1", **params}, timeout=10)
-    assert r.status_code == 422, r.text
-    st = r.json()
-    assert st["reason"] == "Invalid" and st["details"]["kind"] == "ListOptions"
-    assert msg in st["message"]
-    assert any(c["field"] == field for c in st["details"]["causes"])
 
 
 def test_watch_list_on_old_etcd_is_error_500(srv_old):

@@ -23,13 +23,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tools/ is not a package
-from gobuild import BuildError, build_once, cli, go_env, log, run  # noqa: E402
+from gobuild import BuildError, build_once, cli, go_env, log, reported_version, run  # noqa: E402
 
 DEFAULT_VERSION = "v3.5.35"
 MODULE = "go.etcd.io/etcd/server/v3"
@@ -43,13 +42,7 @@ __all__ = ["BuildError", "ensure_etcd", "DEFAULT_VERSION"]
 
 
 def _binary_version(path: str) -> str | None:
-    try:
-        out = subprocess.run([path, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    m = re.search(r"etcd Version:\s*(\S+)", out)
-    return m.group(1) if m else None
+    return reported_version(path, r"etcd Version:\s*(\S+)")
 
 
 def _is_good(path: str, version: str) -> bool:

@@ -21,13 +21,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tools/ is not a package
-from gobuild import BuildError, build_once, cli, go_env, log, run  # noqa: E402
+from gobuild import BuildError, build_once, cli, go_env, log, reported_version, run  # noqa: E402
 
 DEFAULT_VERSION = "v1.37.2"
 MODULE = "k8s.io/kubernetes"
@@ -44,13 +43,7 @@ __all__ = ["BuildError", "ensure_kube_apiserver", "DEFAULT_VERSION"]
 
 
 def binary_version(path: str) -> str | None:
-    try:
-        out = subprocess.run([path, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    m = re.search(r"Kubernetes\s+(v\S+)", out)
-    return m.group(1) if m else None
+    return reported_version(path, r"Kubernetes\s+(v\S+)")
 
 
 def _is_good(path: str, version: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import os
+import re
 import subprocess
 import sys
 from typing import Callable
@@ -36,6 +37,17 @@ def run(tool: str, cmd: list[str], cwd: str, env: dict[str, str]) -> str:
         raise BuildError(f"`{' '.join(cmd)}` failed with exit code {p.returncode} (output above)")
     sys.stderr.write(p.stderr)
     return p.stdout
+
+
+def reported_version(path: str, pattern: str) -> str | None:
+    """The version `path --version` reports (group 1 of `pattern`), None if it does not run."""
+    try:
+        out = subprocess.run([path, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(pattern, out)
+    return m.group(1) if m else None
 
 
 def build_once(target: str, is_good: Callable[[str], bool], build: Callable[[], None]) -> str:

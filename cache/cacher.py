@@ -236,9 +236,6 @@ class Cacher:
         self.wc.finish_replace(rev)
         return n
 
-    def _decode_value(self, key: str, value: bytes) -> dict:
-        return decode_value(key, value)  # JSON, or the protobuf kube-apiserver stores by default
-
     def _resident(self, key: str, value: bytes) -> bool:
         if self.residency is None:
             return True
@@ -251,7 +248,7 @@ class Cacher:
         """(key, rv, wire bytes, uid, namespace, labels) for one stored object, or None if not resident."""
         if not self._resident(key, value):
             return None
-        d = Decoded(self._decode_value(key, value))
+        d = Decoded(decode_value(key, value))
         data = self._stored_form(self.encode(stamp_rv(d.obj, rv)))
         return key, rv, data, d.uid, d.namespace, d.labels
 
@@ -334,16 +331,16 @@ class Cacher:
             if ev.prev is None or key not in self.wc.store:
                 self.wc.progress(rv)
                 return None
-            prev = Decoded(self._decode_value(key, ev.prev.value))
+            prev = Decoded(decode_value(key, ev.prev.value))
             data = self._stored_form(self.encode(stamp_rv(prev.obj, rv)))  # last state, delete's RV (S4.5)
             return self.wc.apply_delete(key, rv, data, prev.namespace, prev.labels)
         if not self._resident(key, ev.kv.value):
             self.wc.progress(rv)
             return None
-        cur = Decoded(self._decode_value(key, ev.kv.value))
+        cur = Decoded(decode_value(key, ev.kv.value))
         prev_labels = None
         if ev.prev is not None and key in self.wc.store:
-            prev_labels = (self._decode_value(key, ev.prev.value).get("metadata") or {}).get("labels") or {}
+            prev_labels = (decode_value(key, ev.prev.value).get("metadata") or {}).get("labels") or {}
         data = self._stored_form(self.encode(stamp_rv(cur.obj, rv)))
         return self.wc.apply_put(key, rv, data, cur.uid, cur.namespace, cur.labels, prev_labels)
 

@@ -108,13 +108,7 @@ class EmbeddedEtcd:
         raise TimeoutError(f"etcd did not become healthy in {timeout}s; see {self.log_path}")
 
     def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        stop_process(self._proc, 10)
         self._proc = None
         if self._tmp:
             shutil.rmtree(self._tmp, ignore_errors=True)
@@ -125,3 +119,15 @@ class EmbeddedEtcd:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def stop_process(proc: subprocess.Popen | None, timeout: float) -> None:
+    """SIGTERM a process we started, SIGKILL it if it is still running `timeout` s later."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

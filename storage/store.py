@@ -102,6 +102,41 @@ class Event:
     rv: int
 
 
+# --- helpers of the request-level contract ---------------------------------------------------
+
+# Watch without progress: ask etcd for a bookmark this often at most (defaultBookmarkFrequency, S4.11).
+BOOKMARK_FREQUENCY = 60.0
+
+CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a new "
+    "list without the continue parameter, or use the continue token in this response to retrieve the "
+    "remainder of the results. Continuing with the provided token results in an inconsistent list - objects "
+    "that were created, modified, or deleted between the time the first chunk was returned and now may show "
+    "up in the list.")
+
+
+def parse_resource_version(rv_s: str | None, key: str = "") -> int:
+    """A resourceVersion as upstream's versioner parses it (S1.1, S1.11): ""/"0"/None are 0."""
+    if rv_s in (None, "", "0"):
+        return 0
+    try:
+        return parse_uint64(rv_s)
+    except ValueError as e:
+        raise errors.StorageError(errors.Code.INVALID_RV, key, invalid_resource_version(rv_s, e)) from None
+
+
+def with_shard(predicate: Predicate | None, shard) -> Predicate | None:
+    """The object predicate of the etcd path: selectors AND the shard selector (S7.12)."""
+    if shard is None:
+        return predicate
+
+    def p(obj: Obj) -> bool:
+        md = obj.get("metadata") or {}
+        return shard.matches(md.get("uid") or "", md.get("namespace") or "") and (
+            predicate is None or predicate(obj))
+    return p
+
+
 class EtcdStore:
     """One resource's view of etcd (keys under `/registry/<resource>/`)."""
 
@@ -110,16 +145,109 @@ class EtcdStore:
         self.resource = resource
         self.watch_tasks: set[asyncio.Future] = set()  # client watches served from etcd (cancelled at stop)
 
-    async def get_list(self, prefix: str, req: ListRequest) -> ListPage:
-        return await get_list(self, prefix, req)
-
-    async def serve_watch(self, prefix: str, req: WatchRequest, sink: WatchSink) -> None:
-        await serve_watch(self, prefix, req, sink)
-
     async def stop(self) -> None:
         for t in list(self.watch_tasks):
             t.cancel()
         await asyncio.gather(*self.watch_tasks, return_exceptions=True)
+
+    # --- the request-level contract (storage.interface), as upstream's etcd3 store --------
+
+    async def get_list(self, prefix: str, req: ListRequest) -> ListPage:
+        """LIST semantics of upstream's etcd3 store (S1.4 with the cache off, S2): RV and RVM, limit and
+        continue tokens, a single-key list (S1.20), the shard selector as a predicate (S7.12)."""
+        revision = not_older_than = 0
+        start_key = None
+        rv_s = req.resource_version
+        if req.continue_:
+            start_key, cont_rv = resolve_continue(req.continue_, rv_s, prefix)  # S1.12, S2.1-S2.4
+            if cont_rv > 0:
+                revision = cont_rv
+        elif rv_s not in (None, "", "0"):
+            n = parse_resource_version(rv_s, prefix)
+            if req.resource_version_match == "Exact" or (not req.resource_version_match and req.limit > 0):
+                revision = n          # L5/L6: exactly at N
+            else:
+                not_older_than = n    # L3/L4: latest state, must be >= N
+        pred = with_shard(req.predicate, req.shard)
+        try:
+            if req.single_key:
+                try:
+                    obj = await self.get(prefix + req.exact_name, rv=revision)
+                    items = [obj] if pred is None or pred(obj) else []
+                except errors.StorageError as e:
+                    if e.code is not errors.Code.KEY_NOT_FOUND:
+                        raise
+                    items = []
+                return ListPage(revision or await self.current_revision(prefix), objects=items)
+            result = await self.list(prefix, revision=revision, start_key=start_key, limit=req.limit,
+                                     predicate=pred, not_older_than=not_older_than)
+        except errors.StorageError as e:
+            if e.code is errors.Code.EXPIRED and start_key is not None:
+                # S2.12: a new token continuing inconsistently from the same key.
+                e.status_message = CONTINUE_EXPIRED
+                e.continue_token = encode_continue(start_key[len(prefix):].removesuffix("\x00"), -1)
+            elif e.code is errors.Code.TOO_LARGE_RV and not e.rv:
+                e.rv = int(rv_s or 0)
+            raise
+        page = ListPage(result.resource_version, objects=result.items)
+        if result.continue_key is not None:
+            # continue_key is "<last key>\x00"; the token format appends the NUL itself (S2.1).
+            last = result.continue_key[len(prefix):].removesuffix("\x00")
+            page.continue_ = encode_continue(last, result.resource_version)
+            page.remaining = result.remaining
+        return page
+
+    async def serve_watch(self, prefix: str, req: WatchRequest, sink: WatchSink) -> None:
+        """A watch served by one etcd watch of its own (the cache replaces this with one etcd watch per
+        resource): state first for RV unset/0 (S1.29) or watch-list (S5.5-S5.7), bookmarks from etcd
+        progress, an ERROR event for a compacted start revision, until `req.timeout`."""
+        rv = int(req.resource_version or 0)
+        pred = with_shard(req.predicate, req.shard)
+        frames = req.frames
+        await sink.start()  # S4.3: 200 and headers flushed before the first event
+
+        async def pump() -> None:
+            start = rv
+            if req.send_initial_events is None:
+                initial = rv == 0   # RV unset/0 without watch-list: state first (S1.29)
+            else:
+                initial = req.send_initial_events
+                if not initial and rv == 0:
+                    start = await self.current_revision(prefix)
+            # Bookmarks: ask etcd for progress once a minute, or ~2 s before the timeout for short
+            # watches (the cadence of S4.11).
+            gen = self.watch(prefix, start, pred, initial_state=initial,
+                             mark_initial_end=bool(req.send_initial_events), progress=req.allow_bookmarks,
+                             progress_interval=min(BOOKMARK_FREQUENCY, max(req.timeout - 2, 0.5)))
+            try:
+                async for ev in gen:
+                    if ev.type == "INITIAL_END":
+                        if req.allow_bookmarks:  # S5.4, S5.8
+                            await sink.write(frames.bookmark(ev.rv, initial_events_end=True))
+                    elif ev.type == "BOOKMARK":
+                        await sink.write(frames.bookmark(ev.rv))
+                    else:
+                        await sink.write(frames.event_obj(ev.type, ev.obj))
+            except errors.StorageError as e:
+                if e.code is errors.Code.EXPIRED:
+                    e.status_message = f"too old resource version: {rv} ({e.current_rv})"
+                await sink.fail(e)
+            finally:
+                await gen.aclose()
+
+        task = asyncio.ensure_future(pump())
+        self.watch_tasks.add(task)
+        try:
+            await asyncio.wait_for(asyncio.shield(task), req.timeout)
+        except asyncio.TimeoutError:
+            task.cancel()
+        except (ConnectionResetError, asyncio.CancelledError):
+            task.cancel()
+            raise
+        finally:
+            self.watch_tasks.discard(task)
+            if not task.done():
+                task.cancel()
 
     # --- single objects -----------------------------------------------------
 
@@ -337,137 +465,3 @@ def _transition(ev, predicate: Predicate | None):
         yield Event("ADDED", new, rev)
     elif old_ok:
         yield Event("DELETED", stamp_rv(old, rev), rev)
-
-
-# --- the request-level contract (storage.interface), as upstream's etcd3 store -----------------
-
-# Watch without progress: ask etcd for a bookmark this often at most (defaultBookmarkFrequency, S4.11).
-BOOKMARK_FREQUENCY = 60.0
-
-CONTINUE_EXPIRED = (
-    "The provided continue parameter is too old to display a consistent list result. You can start a new "
-    "list without the continue parameter, or use the continue token in this response to retrieve the "
-    "remainder of the results. Continuing with the provided token results in an inconsistent list - objects "
-    "that were created, modified, or deleted between the time the first chunk was returned and now may show "
-    "up in the list.")
-
-
-def parse_resource_version(rv_s: str | None, key: str = "") -> int:
-    """A resourceVersion as upstream's versioner parses it (S1.1, S1.11): ""/"0"/None are 0."""
-    if rv_s in (None, "", "0"):
-        return 0
-    try:
-        return parse_uint64(rv_s)
-    except ValueError as e:
-        raise errors.StorageError(errors.Code.INVALID_RV, key, invalid_resource_version(rv_s, e)) from None
-
-
-def with_shard(predicate: Predicate | None, shard) -> Predicate | None:
-    """The object predicate of the etcd path: selectors AND the shard selector (S7.12)."""
-    if shard is None:
-        return predicate
-
-    def p(obj: Obj) -> bool:
-        md = obj.get("metadata") or {}
-        return shard.matches(md.get("uid") or "", md.get("namespace") or "") and (
-            predicate is None or predicate(obj))
-    return p
-
-
-async def get_list(store: EtcdStore, prefix: str, req: ListRequest) -> ListPage:
-    """LIST semantics of upstream's etcd3 store (S1.4 with the cache off, S2): RV and RVM, limit and
-    continue tokens, a single-key list (S1.20), the shard selector as a predicate (S7.12)."""
-    revision = not_older_than = 0
-    start_key = None
-    rv_s = req.resource_version
-    if req.continue_:
-        start_key, cont_rv = resolve_continue(req.continue_, rv_s, prefix)  # S1.12, S2.1-S2.4
-        if cont_rv > 0:
-            revision = cont_rv
-    elif rv_s not in (None, "", "0"):
-        n = parse_resource_version(rv_s, prefix)
-        if req.resource_version_match == "Exact" or (not req.resource_version_match and req.limit > 0):
-            revision = n          # L5/L6: exactly at N
-        else:
-            not_older_than = n    # L3/L4: latest state, must be >= N
-    pred = with_shard(req.predicate, req.shard)
-    try:
-        if req.single_key:
-            try:
-                obj = await store.get(prefix + req.exact_name, rv=revision)
-                items = [obj] if pred is None or pred(obj) else []
-            except errors.StorageError as e:
-                if e.code is not errors.Code.KEY_NOT_FOUND:
-                    raise
-                items = []
-            return ListPage(revision or await store.current_revision(prefix), objects=items)
-        result = await store.list(prefix, revision=revision, start_key=start_key, limit=req.limit,
-                                  predicate=pred, not_older_than=not_older_than)
-    except errors.StorageError as e:
-        if e.code is errors.Code.EXPIRED and start_key is not None:
-            # S2.12: a new token continuing inconsistently from the same key.
-            e.status_message = CONTINUE_EXPIRED
-            e.continue_token = encode_continue(start_key[len(prefix):].removesuffix("\x00"), -1)
-        elif e.code is errors.Code.TOO_LARGE_RV and not e.rv:
-            e.rv = int(rv_s or 0)
-        raise
-    page = ListPage(result.resource_version, objects=result.items)
-    if result.continue_key is not None:
-        # continue_key is "<last key>\x00"; the token format appends the NUL itself (S2.1).
-        last = result.continue_key[len(prefix):].removesuffix("\x00")
-        page.continue_ = encode_continue(last, result.resource_version)
-        page.remaining = result.remaining
-    return page
-
-
-async def serve_watch(store: EtcdStore, prefix: str, req: WatchRequest, sink: WatchSink) -> None:
-    """A watch served by one etcd watch of its own (the cache replaces this with one etcd watch per
-    resource): state first for RV unset/0 (S1.29) or watch-list (S5.5-S5.7), bookmarks from etcd
-    progress, an ERROR event for a compacted start revision, until `req.timeout`."""
-    rv = int(req.resource_version or 0)
-    pred = with_shard(req.predicate, req.shard)
-    frames = req.frames
-    await sink.start()  # S4.3: 200 and headers flushed before the first event
-
-    async def pump() -> None:
-        start = rv
-        if req.send_initial_events is None:
-            initial = rv == 0   # RV unset/0 without watch-list: state first (S1.29)
-        else:
-            initial = req.send_initial_events
-            if not initial and rv == 0:
-                start = await store.current_revision(prefix)
-        # Bookmarks: ask etcd for progress once a minute, or ~2 s before the timeout for short
-        # watches (the cadence of S4.11).
-        gen = store.watch(prefix, start, pred, initial_state=initial,
-                          mark_initial_end=bool(req.send_initial_events), progress=req.allow_bookmarks,
-                          progress_interval=min(BOOKMARK_FREQUENCY, max(req.timeout - 2, 0.5)))
-        try:
-            async for ev in gen:
-                if ev.type == "INITIAL_END":
-                    if req.allow_bookmarks:  # S5.4, S5.8
-                        await sink.write(frames.bookmark(ev.rv, initial_events_end=True))
-                elif ev.type == "BOOKMARK":
-                    await sink.write(frames.bookmark(ev.rv))
-                else:
-                    await sink.write(frames.event_obj(ev.type, ev.obj))
-        except errors.StorageError as e:
-            if e.code is errors.Code.EXPIRED:
-                e.status_message = f"too old resource version: {rv} ({e.current_rv})"
-            await sink.fail(e)
-        finally:
-            await gen.aclose()
-
-    task = asyncio.ensure_future(pump())
-    store.watch_tasks.add(task)
-    try:
-        await asyncio.wait_for(asyncio.shield(task), req.timeout)
-    except asyncio.TimeoutError:
-        task.cancel()
-    except (ConnectionResetError, asyncio.CancelledError):
-        task.cancel()
-        raise
-    finally:
-        store.watch_tasks.discard(task)
-        if not task.done():
-            task.cancel()

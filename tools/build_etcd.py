@@ -28,7 +28,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tools/ is not a package
-from gobuild import BuildError, build_once, cli, go_env, log, reported_version, run  # noqa: E402
+from gobuild import BuildError, build_once, cli, go_build, go_env, log, reported_version, run  # noqa: E402
 
 DEFAULT_VERSION = "v3.5.35"
 MODULE = "go.etcd.io/etcd/server/v3"
@@ -58,14 +58,8 @@ def ensure_etcd(version: str = DEFAULT_VERSION, dest: str = DEFAULT_DEST) -> str
     if not re.fullmatch(r"v3\.\d+\.\d+(-[0-9A-Za-z.-]+)?", version):
         raise BuildError(f"bad etcd version {version!r} (expected e.g. {DEFAULT_VERSION})")
     target = os.path.join(os.path.abspath(os.path.join(dest, version)), "etcd")
-    go = shutil.which("go")
-
-    def build() -> None:
-        if go is None:
-            raise BuildError("Go is not installed (no `go` on PATH); it is needed to build etcd "
-                             f"{version} from {MODULE}")
-        _build(go, version, target)
-    return build_once(target, lambda t: _is_good(t, version), build)
+    return build_once(target, lambda t: _is_good(t, version), lambda go: _build(go, version, target),
+                      f"etcd {version} from {MODULE}")
 
 
 def _build(go: str, version: str, target: str) -> None:
@@ -83,18 +77,8 @@ def _build(go: str, version: str, target: str) -> None:
             run(TOOL, [go, "mod", "edit", f"-require={MODULE}@{version}"], src, env)
             run(TOOL, [go, "mod", "tidy"], src, env)
         log(TOOL, f"building etcd {version} from {MODULE} (cold builds take a minute or two)")
-        tmp_out = target + f".tmp{os.getpid()}"
-        try:
-            run(TOOL, [go, "build", "-trimpath",
-                       "-ldflags", f"-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=module-{version}",
-                       "-o", tmp_out, "."], src, env)
-            got = _binary_version(tmp_out)
-            if got != version.lstrip("v"):
-                raise BuildError(f"built binary reports etcd version {got!r}, expected {version}")
-            os.replace(tmp_out, target)
-        finally:
-            if os.path.exists(tmp_out):
-                os.unlink(tmp_out)
+        go_build(TOOL, go, ["-trimpath", "-ldflags", f"-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=module-{version}",
+                            "."], src, env, target, _binary_version, version.lstrip("v"))
     log(TOOL, f"built {target} in {time.monotonic() - t0:.1f}s")
 
 

@@ -20,13 +20,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tools/ is not a package
-from gobuild import BuildError, build_once, cli, go_env, log, reported_version, run  # noqa: E402
+from gobuild import BuildError, build_once, cli, go_build, go_env, log, reported_version, run  # noqa: E402
 
 DEFAULT_VERSION = "v1.37.2"
 MODULE = "k8s.io/kubernetes"
@@ -57,13 +56,8 @@ def ensure_kube_apiserver(version: str = DEFAULT_VERSION, dest: str = DEFAULT_DE
     if not re.fullmatch(r"v1\.\d+\.\d+", version):
         raise BuildError(f"bad Kubernetes version {version!r} (expected e.g. {DEFAULT_VERSION})")
     target = os.path.join(os.path.abspath(os.path.join(dest, version)), "kube-apiserver")
-    go = shutil.which("go")
-
-    def build() -> None:
-        if go is None:
-            raise BuildError(f"Go is not installed (no `go` on PATH); it is needed to build kube-apiserver {version}")
-        _build(go, version, target)
-    return build_once(target, lambda t: _is_good(t, version), build)
+    return build_once(target, lambda t: _is_good(t, version), lambda go: _build(go, version, target),
+                      f"kube-apiserver {version}")
 
 
 def staging_modules(go: str, version: str, cwd: str, env: dict[str, str]) -> list[str]:
@@ -104,17 +98,8 @@ def _build(go: str, version: str, target: str) -> None:
             "-X k8s.io/client-go/pkg/version.gitMajor=1",
             f"-X k8s.io/client-go/pkg/version.gitMinor={minor}",
         ])
-        tmp_out = target + f".tmp{os.getpid()}"
-        try:
-            run(TOOL, [go, "build", "-trimpath", "-tags=selinux,notest", "-ldflags", ldflags, "-o", tmp_out,
-                       PACKAGE], src, env)
-            got = binary_version(tmp_out)
-            if got != version:
-                raise BuildError(f"built binary reports {got!r}, expected {version}")
-            os.replace(tmp_out, target)
-        finally:
-            if os.path.exists(tmp_out):
-                os.unlink(tmp_out)
+        go_build(TOOL, go, ["-trimpath", "-tags=selinux,notest", "-ldflags", ldflags, PACKAGE], src, env, target,
+                 binary_version, version)
     log(TOOL, f"built {target} in {time.monotonic() - t0:.1f}s")
 
 

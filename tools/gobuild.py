@@ -6,6 +6,7 @@ import argparse
 import fcntl
 import os
 import re
+import shutil
 import subprocess
 import sys
 from typing import Callable
@@ -50,15 +51,35 @@ def reported_version(path: str, pattern: str) -> str | None:
     return m.group(1) if m else None
 
 
-def build_once(target: str, is_good: Callable[[str], bool], build: Callable[[], None]) -> str:
-    """`target` if it is good, else build it under a file lock (concurrent callers wait for one build)."""
+def go_build(tool: str, go: str, args: list[str], src: str, env: dict[str, str], target: str,
+             version_of: Callable[[str], str | None], want: str) -> None:
+    """`go build <args> -o <tmp>` in `src`, check the version the binary reports, then move it to
+    `target` (a half-written or wrong binary never takes the target's place)."""
+    tmp_out = target + f".tmp{os.getpid()}"
+    try:
+        run(tool, [go, "build", "-o", tmp_out, *args], src, env)
+        got = version_of(tmp_out)
+        if got != want:
+            raise BuildError(f"built binary reports version {got!r}, expected {want}")
+        os.replace(tmp_out, target)
+    finally:
+        if os.path.exists(tmp_out):
+            os.unlink(tmp_out)
+
+
+def build_once(target: str, is_good: Callable[[str], bool], build: Callable[[str], None], what: str) -> str:
+    """`target` if it is good, else `build(go)` under a file lock (concurrent callers wait for one build).
+    BuildError if it has to be built and Go is missing; `what` names it in that message."""
     if is_good(target):
         return target
     os.makedirs(os.path.dirname(target), exist_ok=True)
     with open(os.path.join(os.path.dirname(target), ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not is_good(target):  # else built by someone else while we waited
-            build()
+            go = shutil.which("go")
+            if go is None:
+                raise BuildError(f"Go is not installed (no `go` on PATH); it is needed to build {what}")
+            build(go)
     return target
 
 

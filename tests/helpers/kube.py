@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
 import time
 
+from storage.embedded import stop_process
 from tests.helpers.etcd import load_tool
 
 
@@ -109,13 +109,7 @@ class KubeApiserver:
             return ""
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 20)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> "KubeApiserver":

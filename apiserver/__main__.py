@@ -2,7 +2,8 @@
 
 Flags are named as kube-apiserver's. Without `--etcd-servers` a real etcd is
 started (embedded default etcd) with its data in `--state-dir`, and stopped
-cleanly on exit.
+cleanly on exit: `$ETCD_BIN`, else the newest etcd found (storage.embedded.find_etcd),
+with one warning line on stderr when it is too old for consistent reads from the cache.
 """
 from __future__ import annotations
 
@@ -137,15 +138,23 @@ def main(argv: list[str] | None = None) -> int:
                         format="time=%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)s")
     if a.verbosity < 6:
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    from storage.embedded import EmbeddedEtcd
+    from storage.embedded import EmbeddedEtcd, find_etcd
     from .app import APIServer, Config
 
     etcd = None
     servers = a.etcd_server_list
     if not servers:
-        etcd = EmbeddedEtcd(data_dir=os.path.abspath(os.path.join(a.state_dir, "etcd"))).start()
+        try:
+            binary = find_etcd()
+        except FileNotFoundError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        etcd = EmbeddedEtcd(data_dir=os.path.abspath(os.path.join(a.state_dir, "etcd")), binary=binary.path).start()
         servers = [etcd.endpoint]
-        print(f"embedded etcd: {etcd.endpoint} data={etcd.data_dir} log={etcd.log_path}", file=sys.stderr)
+        print(f"embedded etcd: {etcd.endpoint} data={etcd.data_dir} log={etcd.log_path} "
+              f"binary={binary.path} version={binary.version or 'unknown'} ({binary.source})", file=sys.stderr)
+        if a.watch_cache and (warning := old_etcd_warning(binary)):
+            print(warning, file=sys.stderr)
     try:
         cfg = Config(etcd_servers=servers, etcd_prefix=a.etcd_prefix, etcd_overrides=a.overrides,
                      watch_cache=a.watch_cache, read_only=a.read_only,
@@ -156,6 +165,17 @@ def main(argv: list[str] | None = None) -> int:
         if etcd is not None:
             etcd.stop()
     return 0
+
+
+def old_etcd_warning(binary) -> str | None:
+    """One line when the embedded etcd is too old for consistent reads from the watch cache (S3.6), else None."""
+    from cache.cacher import progress_requests_supported
+    if progress_requests_supported(binary.version or ""):
+        return None
+    return (f"warning: etcd {binary.version or '(version unknown)'} ({binary.path}) is too old for consistent reads "
+            f"from the watch cache (S3.6: needs >= 3.4.31 on 3.4.x, >= 3.5.13 on 3.5.x), so they go to etcd; "
+            f"for a current etcd run `python3 tools/build_etcd.py` (then it is found automatically) "
+            f"or set ETCD_BIN=/path/to/etcd")
 
 
 async def _serve(server, a) -> None:

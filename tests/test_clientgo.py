@@ -15,8 +15,7 @@ import time
 import pytest
 
 from machinery.shard_selector import complementary
-from storage.embedded import EmbeddedEtcd
-from tests.helpers import ApiserverProcess, stop_all, wait_all_ready
+from tests.helpers import ApiserverProcess, distro_etcd, stop_all, wait_all_ready
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODULE = os.path.join(HERE, "clientgo")
@@ -39,7 +38,7 @@ def clientgo_binary(tmp_path_factory):
 def clientgo_servers(current_etcd):
     prefix = f"/registry-cg{os.getpid()}"
     sels = [str(s) for s in complementary(2)]
-    with EmbeddedEtcd() as own_etcd:
+    with distro_etcd() as own_etcd:
         started = [ApiserverProcess(etcd_servers=current_etcd.endpoint, etcd_prefix=prefix),
                    ApiserverProcess(etcd_servers=current_etcd.endpoint, etcd_prefix=prefix, residency=sels[0]),
                    ApiserverProcess(etcd_servers=current_etcd.endpoint, etcd_prefix=prefix, residency=sels[1]),

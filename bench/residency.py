@@ -21,6 +21,16 @@ ingest events/s, label-selector list from bitmaps vs a scan.
 Progress on stderr, a table per profile on stdout, every figure plus versions to --out (JSON), a PNG
 (matplotlib, Agg) to --png. Targets are printed beside the figures, never asserted.
 
+Residency advisor, on data an etcd already holds (e.g. a restored snapshot of a production etcd):
+
+    .venv/bin/python -m bench.residency --read-only --etcd-servers URL [--prefix /registry] [--ks 1,2,4,8]
+                                        [--residency-full-resources ...] [--out bench/out/residency_data.json]
+
+loads nothing and writes nothing: the floor, the full replica and the K shards all run `--read-only` against
+that etcd and prefix; the compared resources are those the full replica finds objects in; the same table
+(plus where each resource's objects live per K) and plot; etcd's revision before and after, and the keys
+under the prefix that belong to resources this apiserver does not serve (not measured). No micro-benchmarks.
+
 The workloads (objects and profiles) are in bench/workloads.py, processes and HTTP helpers in
 bench/harness.py, the table and the PNG in bench/report.py; this module runs and measures.
 """
@@ -43,6 +53,7 @@ from bench.harness import (Apiserver, BenchError, current_etcd, get_json, log, s
                            wait_all_ready_async, write_json)
 from bench.report import MIB, RESIDENCY_MEASURES as MEASURES, residency_plot, residency_table
 from bench.workloads import PROFILES, STATE_FULL_RESOURCES, Profile, pod
+from cache.residency import DEFAULT_FULL_RESOURCES
 from machinery.shard_selector import complementary
 
 # Figures every run has (the smoke test asserts each is a positive number); per profile/K figures are
@@ -106,9 +117,11 @@ async def current_revision(s, p: Apiserver, path: str) -> int:
 async def sync(s, procs: list[Apiserver], prof: Profile, partial, rev: int, timeout: float = 120.0) -> None:
     """Consistent lists (which make each cache catch up to etcd's revision), then poll /debug/residency
     until every compared resource (and namespaces) is ready with rv >= rev."""
-    keys = [k for k, _ in prof.resources] + ["namespaces"]
+    compared = dict(prof.resources)
+    compared.setdefault("namespaces", "/api/v1/namespaces")
+    keys = list(compared)
     for p in procs:
-        for key, path in list(prof.resources) + [("namespaces", "/api/v1/namespaces")]:
+        for key, path in compared.items():
             params = {"limit": "1"}
             if p.residency is not None and partial(key):
                 params["shardSelector"] = str(p.residency)
@@ -126,15 +139,31 @@ async def sync(s, procs: list[Apiserver], prof: Profile, partial, rev: int, time
             await asyncio.sleep(0.1)
 
 
+def _by_name(items: list[dict]) -> dict:
+    return {(i["metadata"].get("namespace", ""), i["metadata"]["name"]): i["metadata"]["resourceVersion"]
+            for i in items}
+
+
 async def correctness(s, full: Apiserver, shards: list[Apiserver], prof: Profile, partial) -> dict:
-    """Union of the shards' sharded lists == the full replica's list at the same RV, no object twice."""
+    """Union of the shards' sharded lists == the full replica's list at the same RV, no object twice; a fully
+    resident resource (not `partial`): every shard's list == the full replica's."""
     problems: list[str] = []
     per_resource = {}
     for key, path in prof.resources:
         whole = await get_json(s, full.base + path, None, f"full list {key}")
-        want = {(i["metadata"].get("namespace", ""), i["metadata"]["name"]): i["metadata"]["resourceVersion"]
-                for i in whole["items"]}
+        want = _by_name(whole["items"])
         rv = whole["metadata"]["resourceVersion"]
+        if not partial(key):
+            sizes = []
+            for sh in shards:
+                doc = await get_json(s, sh.base + path, None, f"{sh.name} list {key}")
+                got = _by_name(doc["items"])
+                sizes.append(len(got))
+                if doc["metadata"]["resourceVersion"] != rv or got != want:
+                    problems.append(f"{key} (fully resident): {sh.name} has {len(got)} at RV "
+                                    f"{doc['metadata']['resourceVersion']}, full {len(want)} at {rv}")
+            per_resource[key] = {"full_items": len(want), "shard_items": sizes, "rv": rv, "fully_resident": True}
+            continue
         seen: dict = {}
         for sh in shards:
             params = {"shardSelector": str(sh.residency)} if partial(key) else None
@@ -189,6 +218,61 @@ def summarize(full: dict, shards: list[dict], k: int, floor: dict) -> dict:
     return out
 
 
+def partial_in(full_resources: str | tuple[str, ...]):
+    """partial(report key) for shards run with these --residency-full-resources."""
+    full_res = set(full_resources.split(",") if isinstance(full_resources, str) else full_resources)
+
+    def partial(key: str) -> bool:
+        return key.split(".", 1)[0] not in full_res
+    return partial
+
+
+async def run_ks(s, etcd_ep: str, prefix: str, prof: Profile, ks: list[int], p: argparse.Namespace, floor: dict,
+                 full: Apiserver, partial, procs_alive: list[Apiserver], *, writer_base: str | None,
+                 flags: tuple[str, ...] = ()) -> list[dict]:
+    """For each K: start K shard processes, measure them and the full replica at one ingested revision
+    (with the profile's writers running through `writer_base`; None: no writers), check the union of their
+    lists, stop them. `flags` go to every shard (--read-only)."""
+    runs = []
+    for k in ks:
+        sels = complementary(k)
+        extra = (("--residency-full-resources", prof.full_resources) if prof.full_resources else ()) + flags
+        shards = [spawn(f"{prof.name}-k{k}-s{i}", etcd_ep, prefix, *extra, residency=sel)
+                  for i, sel in enumerate(sels)]
+        procs_alive += shards
+        log(f"K={k}: started {k} shard process(es); waiting for ready")
+        await wait_ready(shards)
+        stop = asyncio.Event()
+        writes0 = prof.writes
+        wtask = asyncio.create_task(prof.writer(s, writer_base, stop)) if writer_base else None
+        tw = time.perf_counter()
+        if wtask:
+            await asyncio.sleep(p.warmup)
+        rev = await current_revision(s, full, prof.resources[0][1])
+        await sync(s, [full] + shards, prof, partial, rev)
+        meas = await measure_all(s, [full] + shards)
+        stop.set()
+        if wtask:
+            await wtask
+        wrate = (prof.writes - writes0) / (time.perf_counter() - tw)
+        log(f"K={k}: measured at rv >= {rev} " + (f"with writers running ({wrate:.0f} writes/s)" if wtask else
+                                                   "(no writers)") + "; checking lists")
+        rev2 = await current_revision(s, full, prof.resources[0][1])
+        await sync(s, [full] + shards, prof, partial, rev2)
+        chk = await correctness(s, full, shards, prof, partial)
+        summ = summarize(meas[0], meas[1:], k, floor)
+        log(f"K={k}: native/shard {summ['native']['mean_over_full']:.3f} of full, tracemalloc "
+            f"{summ['tracemalloc']['mean_over_full']:.3f}, RSS {summ['rss']['mean_over_full']:.3f}; "
+            f"check {'pass' if chk['passed'] else 'FAIL ' + '; '.join(chk['problems'][:3])}")
+        runs.append({"k": k, "selectors": [str(x) for x in sels], "measured_at_rv": rev,
+                     "writes_per_s_while_measuring": wrate, "full": meas[0], "shards": meas[1:],
+                     "summary": summ, "check": chk})
+        stop_procs(shards)
+        for sh in shards:
+            procs_alive.remove(sh)
+    return runs
+
+
 async def run_profile(s, etcd_ep: str, prof: Profile, ks: list[int], p: argparse.Namespace, floor: dict) -> dict:
     prefix = f"/registry-res-{prof.name}-{os.getpid()}"
     log(f"== profile {prof.title}: loading (prefix {prefix})")
@@ -200,50 +284,12 @@ async def run_profile(s, etcd_ep: str, prof: Profile, ks: list[int], p: argparse
         await prof.load(s, loader.base, p.clients)
         load_s = time.perf_counter() - t0
         log(f"loaded in {load_s:.1f} s: {prof.describe()}")
-        full_res = set((prof.full_resources or
-                        "namespaces,customresourcedefinitions,roles,rolebindings,clusterroles,clusterrolebindings"
-                        ).split(","))
-
-        def partial(key: str) -> bool:
-            return key.split(".", 1)[0] not in full_res
-
+        partial = partial_in(prof.full_resources or DEFAULT_FULL_RESOURCES)
         full = spawn(f"{prof.name}-full", etcd_ep, prefix)
         procs_alive.append(full)
         await wait_ready([full])
-        runs = []
-        for k in ks:
-            sels = complementary(k)
-            extra = ("--residency-full-resources", prof.full_resources) if prof.full_resources else ()
-            shards = [spawn(f"{prof.name}-k{k}-s{i}", etcd_ep, prefix, *extra, residency=sel)
-                      for i, sel in enumerate(sels)]
-            procs_alive += shards
-            log(f"K={k}: started {k} shard process(es); waiting for ready")
-            await wait_ready(shards)
-            stop = asyncio.Event()
-            writes0 = prof.writes
-            wtask = asyncio.create_task(prof.writer(s, loader.base, stop))
-            tw = time.perf_counter()
-            await asyncio.sleep(p.warmup)
-            rev = await current_revision(s, full, prof.resources[0][1])
-            await sync(s, [full] + shards, prof, partial, rev)
-            meas = await measure_all(s, [full] + shards)
-            stop.set()
-            await wtask
-            wrate = (prof.writes - writes0) / (time.perf_counter() - tw)
-            log(f"K={k}: measured at rv >= {rev} with writers running ({wrate:.0f} writes/s); checking lists")
-            rev2 = await current_revision(s, full, prof.resources[0][1])
-            await sync(s, [full] + shards, prof, partial, rev2)
-            chk = await correctness(s, full, shards, prof, partial)
-            summ = summarize(meas[0], meas[1:], k, floor)
-            log(f"K={k}: native/shard {summ['native']['mean_over_full']:.3f} of full, tracemalloc "
-                f"{summ['tracemalloc']['mean_over_full']:.3f}, RSS {summ['rss']['mean_over_full']:.3f}; "
-                f"check {'pass' if chk['passed'] else 'FAIL ' + '; '.join(chk['problems'][:3])}")
-            runs.append({"k": k, "selectors": [str(x) for x in sels], "measured_at_rv": rev,
-                         "writes_per_s_while_measuring": wrate, "full": meas[0], "shards": meas[1:],
-                         "summary": summ, "check": chk})
-            stop_procs(shards)
-            for sh in shards:
-                procs_alive.remove(sh)
+        runs = await run_ks(s, etcd_ep, prefix, prof, ks, p, floor, full, partial, procs_alive,
+                            writer_base=loader.base)
         return {"title": prof.title, "description": prof.describe(), "counts": prof.counts,
                 "sample_object_bytes": prof.sample_bytes, "workload_bytes": prof.bytes_total,
                 "load_seconds": load_s, "writes": prof.writes, "write_errors": prof.write_errors,
@@ -253,8 +299,8 @@ async def run_profile(s, etcd_ep: str, prof: Profile, ks: list[int], p: argparse
         stop_procs(procs_alive)
 
 
-async def measure_floor(s, etcd_ep: str) -> dict:
-    fp = spawn("floor", etcd_ep, f"/registry-empty-{os.getpid()}")
+async def measure_floor(s, etcd_ep: str, *flags: str) -> dict:
+    fp = spawn("floor", etcd_ep, f"/registry-empty-{os.getpid()}-{uuid.uuid4().hex[:8]}", *flags)
     try:
         await wait_ready([fp])
         await asyncio.sleep(1.0)
@@ -263,6 +309,174 @@ async def measure_floor(s, etcd_ep: str) -> dict:
         return m
     finally:
         stop_procs([fp])
+
+
+# --- the residency advisor: --read-only over the data an etcd already holds -------------------------------
+
+RBAC = {"roles", "rolebindings", "clusterroles", "clusterrolebindings"}
+
+
+class DataProfile(Profile):
+    """What an etcd already holds under a prefix (--read-only): nothing is loaded and nothing written; the
+    compared resources are those with objects, found by a full replica."""
+    name = "data"
+
+    def __init__(self, prefix: str, full_resources: str | None):
+        super().__init__(0)
+        self.title = f"data under {prefix}"
+        self.full_resources = full_resources
+
+    async def writer(self, s, base, stop: asyncio.Event):  # never started: --read-only writes nothing
+        raise BenchError("the data profile has no writers")
+
+    def describe(self) -> str:
+        kinds = ", ".join(f"{self.counts[k]} {k} (~{self.sample_bytes[k] / 1024:.1f} KB avg)" for k in self.counts)
+        return f"{kinds}; {self.bytes_total / 1e6:.1f} MB of objects"
+
+
+async def wait_caches_ready(s, p: Apiserver, timeout: float = 600.0) -> dict:
+    """/debug/residency once every cache of `p` is ready (its initial list ingested)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rep = await get_json(s, p.base + "/debug/residency")
+        lag = [k for k, v in rep["resources"].items() if not v.get("ready")]
+        if not lag:
+            return rep
+        if time.monotonic() > deadline:
+            raise BenchError(f"{p.name}: caches {lag} not ready in {timeout:.0f} s")
+        await asyncio.sleep(0.2)
+
+
+async def list_paths(s, p: Apiserver, keys: list[str]) -> dict[str, str]:
+    """Cluster-wide list path of each report key (`plural` or `plural.group`), from discovery."""
+    groups = await get_json(s, p.base + "/apis")
+    preferred = {g["name"]: g["preferredVersion"]["version"] for g in groups["groups"]}
+    out = {}
+    for key in keys:
+        plural, _, group = key.partition(".")
+        if not group:
+            out[key] = f"/api/v1/{plural}"
+        elif group in preferred:
+            out[key] = f"/apis/{group}/{preferred[group]}/{plural}"
+    return out
+
+
+async def describe_data(s, full: Apiserver, prof: DataProfile, paths: dict[str, str]) -> None:
+    """Objects and bytes (JSON as served, compact) per resource, from paged lists of the full replica."""
+    for key, path in paths.items():
+        n = size = 0
+        params = {"limit": "5000"}
+        while True:
+            doc = await get_json(s, full.base + path, params, f"count {key}")
+            for it in doc["items"]:
+                n += 1
+                size += len(orjson.dumps(it))
+            cont = doc["metadata"].get("continue")
+            if not cont:
+                break
+            params = {"limit": "5000", "continue": cont}
+        prof.counts[key] = n
+        prof.bytes_total += size
+        prof.sample_bytes[key] = size / n if n else 0.0
+
+
+async def etcd_keys(endpoints: list[str], prefix: str, served: list[str]) -> dict:
+    """Keys under `prefix` in etcd (keys-only paged ranges: reads, nothing written) and those under no
+    served resource's key prefix, counted by their first one or two path segments."""
+    from storage.etcd import EtcdClient, prefix_end
+    c = EtcdClient(endpoints)
+    base = prefix.rstrip("/") + "/"
+    total = 0
+    unserved: dict[str, int] = {}
+    try:
+        start, end = base.encode(), prefix_end(base.encode())
+        rev = 0
+        while True:
+            kvs, hdr_rev, more, _ = await c.range(start, end, revision=rev, limit=10_000, keys_only=True,
+                                                  resource="advisor")
+            rev = rev or hdr_rev
+            for kv in kvs:
+                key = kv.key.decode(errors="replace")
+                total += 1
+                if not any(key.startswith(sp) for sp in served):
+                    parts = key[len(base):].split("/")
+                    what = "/".join(parts[:2]) if "." in parts[0] and len(parts) > 2 else parts[0]
+                    unserved[what] = unserved.get(what, 0) + 1
+            if not more or not kvs:
+                break
+            start = kvs[-1].key + b"\x00"
+    finally:
+        await c.close()
+    return {"total": total, "unserved": dict(sorted(unserved.items(), key=lambda x: -x[1])),
+            "unserved_total": sum(unserved.values())}
+
+
+async def etcd_revision(endpoints: list[str]) -> int:
+    from storage.etcd import EtcdClient
+    c = EtcdClient(endpoints)
+    try:
+        return await c.current_revision(b"/", "advisor")
+    finally:
+        await c.close()
+
+
+async def run_read_only(p: argparse.Namespace) -> dict:
+    """Floor, a full replica and K shards, every one `--read-only`, over the data already under
+    `p.prefix`: the same figures as a profile of the normal run, for the resources that have objects."""
+    endpoints = p.etcd_servers.split(",")
+    ep = p.etcd_servers
+    rev0 = await etcd_revision(endpoints)
+    log(f"read-only over {ep} prefix {p.prefix} (etcd revision {rev0}); nothing is loaded or written")
+    ro = ("--read-only",)
+    conn = aiohttp.TCPConnector(limit=64)
+    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=1800)) as s:
+        log("measuring the empty-process floor")
+        floor = await measure_floor(s, ep, *ro)
+        log(f"floor: tracemalloc {floor['tracemalloc'] / MIB:.1f} MiB, RSS {floor['rss'] / MIB:.1f} MiB")
+        prof = DataProfile(p.prefix, p.residency_full_resources)
+        partial = partial_in(p.residency_full_resources or DEFAULT_FULL_RESOURCES)
+        full = spawn("data-full", ep, p.prefix, *ro)
+        procs_alive = [full]
+        try:
+            await wait_ready([full])
+            rep = await wait_caches_ready(s, full)
+            present = [k for k, v in rep["resources"].items() if v["objects"] > 0]
+            if not present:
+                raise BenchError(f"no objects under {p.prefix} in any resource this apiserver serves")
+            paths = await list_paths(s, full, present)
+            prof.resources = tuple(paths.items())
+            await describe_data(s, full, prof, paths)
+            log(f"data: {prof.describe()}")
+            served = []
+            from machinery.resources import Registry
+            builtin = {r.qualified: r for r in Registry().all()}
+            for key in rep["resources"]:
+                plural, _, group = key.partition(".")
+                r = builtin.get(key)
+                served.append(r.prefix(p.prefix) if r else f"{p.prefix.rstrip('/')}/{group}/{plural}/")
+            keys = await etcd_keys(endpoints, p.prefix, served)
+            if keys["unserved_total"]:
+                top = ", ".join(f"{n} {w}" for w, n in list(keys["unserved"].items())[:8])
+                log(f"not measured: {keys['unserved_total']} of {keys['total']} keys under {p.prefix} belong to "
+                    f"resources this apiserver does not serve ({top})")
+            runs = await run_ks(s, ep, p.prefix, prof, p.ks, p, floor, full, partial, procs_alive,
+                                writer_base=None, flags=ro)
+        finally:
+            stop_procs(procs_alive)
+    rev1 = await etcd_revision(endpoints)
+    if rev1 != rev0:
+        log(f"WARNING: etcd's revision moved {rev0} -> {rev1} during the run: someone else wrote (this run "
+            f"starts every apiserver with --read-only)")
+    profile = {"title": prof.title, "description": prof.describe(), "counts": prof.counts,
+               "sample_object_bytes": prof.sample_bytes, "workload_bytes": prof.bytes_total,
+               "load_seconds": 0.0, "writes": 0, "write_errors": 0,
+               "shard_full_resources": prof.full_resources or "(default: namespaces, CRDs and RBAC fully resident)",
+               "rbac_sharded": bool(prof.full_resources) and not RBAC & set(prof.full_resources.split(",")),
+               "runs": runs}
+    source = {"etcd_servers": ep, "prefix": p.prefix, "revision_before": rev0, "revision_after": rev1,
+              "etcd_keys": keys["total"], "unserved_keys": keys["unserved"],
+              "unserved_keys_total": keys["unserved_total"]}
+    return {"floor": floor, "profiles": {"data": profile}, "source": source}
 
 
 # --- in-process micro-benchmarks --------------------------------------------------
@@ -419,6 +633,8 @@ def targets(doc: dict, p: argparse.Namespace) -> list[dict]:
                                  + ("" if big else " - workload below 500 MB, target not applicable at this size"),
                         "met": (ratio < 0.55) if big else None})
     mi = doc["micro"]
+    if not mi:   # --read-only runs no micro-benchmarks
+        return out
     out.append({"target": "drop a non-resident event <= 10 us", "value": f"{mi['drop_nonresident_median_us']:.2f} us",
                 "met": mi["drop_nonresident_median_us"] <= 10})
     out.append({"target": "ingest >= 10,000 events/s per process",
@@ -456,18 +672,42 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="small run for CI (< 1 min)")
     ap.add_argument("--objects", type=int, help="objects per profile (default 8000; --quick 300)")
     ap.add_argument("--ks", help="shard counts (default 1,2,4,8; --quick 1,2)")
-    ap.add_argument("--profiles", default="node,churn,state", help="comma-separated: node, churn, state")
-    ap.add_argument("--out", default="bench/out/residency.json")
-    ap.add_argument("--png", default="bench/out/residency.png")
+    ap.add_argument("--profiles", help="comma-separated: node, churn, state (default all three)")
+    ap.add_argument("--read-only", action="store_true",
+                    help="residency advisor: measure the data already under --prefix of --etcd-servers (every "
+                         "apiserver started with --read-only; nothing loaded, nothing written)")
+    ap.add_argument("--etcd-servers", help="with --read-only: the etcd holding the data (comma-separated URLs)")
+    ap.add_argument("--prefix", default="/registry", help="with --read-only: its key prefix (default /registry)")
+    ap.add_argument("--residency-full-resources",
+                    help="with --read-only: resources the shards keep fully resident (default: the apiserver's, "
+                         "namespaces, CRDs and RBAC)")
+    ap.add_argument("--out", help="JSON (default bench/out/residency.json; --read-only bench/out/residency_data.json)")
+    ap.add_argument("--png", help="plot (default bench/out/residency.png; --read-only bench/out/residency_data.png)")
     ap.add_argument("--clients", type=int, default=16, help="concurrent HTTP clients while loading")
     ap.add_argument("--warmup", type=float, help="seconds writers run before measuring (default 5; --quick 1)")
     ap.add_argument("--select-objects", type=int, help="objects in the bitmap-vs-scan micro-benchmark "
                                                        "(default 100000; --quick 20000)")
     p = ap.parse_args(argv)
     q = p.quick
+    if p.read_only:
+        if not p.etcd_servers:
+            ap.error("--read-only needs --etcd-servers (the etcd whose data is measured)")
+        for flag, v in (("--objects", p.objects), ("--profiles", p.profiles), ("--quick", p.quick or None)):
+            if v is not None:
+                ap.error(f"{flag} makes no sense with --read-only (the data is what the etcd holds)")
+        if not p.prefix.startswith("/"):
+            ap.error(f"--prefix must start with '/', got {p.prefix!r}")
+        p.profiles = []
+    else:
+        for flag in ("etcd_servers", "residency_full_resources"):
+            if getattr(p, flag):
+                ap.error(f"--{flag.replace('_', '-')} needs --read-only (the normal run starts its own etcd)")
+        p.profiles = [x.strip() for x in (p.profiles or "node,churn,state").split(",") if x.strip()]
+    name = "residency_data" if p.read_only else "residency"
+    p.out = p.out or f"bench/out/{name}.json"
+    p.png = p.png or f"bench/out/{name}.png"
     p.objects = p.objects or (300 if q else 8000)
     p.ks = [int(x) for x in (p.ks or ("1,2" if q else "1,2,4,8")).split(",")]
-    p.profiles = [x.strip() for x in p.profiles.split(",") if x.strip()]
     for x in p.profiles:
         if x not in PROFILES:
             ap.error(f"--profiles: unknown profile {x!r} (node, churn, state)")
@@ -488,9 +728,36 @@ async def run(p: argparse.Namespace, etcd_ep: str) -> dict:
     return {"floor": floor, "profiles": profiles}
 
 
+def main_read_only(p: argparse.Namespace, t_start: float) -> int:
+    vers = versions(p.etcd_servers.split(",")[0], packages=("pyroaring", "matplotlib"), git=True)
+    try:
+        res = asyncio.run(run_read_only(p))
+    except BenchError as e:
+        log(f"error: {e}")
+        return 2
+    doc = {"benchmark": "residency", "mode": "read-only", "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+           "params": {k: v for k, v in vars(p).items() if k not in ("out", "png")},
+           "measured": "the full replica and K shard apiservers, every one started with --read-only against the "
+                       "given etcd and prefix (nothing loaded, nothing written), as separate processes on this "
+                       "machine; heap read from each process's /debug/residency?gc=1 at the same ingested "
+                       "revision; no writers",
+           "versions": vers, "micro": {}, **res}
+    doc["targets"] = targets(doc, p)
+    doc["checks_passed"] = all(r["check"]["passed"] for pr in doc["profiles"].values() for r in pr["runs"])
+    doc["figures"] = flat_figures(doc)
+    doc["elapsed_s"] = time.perf_counter() - t_start
+    write_json(p.out, doc)
+    residency_plot(doc, p.png)
+    print(residency_table(doc))
+    log(f"wrote {p.out} and {p.png} in {doc['elapsed_s']:.1f} s")
+    return 0 if doc["checks_passed"] else 1
+
+
 def main(argv=None) -> int:
     p = parse_args(argv)
     t_start = time.perf_counter()
+    if p.read_only:
+        return main_read_only(p, t_start)
     log("ensuring a current etcd (tools/build_etcd.py)")
     etcd = current_etcd()
     q = p.quick

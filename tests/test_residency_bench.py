@@ -6,10 +6,12 @@ every profile and K.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import time
 
 from bench.residency import FIGURES, MEASURES, profile_figures
 
@@ -46,3 +48,95 @@ def test_residency_quick(tmp_path):
     for k in ("python", "aiohttp", "orjson", "pyroaring", "etcd", "cpu_model", "cpu_count"):
         assert vers.get(k), k
     assert isinstance(vers["etcd"], dict) and vers["etcd"].get("etcdserver"), vers["etcd"]
+
+
+def test_residency_advisor_read_only_on_existing_data(tmp_path):
+    """`python -m bench.residency --read-only --etcd-servers URL --prefix P`: objects loaded beforehand through an
+    apiserver are measured where they are; etcd's revision does not move; every loaded object is counted, the
+    shards' residents sum to the full replica's, fully resident kinds are in every shard, the check passes."""
+    from storage.etcd import EtcdClient
+    from tests.helpers import Api, crd, current_etcd, start_apiserver
+
+    def revision(endpoint: str) -> int:
+        async def rev() -> int:
+            c = EtcdClient([endpoint])
+            try:
+                return await c.current_revision(b"/", "test")
+            finally:
+                await c.close()
+        return asyncio.run(rev())
+
+    group = "adv.example.com"
+    prefix = f"/registry-adv{os.getpid()}"
+    out, png = tmp_path / "data.json", tmp_path / "data.png"
+    # An etcd of its own: the revision check must not see other servers' writes.
+    with current_etcd() as etcd:
+        loader = start_apiserver(etcd.endpoint, prefix, "--etcd-compaction-interval=0")
+        try:
+            api = Api(loader.base)
+            for ns in ("adv-a", "adv-b"):
+                assert api.post("/api/v1/namespaces", {"metadata": {"name": ns}}).status_code == 201
+            for i in range(40):
+                ns = "adv-a" if i % 4 else "adv-b"
+                body = {"metadata": {"name": f"cm-{i}", "labels": {"i": str(i)}}, "data": {"k": "v" * (100 + i)}}
+                assert api.post(f"/api/v1/namespaces/{ns}/configmaps", body).status_code == 201
+            for i in range(12):
+                body = {"metadata": {"name": f"s-{i}"}, "stringData": {"k": "x" * 50}}
+                assert api.post("/api/v1/namespaces/adv-a/secrets", body).status_code == 201
+            assert api.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                            crd(group, "gadgets", "Gadget")).status_code == 201
+            deadline = time.monotonic() + 30
+            while api.get(f"/apis/{group}/v1/gadgets").status_code != 200:
+                assert time.monotonic() < deadline, "CRD not served"
+                time.sleep(0.1)
+            for i in range(8):
+                body = {"apiVersion": f"{group}/v1", "kind": "Gadget", "metadata": {"name": f"g-{i}"}, "spec": {"n": i}}
+                assert api.post(f"/apis/{group}/v1/namespaces/adv-b/gadgets", body).status_code == 201
+            for i in range(3):
+                body = {"metadata": {"name": f"adv-role-{i}"}, "rules": []}
+                assert api.post("/apis/rbac.authorization.k8s.io/v1/clusterroles", body).status_code == 201
+            namespaces = len(api.get("/api/v1/namespaces").json()["items"])
+        finally:
+            loader.stop()
+        before = revision(etcd.endpoint)
+        r = subprocess.run([sys.executable, "-m", "bench.residency", "--read-only", "--etcd-servers", etcd.endpoint,
+                            "--prefix", prefix, "--ks", "1,2", "--out", str(out), "--png", str(png)],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+        after = revision(etcd.endpoint)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert after == before, "the advisor wrote to etcd"
+    doc = json.loads(out.read_text())
+    assert doc["mode"] == "read-only"
+    assert doc["source"]["revision_before"] == doc["source"]["revision_after"] == before
+    assert doc["source"]["prefix"] == prefix and doc["source"]["unserved_keys_total"] == 0
+    loaded = {"configmaps": 40, "secrets": 12, f"gadgets.{group}": 8, "namespaces": namespaces,
+              "clusterroles.rbac.authorization.k8s.io": 3, "customresourcedefinitions.apiextensions.k8s.io": 1}
+    data = doc["profiles"]["data"]
+    assert data["counts"] == loaded
+    assert doc["source"]["etcd_keys"] == sum(loaded.values())
+    assert data["workload_bytes"] > 40 * 100
+    assert [run["k"] for run in data["runs"]] == [1, 2]
+    full_resident = {"namespaces", "clusterroles.rbac.authorization.k8s.io",
+                     "customresourcedefinitions.apiextensions.k8s.io"}
+    for run in data["runs"]:
+        assert run["check"]["passed"], run["check"]["problems"]
+        assert run["writes_per_s_while_measuring"] == 0
+        assert len(run["shards"]) == run["k"]
+        for res, n in loaded.items():
+            assert run["full"]["resources"][res]["objects"] == n, res
+            per_shard = [sh["resources"][res]["objects"] for sh in run["shards"]]
+            if res in full_resident:
+                assert per_shard == [n] * run["k"], res
+            else:
+                assert sum(per_shard) == n, (res, per_shard)
+        if run["k"] == 2:
+            assert all(0 < sh["resources"]["configmaps"]["objects"] < 40 for sh in run["shards"])
+        for m in MEASURES:
+            assert run["full"][m] > 0 and all(sh[m] > 0 for sh in run["shards"]), m
+            sm = run["summary"][m]
+            assert sm["full_bytes"] == run["full"][m] and sm["mean_over_full"] > 0
+        # native object state splits as the objects do
+        assert run["summary"]["object_state"]["shard_sum_bytes"] >= run["full"]["object_state"] * 0.9
+    assert doc["checks_passed"] is True
+    assert "read-only over" in r.stdout and "ideal 1/K" in r.stdout and "resident objects" in r.stdout, r.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
+import re
 from typing import Any
 
+from machinery import jsonenc
 from machinery.resources import Registry, Resource
 
 __all__ = [
-    "AGGREGATED_CONTENT_TYPE", "wants_aggregated", "aggregated_etag",
+    "AGGREGATED_CONTENT_TYPE", "wants_aggregated", "aggregated_etag", "etag_matches", "version_json",
     "api_versions", "api_group_list", "api_group", "api_resource_list", "version_info",
     "aggregated_discovery", "storage_version_hash",
 ]
@@ -40,28 +41,32 @@ AGGREGATED_CONTENT_TYPE = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGro
 STATUS_VERBS = ["get", "patch", "update"]
 
 
-def wants_aggregated(accept: str | None) -> bool:
-    """True if the Accept header lists the v2 APIGroupDiscoveryList JSON media type.
+_DISCOVERY_MEDIA = {("application", "json"), ("application", "yaml"), ("application", "vnd.kubernetes.protobuf"),
+                    ("application", "*"), ("*", "*")}
 
-    Order of preference is the client's; kubectl puts aggregated first and plain JSON second. We
-    only answer aggregated if it appears before any plain `application/json` range.
+
+def wants_aggregated(accept: str | None) -> bool:
+    """True if some clause of the Accept header asks for the v2 APIGroupDiscoveryList.
+
+    Upstream (aggregated/wrapper.go) negotiates with restrictions that allow *only* the aggregated
+    GVK as a transform, so a plain `application/json` clause never wins over an aggregated one,
+    whatever their order; v2beta1 is no longer served (AggregatedDiscoveryRemoveBetaType), and any
+    `profile` is accepted. The answer is JSON here whichever serializer the clause names.
     """
     if not accept:
         return False
     for rng in accept.split(","):
-        parts = [p.strip() for p in rng.split(";")]
-        base = parts[0].lower()
+        parts = [p.strip(" ") for p in rng.split(";")]
+        typ, _, sub = parts[0].partition("/")
+        if (typ.strip(), (sub or "*").strip()) not in _DISCOVERY_MEDIA:
+            continue
         params = {}
         for p in parts[1:]:
-            if "=" in p:
-                k, v = p.split("=", 1)
-                params[k.strip().lower()] = v.strip().strip('"')
-        if base == "application/json" and params.get("g") == "apidiscovery.k8s.io" \
-                and params.get("v") == "v2" and params.get("as") == "APIGroupDiscoveryList" \
-                and params.get("profile", "") in ("", "nopeer"):
+            k, _, v = p.partition("=")
+            params[k.strip()] = v.strip()
+        if params.get("g") == "apidiscovery.k8s.io" and params.get("v") == "v2" \
+                and params.get("as") == "APIGroupDiscoveryList":
             return True
-        if base in ("application/json", "*/*", "application/*") and "as" not in params:
-            return False
     return False
 
 
@@ -70,24 +75,44 @@ def storage_version_hash(group: str, version: str, kind: str) -> str:
     return base64.b64encode(digest[:8]).decode()
 
 
+def _kube_version_key(v: str):
+    """version.CompareKubeAwareVersionStrings as a sort key: GA > beta > alpha, higher numbers first;
+    versions that are not kube-like come after, in string order."""
+    m = re.fullmatch(r"v(\d+)(?:(alpha|beta)(\d+))?", v)
+    if not m:
+        return (1, 0, 0, 0, v)
+    stage = {None: 0, "beta": 1, "alpha": 2}[m.group(2)]
+    return (0, stage, -int(m.group(1)), -int(m.group(3) or 0), "")
+
+
 def _version_order(versions: list[str]) -> list[str]:
-    """Kube-aware version priority (GA > beta > alpha, higher numbers first), as upstream sorts."""
-    import re
+    return sorted(versions, key=_kube_version_key)
 
-    def key(v: str):
-        m = re.fullmatch(r"v(\d+)(?:(alpha|beta)(\d+))?", v)
-        if not m:
-            return (3, 0, 0, v)
-        major = int(m.group(1))
-        stage = {None: 0, "beta": 1, "alpha": 2}[m.group(2)]
-        minor = int(m.group(3) or 0)
-        return (stage, -major, -minor, v)
 
-    return sorted(versions, key=key)
+# GroupPriorityMinimum of the built-in groups we serve (kubernetes pkg/controlplane/apiserver/aggregator.go);
+# custom resource groups are registered by the CRD registration controller with 1000.
+GROUP_PRIORITY = {"": 18000, "rbac.authorization.k8s.io": 17000, "apiextensions.k8s.io": 16700,
+                  "coordination.k8s.io": 16500}
+CRD_GROUP_PRIORITY = 1000
 
 
 def _groups(registry: Registry) -> dict[str, list[str]]:
+    """group -> served versions, preferred first (every version of a group has one VersionPriority here)."""
     return {g: _version_order(vs) for g, vs in registry.groups().items()}
+
+
+def _legacy_group_order(groups: dict[str, list[str]]) -> list[str]:
+    """/apis order: the kube-aggregator sorts APIServices (named `<version>.<group>`) by
+    GroupPriorityMinimum, highest first, then by name, and lists each group where its first APIService
+    falls (apiregistration helper SortedByGroupAndVersion)."""
+    def key(g: str):
+        return (-GROUP_PRIORITY.get(g, CRD_GROUP_PRIORITY), min(f"{v}.{g}" for v in groups[g]))
+    return sorted(groups, key=key)
+
+
+def _aggregated_group_order(groups: dict[str, list[str]]) -> list[str]:
+    """Aggregated discovery order: highest group priority first, then by group name (aggregated/handler.go)."""
+    return sorted(groups, key=lambda g: (-GROUP_PRIORITY.get(g, CRD_GROUP_PRIORITY), g))
 
 
 # --- unaggregated -----------------------------------------------------------------
@@ -108,7 +133,8 @@ def _group_doc(group: str, versions: list[str]) -> dict:
 
 def api_group_list(registry: Registry) -> dict:
     """GET /apis (APIGroupList of every non-core group)."""
-    groups = [_group_doc(g, vs) for g, vs in _groups(registry).items() if g]
+    all_groups = _groups(registry)
+    groups = [_group_doc(g, all_groups[g]) for g in _legacy_group_order(all_groups) if g]
     return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
 
 
@@ -131,7 +157,7 @@ def _api_resource(r: Resource) -> dict:
         d["shortNames"] = list(r.short_names)
     if r.categories:
         d["categories"] = list(r.categories)
-    d["storageVersionHash"] = storage_version_hash(r.group, r.version, r.kind)
+    d["storageVersionHash"] = storage_version_hash(r.group, r.storage_version, r.kind)
     return d
 
 
@@ -187,12 +213,27 @@ def version_info() -> dict:
     }
 
 
+def version_json() -> bytes:
+    """The /version body as upstream writes it (responsewriters.WriteRawJSON: json.MarshalIndent with
+    two spaces, no trailing newline)."""
+    fields = [b'  "' + k.encode() + b'": ' + jsonenc.dumps(v) for k, v in version_info().items()]
+    return b"{\n" + b",\n".join(fields) + b"\n}"
+
+
 # --- aggregated (apidiscovery.k8s.io/v2) ---------------------------------------------
+
+def _response_kind(r: Resource) -> dict:
+    """Built-in resources leave the response kind's group and version empty (the endpoint installer
+    sets them only for a kind from another group version); custom resources set them."""
+    if r.custom:
+        return {"group": r.group, "version": r.version, "kind": r.kind}
+    return {"group": "", "version": "", "kind": r.kind}
+
 
 def _resource_discovery(r: Resource) -> dict:
     d: dict[str, Any] = {
         "resource": r.plural,
-        "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
+        "responseKind": _response_kind(r),
         "scope": "Namespaced" if r.namespaced else "Cluster",
         "singularResource": r.singular,
         "verbs": list(r.verbs),
@@ -204,7 +245,7 @@ def _resource_discovery(r: Resource) -> dict:
     if r.status_subresource:
         d["subresources"] = [{
             "subresource": "status",
-            "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
+            "responseKind": _response_kind(r),
             "verbs": list(STATUS_VERBS),
         }]
     return d
@@ -213,7 +254,9 @@ def _resource_discovery(r: Resource) -> dict:
 def aggregated_discovery(registry: Registry, core: bool) -> dict:
     """APIGroupDiscoveryList for /api (core=True) or /apis (core=False)."""
     items = []
-    for group, versions in _groups(registry).items():
+    groups = _groups(registry)
+    for group in _aggregated_group_order(groups):
+        versions = groups[group]
         if bool(group) == core:
             continue
         vdocs = []
@@ -231,6 +274,12 @@ def aggregated_discovery(registry: Registry, core: bool) -> dict:
 
 
 def aggregated_etag(doc: dict) -> str:
-    """Quoted ETag for an aggregated document (upstream: hash of the JSON object; any stable hash)."""
-    raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
-    return '"' + hashlib.sha256(raw).hexdigest().upper()[:32] + '"'
+    """Upstream's ETag (aggregated/etag.go): the quoted upper-case hex SHA-512 of the list marshalled
+    by encoding/json *without* its TypeMeta, i.e. of `{"metadata":{},"items":[...]}`."""
+    body = jsonenc.dumps({"metadata": doc["metadata"], "items": doc["items"]})
+    return '"' + hashlib.sha512(body).hexdigest().upper() + '"'
+
+
+def etag_matches(if_none_match: str | None, etag: str) -> bool:
+    """If-None-Match against a strong ETag, as upstream's ServeHTTPWithETag (exact header value)."""
+    return if_none_match is not None and if_none_match == etag

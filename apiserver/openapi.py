@@ -1,761 +1,614 @@
-"""OpenAPI documents: /openapi/v2 (swagger 2.0, JSON) and /openapi/v3 (index + one doc per group-version).
+"""OpenAPI documents: /openapi/v2 (swagger 2.0) and /openapi/v3 (index + one document per path).
 
 Public API
 ----------
-``v2(registry) -> dict``
-``v3_index(registry) -> dict``            ``{"paths": {"api/v1": {"serverRelativeURL": "/openapi/v3/api/v1?hash=..."}, ...}}``
-``v3_group_version(registry, group, version) -> dict | None``
-``v3_hash(registry, group, version) -> str | None``   the hash used in the index URL (for ETag/Cache-Control)
+``v2(registry) -> dict``                      the swagger 2.0 document of everything served
+``v3_index(registry) -> dict``                ``{"paths": {"api/v1": {"serverRelativeURL": "/openapi/v3/api/v1?hash=..."}}}``
+``v3_document(registry, path) -> dict|None``  one v3 document: ``api``, ``api/v1``, ``apis``, ``apis/<g>``,
+                                              ``apis/<g>/<v>``, ``version``
+``v3_group_version(registry, group, version)``, ``v3_hash(registry, path)``
+``v2_body(registry)``, ``v3_body(registry, path)``   (JSON bytes, hash) for the HTTP handlers
 
-All three are memoized on the registry state (the identity of every served ``Resource``: CRD updates
-create new Resource objects), so repeated requests cost a tuple build and a dict lookup. The returned
-dicts are shared: callers must not mutate them.
+Everything is memoized on the registry state (the identity of every served ``Resource``: CRD updates create
+new Resource objects); the returned dicts are shared and must not be mutated.
 
-What kubectl (1.37) reads, and why the documents look the way they do:
+What the documents are made of, as kube-apiserver v1.37.2 makes them:
 
-* ``kubectl create/apply`` (``--validate=strict`` default): ``QueryParamVerifierV3``
-  (cli-runtime ``pkg/resource/query_param_verifier_v3.go``) fetches the GV document, walks
-  ``paths``, takes the first PATCH operation whose ``x-kubernetes-group-version-kind`` (a single map
-  on the operation) matches, and looks for a parameter named ``fieldValidation`` among that
-  operation's own ``parameters``. Found -> server-side validation, no client-side schema check.
-  A malformed GV document is an *error* that fails the command, so the document must always parse.
-* ``kubectl apply`` (second run, kubectl ``pkg/cmd/apply/patcher.go``): ``gvkSupportsPatchOpenAPIV3``
-  requires the PATCH requestBody to list ``application/strategic-merge-patch+json``; then
-  ``strategicpatch.PatchMetaFromOpenAPIV3`` walks ``components.schemas`` starting at the schema whose
-  ``x-kubernetes-group-version-kind`` (a list) matches. Every map- or list-valued field the user's
-  manifest has in common with the live object is looked up by name in ``properties`` and an object
-  schema without ``properties`` is an error ("unable to find api field"), after which kubectl warns
-  and falls back (v2 protobuf, then its compiled-in Go types). So the built-in schemas below spell out
-  every field that can hold a map or a list, down to the first atomic list or scalar-only map, and
-  carry ``x-kubernetes-patch-strategy`` / ``x-kubernetes-patch-merge-key`` exactly where the k8s.io/api
-  Go types carry ``patchStrategy``/``patchMergeKey`` tags (same table as machinery/patch.py's
-  STRATEGIC_SCHEMA). Leaves are loose.
-* Custom resources (and CRDs themselves) do not accept strategic merge patch here, so their PATCH
-  lists only JSON patch and merge patch; kubectl then computes a JSON merge patch.
-* ``/openapi/v2`` is fetched by client-go with the protobuf Accept only
-  (``application/com.github.proto-openapi.spec.v2@v1.0+protobuf``); this JSON document is for other
-  clients (kubectl only falls back to v2 when v3 fails).
+* Schemas of the built-in kinds: ``openapi_upstream.json`` (extracted from the reference kube-apiserver by
+  ``tools/openapi_upstream.py``; upstream generates them from the k8s.io/api Go types). The v3 documents
+  serve them as they are; the v2 definitions are derived as kube-openapi derives them (``$ref`` instead of a
+  one-element ``allOf``, no ``default``, int-or-string and quantity as ``type: string``).
+* Paths and operations: the endpoint installer's routes (k8s.io/apiserver pkg/endpoints/installer.go:
+  descriptions, ``<verb><Group><Version>[Namespaced]<Kind>[Status][List|ForAllNamespaces]`` operation ids,
+  ``x-kubernetes-action``, media types, responses), turned into documents as kube-openapi's builders do
+  (parameters sorted by name, those shared by every operation of a path hoisted to the path; v2 shares
+  parameters under ``#/parameters/<name>-<fnv hash>`` except name, dryRun, fieldValidation and bodies
+  referring to the kind).
+* Custom resources: apiextensions-apiserver's openapi builder (its own routes: no watch paths, no group
+  document, JSON and YAML only; the kind's schema is the CRD's with apiVersion, kind and metadata added).
+
+Deliberate difference: PATCH operations do not offer ``application/apply-patch+yaml`` (server-side apply is
+answered 415 here). kubectl reads: the first PATCH operation of a kind must carry a ``fieldValidation``
+parameter (cli-runtime query_param_verifier_v3.go) and offer strategic merge patch for ``kubectl apply``
+to use it (kubectl pkg/cmd/apply/patcher.go); ``strategicpatch.PatchMetaFromOpenAPIV3`` walks the schemas'
+``x-kubernetes-patch-strategy``/``-merge-key``.
 """
 from __future__ import annotations
 
+import base64
 import copy
+import functools
 import hashlib
 import json
+import os
 import threading
-from typing import Any
+from typing import Any, Callable
 
+from machinery import jsonenc
 from machinery.resources import Registry, Resource
 
-__all__ = ["v2", "v3_index", "v3_group_version", "v3_hash", "definition_name", "supports_strategic_merge"]
+from . import discovery
+
+__all__ = ["v2", "v3_index", "v3_document", "v3_group_version", "v3_hash", "v2_body", "v3_body",
+           "definition_name", "PATCH_TYPES"]
 
 META = "io.k8s.apimachinery.pkg.apis.meta.v1."
-CORE = "io.k8s.api.core.v1."
+V3_REF = "#/components/schemas/"
+V2_REF = "#/definitions/"
+DATA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "openapi_upstream.json")
 
-# ----------------------------------------------------------------------------- schema DSL
-# Internal references are {"$ref": "<definition name>"}; rendering turns them into
-# "#/definitions/<name>" (v2) or "#/components/schemas/<name>" (v3).
+JSON, YAML, PROTOBUF = "application/json", "application/yaml", "application/vnd.kubernetes.protobuf"
+STREAM = ["application/json;stream=watch", "application/vnd.kubernetes.protobuf;stream=watch"]
+# Offered for PATCH (apply-patch+yaml left out: server-side apply is not served here).
+PATCH_TYPES = ["application/json-patch+json", "application/merge-patch+json", "application/strategic-merge-patch+json"]
 
-
-def ref(name: str) -> dict:
-    return {"$ref": name}
-
-
-def obj(props: dict | None = None, required: list[str] | None = None, **extra: Any) -> dict:
-    d: dict[str, Any] = {"type": "object"}
-    if props is not None:
-        d["properties"] = props
-    if required:
-        d["required"] = required
-    d.update(extra)
-    return d
-
-
-def arr(items: dict, merge_key: str | None = None, strategy: str | None = None,
-        list_type: str | None = None, map_keys: list[str] | None = None) -> dict:
-    d: dict[str, Any] = {"type": "array", "items": items}
-    if list_type:
-        d["x-kubernetes-list-type"] = list_type
-    if map_keys:
-        d["x-kubernetes-list-map-keys"] = map_keys
-    if merge_key:
-        d["x-kubernetes-patch-merge-key"] = merge_key
-    if strategy:
-        d["x-kubernetes-patch-strategy"] = strategy
-    return d
+_LIST_PARAMS = ["allowWatchBookmarks", "continue", "fieldSelector", "labelSelector", "limit", "resourceVersion",
+                "resourceVersionMatch", "sendInitialEvents", "shardSelector", "timeoutSeconds", "watch"]
+_WRITE_PARAMS = ["dryRun", "fieldManager", "fieldValidation"]
+_DELETE_PARAMS = ["dryRun", "gracePeriodSeconds", "ignoreStoreReadErrorWithClusterBreakingPotential",
+                  "orphanDependents", "propagationPolicy"]
+_DELETECOLLECTION_PARAMS = sorted(set(_DELETE_PARAMS) | set(_LIST_PARAMS) - {"allowWatchBookmarks", "watch"})
+# The groups whose scheme registrations the apiextensions-apiserver's scheme lacks (DeleteOptions' GVKs
+# in a custom resource document are those of kube-apiserver's legacy scheme).
+_NOT_IN_LEGACY_SCHEME = {"admission.k8s.io", "apiextensions.k8s.io", "apiregistration.k8s.io", "imagepolicy.k8s.io"}
+_SECURITY_SCHEME = {"BearerToken": {"type": "apiKey", "description": "Bearer Token authentication",
+                                    "name": "authorization", "in": "header"}}
+_TYPE_META_DOCS = ("apiVersion", "kind")
 
 
-def smap(values: dict | None = None) -> dict:
-    return {"type": "object", "additionalProperties": values or {"type": "string", "default": ""}}
+@functools.cache
+def _data() -> dict:
+    with open(DATA_FILE, encoding="utf-8") as f:
+        return json.load(f)
 
 
-S = {"type": "string"}
-B = {"type": "boolean"}
-I32 = {"type": "integer", "format": "int32"}
-I64 = {"type": "integer", "format": "int64"}
-T = ref(META + "Time")
-MT = ref(META + "MicroTime")
-Q = ref("io.k8s.apimachinery.pkg.api.resource.Quantity")
-IOS = ref("io.k8s.apimachinery.pkg.util.intstr.IntOrString")
-LOOSE = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-STRS = arr(S, list_type="atomic")
+def _info() -> dict:
+    v = discovery.version_info()
+    return {"title": "Kubernetes", "version": f"{v['major']}.{v['minor']}"}
 
 
-def strs_atomic() -> dict:
-    return arr(dict(S), list_type="atomic")
+# ----------------------------------------------------------------------------- names
+
+def _valid_id(s: str, capitalize: bool) -> str:
+    """openapi.ToValidOperationID: letters, '_' and (not first) digits; other runes capitalize the next."""
+    out = []
+    cap = capitalize
+    for i, ch in enumerate(s):
+        if ch.isalpha() or ch == "_" or (i != 0 and ch.isdigit()):
+            out.append(ch.upper() if cap else ch)
+            cap = False
+        else:
+            cap = True
+    return "".join(out)
 
 
-def merge_list(item: dict, key: str, strategy: str = "merge", map_keys: list[str] | None = None) -> dict:
-    return arr(item, merge_key=key, strategy=strategy, list_type="map", map_keys=map_keys or [key])
+def _group_id(group: str) -> str:
+    return (group or "core").removesuffix(".k8s.io")
 
 
-def conditions(item: str) -> dict:
-    return merge_list(ref(item), "type")
+def _tag(group: str, version: str | None = None) -> str:
+    """GetOperationIDAndTags: `core_v1`, `rbacAuthorization_v1`, `exExampleCom_v1`; group documents
+    `rbacAuthorization`."""
+    t = _valid_id(_group_id(group), False)
+    return f"{t}_{_valid_id(version, False)}" if version else t
 
 
-# ----------------------------------------------------------------------------- built-in definitions
+def _operation_id(verb: str, rest: str, group: str, version: str | None) -> str:
+    out = verb + _valid_id(_group_id(group), True)
+    if version:
+        out += _valid_id(version, True)
+    return out + _valid_id(rest, True)
 
-DEFS: dict[str, dict] = {}
-
-
-def _d(name: str, schema: dict, description: str = "") -> None:
-    if description:
-        schema = {"description": description, **schema}
-    DEFS[name] = schema
-
-
-# meta/v1
-_d(META + "Time", {"type": "string", "format": "date-time"},
-   "Time is a wrapper around time.Time which supports correct marshaling to YAML and JSON.")
-_d(META + "MicroTime", {"type": "string", "format": "date-time"}, "MicroTime is version of Time with microsecond level precision.")
-_d("io.k8s.apimachinery.pkg.api.resource.Quantity", {"x-kubernetes-int-or-string": True},
-   "Quantity is a fixed-point representation of a number (a string like \"100m\" or \"1Gi\", or a number).")
-_d("io.k8s.apimachinery.pkg.util.intstr.IntOrString", {"x-kubernetes-int-or-string": True},
-   "IntOrString is a type that can hold an int32 or a string.")
-_d(META + "FieldsV1", {"type": "object"}, "FieldsV1 stores a set of fields in a data structure like a Trie, in JSON format.")
-_d(META + "ManagedFieldsEntry", obj({
-    "apiVersion": S, "fieldsType": S, "fieldsV1": ref(META + "FieldsV1"), "manager": S, "operation": S,
-    "subresource": S, "time": T}))
-_d(META + "OwnerReference", obj({
-    "apiVersion": S, "blockOwnerDeletion": B, "controller": B, "kind": S, "name": S, "uid": S},
-    required=["apiVersion", "kind", "name", "uid"], **{"x-kubernetes-map-type": "atomic"}))
-_d(META + "ObjectMeta", obj({
-    "annotations": smap(), "creationTimestamp": T, "deletionGracePeriodSeconds": I64, "deletionTimestamp": T,
-    "finalizers": arr(dict(S), strategy="merge", list_type="set"),
-    "generateName": S, "generation": I64, "labels": smap(),
-    "managedFields": arr(ref(META + "ManagedFieldsEntry"), list_type="atomic"),
-    "name": S, "namespace": S,
-    "ownerReferences": merge_list(ref(META + "OwnerReference"), "uid"),
-    "resourceVersion": S, "selfLink": S, "uid": S}),
-   "ObjectMeta is metadata that all persisted resources must have, which includes all objects users must create.")
-_d(META + "ListMeta", obj({"continue": S, "remainingItemCount": I64, "resourceVersion": S, "selfLink": S}))
-_d(META + "Condition", obj({
-    "lastTransitionTime": T, "message": S, "observedGeneration": I64, "reason": S, "status": S, "type": S},
-    required=["type", "status", "lastTransitionTime", "reason", "message"]))
-_d(META + "LabelSelectorRequirement", obj({"key": S, "operator": S, "values": strs_atomic()}, required=["key", "operator"]))
-_d(META + "LabelSelector", obj({
-    "matchExpressions": arr(ref(META + "LabelSelectorRequirement"), list_type="atomic"), "matchLabels": smap()},
-    **{"x-kubernetes-map-type": "atomic"}))
-_d(META + "StatusCause", obj({"field": S, "message": S, "reason": S}))
-_d(META + "StatusDetails", obj({
-    "causes": arr(ref(META + "StatusCause"), list_type="atomic"), "group": S, "kind": S, "name": S,
-    "retryAfterSeconds": I32, "uid": S}))
-_d(META + "Status", obj({
-    "apiVersion": S, "code": I32, "details": ref(META + "StatusDetails"), "kind": S, "message": S,
-    "metadata": ref(META + "ListMeta"), "reason": S, "status": S}),
-   "Status is a return value for calls that don't return other objects.")
-_d(META + "Patch", {"type": "object"},
-   "Patch is provided to give a concrete name and type to the Kubernetes PATCH request body.")
-_d(META + "DeleteOptions", obj({
-    "apiVersion": S, "dryRun": strs_atomic(), "gracePeriodSeconds": I64,
-    "ignoreStoreReadErrorWithClusterBreakingPotential": B, "kind": S, "orphanDependents": B,
-    "preconditions": obj({"resourceVersion": S, "uid": S}), "propagationPolicy": S}))
-_d(META + "WatchEvent", obj({"object": LOOSE, "type": S}, required=["type", "object"]))
-
-# core/v1 leaves and small types
-for _n, _p in {
-    "LocalObjectReference": {"name": S},
-    "ObjectReference": {"apiVersion": S, "fieldPath": S, "kind": S, "name": S, "namespace": S,
-                        "resourceVersion": S, "uid": S},
-    "KeyToPath": {"key": S, "mode": I32, "path": S},
-    "ObjectFieldSelector": {"apiVersion": S, "fieldPath": S},
-    "ResourceFieldSelector": {"containerName": S, "divisor": Q, "resource": S},
-    "ConfigMapKeySelector": {"key": S, "name": S, "optional": B},
-    "SecretKeySelector": {"key": S, "name": S, "optional": B},
-    "FileKeySelector": {"key": S, "optional": B, "path": S, "volumeName": S},
-    "SELinuxOptions": {"level": S, "role": S, "type": S, "user": S},
-    "WindowsSecurityContextOptions": {"gmsaCredentialSpec": S, "gmsaCredentialSpecName": S, "hostProcess": B,
-                                      "runAsUserName": S},
-    "SeccompProfile": {"localhostProfile": S, "type": S},
-    "AppArmorProfile": {"localhostProfile": S, "type": S},
-    "Sysctl": {"name": S, "value": S},
-    "ExecAction": {"command": STRS},
-    "HTTPHeader": {"name": S, "value": S},
-    "TCPSocketAction": {"host": S, "port": IOS},
-    "GRPCAction": {"port": I32, "service": S},
-    "SleepAction": {"seconds": I64},
-    "ContainerPort": {"containerPort": I32, "hostIP": S, "hostPort": I32, "name": S, "protocol": S},
-    "VolumeMount": {"mountPath": S, "mountPropagation": S, "name": S, "readOnly": B,
-                    "recursiveReadOnly": S, "subPath": S, "subPathExpr": S},
-    "VolumeDevice": {"devicePath": S, "name": S},
-    "ContainerResizePolicy": {"resourceName": S, "restartPolicy": S},
-    "ResourceClaim": {"name": S, "request": S},
-    "Toleration": {"effect": S, "key": S, "operator": S, "tolerationSeconds": I64, "value": S},
-    "PodReadinessGate": {"conditionType": S},
-    "PodSchedulingGate": {"name": S},
-    "PodResourceClaim": {"name": S, "resourceClaimName": S, "resourceClaimTemplateName": S},
-    "PodOS": {"name": S},
-    "PodDNSConfigOption": {"name": S, "value": S},
-    "HostIP": {"ip": S},
-    "PodIP": {"ip": S},
-    "PodCondition": {"lastProbeTime": T, "lastTransitionTime": T, "message": S, "observedGeneration": I64,
-                     "reason": S, "status": S, "type": S},
-    "NamespaceCondition": {"lastTransitionTime": T, "message": S, "reason": S, "status": S, "type": S},
-    "NodeCondition": {"lastHeartbeatTime": T, "lastTransitionTime": T, "message": S, "reason": S,
-                      "status": S, "type": S},
-    "NodeAddress": {"address": S, "type": S},
-    "Taint": {"effect": S, "key": S, "timeAdded": T, "value": S},
-    "ServicePort": {"appProtocol": S, "name": S, "nodePort": I32, "port": I32, "protocol": S, "targetPort": IOS},
-    "EventSource": {"component": S, "host": S},
-    "EventSeries": {"count": I32, "lastObservedTime": MT},
-    "ClientIPConfig": {"timeoutSeconds": I32},
-    "PortStatus": {"error": S, "port": I32, "protocol": S},
-    "NodeSelectorRequirement": {"key": S, "operator": S, "values": STRS},
-    "EmptyDirVolumeSource": {"medium": S, "sizeLimit": Q},
-    "HostPathVolumeSource": {"path": S, "type": S},
-    "PersistentVolumeClaimVolumeSource": {"claimName": S, "readOnly": B},
-    "NFSVolumeSource": {"path": S, "readOnly": B, "server": S},
-    "ImageVolumeSource": {"pullPolicy": S, "reference": S},
-}.items():
-    _d(CORE + _n, obj(_p))
-
-_d(CORE + "EnvVarSource", obj({
-    "configMapKeyRef": ref(CORE + "ConfigMapKeySelector"), "fieldRef": ref(CORE + "ObjectFieldSelector"),
-    "fileKeyRef": ref(CORE + "FileKeySelector"), "resourceFieldRef": ref(CORE + "ResourceFieldSelector"),
-    "secretKeyRef": ref(CORE + "SecretKeySelector")}))
-_d(CORE + "EnvVar", obj({"name": S, "value": S, "valueFrom": ref(CORE + "EnvVarSource")}, required=["name"]))
-_d(CORE + "EnvFromSource", obj({
-    "configMapRef": obj({"name": S, "optional": B}), "prefix": S, "secretRef": obj({"name": S, "optional": B})}))
-_d(CORE + "ResourceRequirements", obj({
-    "claims": arr(ref(CORE + "ResourceClaim"), list_type="map", map_keys=["name"]),
-    "limits": smap(Q), "requests": smap(Q)}))
-_d(CORE + "HTTPGetAction", obj({
-    "host": S, "httpHeaders": arr(ref(CORE + "HTTPHeader"), list_type="atomic"), "path": S, "port": IOS,
-    "scheme": S}))
-_d(CORE + "Probe", obj({
-    "exec": ref(CORE + "ExecAction"), "failureThreshold": I32, "grpc": ref(CORE + "GRPCAction"),
-    "httpGet": ref(CORE + "HTTPGetAction"), "initialDelaySeconds": I32, "periodSeconds": I32,
-    "successThreshold": I32, "tcpSocket": ref(CORE + "TCPSocketAction"), "terminationGracePeriodSeconds": I64,
-    "timeoutSeconds": I32}))
-_d(CORE + "LifecycleHandler", obj({
-    "exec": ref(CORE + "ExecAction"), "httpGet": ref(CORE + "HTTPGetAction"), "sleep": ref(CORE + "SleepAction"),
-    "tcpSocket": ref(CORE + "TCPSocketAction")}))
-_d(CORE + "Lifecycle", obj({
-    "postStart": ref(CORE + "LifecycleHandler"), "preStop": ref(CORE + "LifecycleHandler"), "stopSignal": S}))
-_d(CORE + "Capabilities", obj({"add": STRS, "drop": STRS}))
-_d(CORE + "SecurityContext", obj({
-    "allowPrivilegeEscalation": B, "appArmorProfile": ref(CORE + "AppArmorProfile"),
-    "capabilities": ref(CORE + "Capabilities"), "privileged": B, "procMount": S, "readOnlyRootFilesystem": B,
-    "runAsGroup": I64, "runAsNonRoot": B, "runAsUser": I64, "seLinuxOptions": ref(CORE + "SELinuxOptions"),
-    "seccompProfile": ref(CORE + "SeccompProfile"),
-    "windowsOptions": ref(CORE + "WindowsSecurityContextOptions")}))
-_d(CORE + "PodSecurityContext", obj({
-    "appArmorProfile": ref(CORE + "AppArmorProfile"), "fsGroup": I64, "fsGroupChangePolicy": S,
-    "runAsGroup": I64, "runAsNonRoot": B, "runAsUser": I64, "seLinuxChangePolicy": S,
-    "seLinuxOptions": ref(CORE + "SELinuxOptions"), "seccompProfile": ref(CORE + "SeccompProfile"),
-    "supplementalGroups": arr(dict(I64), list_type="atomic"), "supplementalGroupsPolicy": S,
-    "sysctls": arr(ref(CORE + "Sysctl"), list_type="atomic"),
-    "windowsOptions": ref(CORE + "WindowsSecurityContextOptions")}))
-
-_CONTAINER_PROPS = {
-    "args": STRS, "command": STRS,
-    "env": merge_list(ref(CORE + "EnvVar"), "name"),
-    "envFrom": arr(ref(CORE + "EnvFromSource"), list_type="atomic"),
-    "image": S, "imagePullPolicy": S, "lifecycle": ref(CORE + "Lifecycle"),
-    "livenessProbe": ref(CORE + "Probe"), "name": S,
-    "ports": merge_list(ref(CORE + "ContainerPort"), "containerPort", map_keys=["containerPort", "protocol"]),
-    "readinessProbe": ref(CORE + "Probe"),
-    "resizePolicy": arr(ref(CORE + "ContainerResizePolicy"), list_type="atomic"),
-    "resources": ref(CORE + "ResourceRequirements"), "restartPolicy": S,
-    "restartPolicyRules": arr(LOOSE, list_type="atomic"),
-    "securityContext": ref(CORE + "SecurityContext"), "startupProbe": ref(CORE + "Probe"),
-    "stdin": B, "stdinOnce": B, "terminationMessagePath": S, "terminationMessagePolicy": S, "tty": B,
-    "volumeDevices": merge_list(ref(CORE + "VolumeDevice"), "devicePath"),
-    "volumeMounts": merge_list(ref(CORE + "VolumeMount"), "mountPath"),
-    "workingDir": S,
-}
-_d(CORE + "Container", obj(_CONTAINER_PROPS, required=["name"]),
-   "A single application container that you want to run within a pod.")
-_d(CORE + "EphemeralContainer", obj({**_CONTAINER_PROPS, "targetContainerName": S}, required=["name"]))
-
-_d(CORE + "ConfigMapVolumeSource", obj({
-    "defaultMode": I32, "items": arr(ref(CORE + "KeyToPath"), list_type="atomic"), "name": S, "optional": B}))
-_d(CORE + "SecretVolumeSource", obj({
-    "defaultMode": I32, "items": arr(ref(CORE + "KeyToPath"), list_type="atomic"), "optional": B,
-    "secretName": S}))
-_d(CORE + "DownwardAPIVolumeSource", obj({"defaultMode": I32, "items": arr(LOOSE, list_type="atomic")}))
-_d(CORE + "ProjectedVolumeSource", obj({"defaultMode": I32, "sources": arr(LOOSE, list_type="atomic")}))
-_d(CORE + "CSIVolumeSource", obj({
-    "driver": S, "fsType": S, "nodePublishSecretRef": ref(CORE + "LocalObjectReference"), "readOnly": B,
-    "volumeAttributes": smap()}))
-_d(CORE + "EphemeralVolumeSource", obj({"volumeClaimTemplate": obj({
-    "metadata": ref(META + "ObjectMeta"),
-    "spec": obj({"accessModes": STRS, "dataSource": LOOSE, "dataSourceRef": LOOSE,
-                 "resources": obj({"limits": smap(Q), "requests": smap(Q)}),
-                 "selector": ref(META + "LabelSelector"), "storageClassName": S,
-                 "volumeAttributesClassName": S, "volumeMode": S, "volumeName": S})})}))
-_VOLUME_SOURCES = {
-    "configMap": ref(CORE + "ConfigMapVolumeSource"), "secret": ref(CORE + "SecretVolumeSource"),
-    "emptyDir": ref(CORE + "EmptyDirVolumeSource"), "hostPath": ref(CORE + "HostPathVolumeSource"),
-    "persistentVolumeClaim": ref(CORE + "PersistentVolumeClaimVolumeSource"),
-    "projected": ref(CORE + "ProjectedVolumeSource"), "downwardAPI": ref(CORE + "DownwardAPIVolumeSource"),
-    "nfs": ref(CORE + "NFSVolumeSource"), "csi": ref(CORE + "CSIVolumeSource"),
-    "ephemeral": ref(CORE + "EphemeralVolumeSource"), "image": ref(CORE + "ImageVolumeSource"),
-}
-for _src in ("awsElasticBlockStore", "azureDisk", "azureFile", "cephfs", "cinder", "fc", "flexVolume", "flocker",
-             "gcePersistentDisk", "gitRepo", "glusterfs", "iscsi", "photonPersistentDisk", "portworxVolume",
-             "quobyte", "rbd", "scaleIO", "storageos", "vsphereVolume"):
-    _VOLUME_SOURCES[_src] = LOOSE
-_d(CORE + "Volume", obj({"name": S, **_VOLUME_SOURCES}, required=["name"]))
-
-_d(CORE + "NodeSelector", obj({"nodeSelectorTerms": arr(LOOSE, list_type="atomic")},
-                              **{"x-kubernetes-map-type": "atomic"}))
-_d(CORE + "NodeAffinity", obj({
-    "preferredDuringSchedulingIgnoredDuringExecution": arr(LOOSE, list_type="atomic"),
-    "requiredDuringSchedulingIgnoredDuringExecution": ref(CORE + "NodeSelector")}))
-_d(CORE + "PodAffinity", obj({
-    "preferredDuringSchedulingIgnoredDuringExecution": arr(LOOSE, list_type="atomic"),
-    "requiredDuringSchedulingIgnoredDuringExecution": arr(LOOSE, list_type="atomic")}))
-_d(CORE + "Affinity", obj({
-    "nodeAffinity": ref(CORE + "NodeAffinity"), "podAffinity": ref(CORE + "PodAffinity"),
-    "podAntiAffinity": ref(CORE + "PodAffinity")}))
-_d(CORE + "HostAlias", obj({"hostnames": STRS, "ip": S}, required=["ip"]))
-_d(CORE + "PodDNSConfig", obj({
-    "nameservers": STRS, "options": arr(ref(CORE + "PodDNSConfigOption"), list_type="atomic"), "searches": STRS}))
-_d(CORE + "TopologySpreadConstraint", obj({
-    "labelSelector": ref(META + "LabelSelector"), "matchLabelKeys": STRS, "maxSkew": I32, "minDomains": I32,
-    "nodeAffinityPolicy": S, "nodeTaintsPolicy": S, "topologyKey": S, "whenUnsatisfiable": S}))
-
-_d(CORE + "PodSpec", obj({
-    "activeDeadlineSeconds": I64, "affinity": ref(CORE + "Affinity"), "automountServiceAccountToken": B,
-    "containers": merge_list(ref(CORE + "Container"), "name"),
-    "dnsConfig": ref(CORE + "PodDNSConfig"), "dnsPolicy": S, "enableServiceLinks": B,
-    "ephemeralContainers": merge_list(ref(CORE + "EphemeralContainer"), "name"),
-    "hostAliases": merge_list(ref(CORE + "HostAlias"), "ip"),
-    "hostIPC": B, "hostNetwork": B, "hostPID": B, "hostUsers": B, "hostname": S, "hostnameOverride": S,
-    "imagePullSecrets": merge_list(ref(CORE + "LocalObjectReference"), "name"),
-    "initContainers": merge_list(ref(CORE + "Container"), "name"),
-    "nodeName": S, "nodeSelector": smap(), "os": ref(CORE + "PodOS"), "overhead": smap(Q),
-    "preemptionPolicy": S, "priority": I32, "priorityClassName": S,
-    "readinessGates": arr(ref(CORE + "PodReadinessGate"), list_type="atomic"),
-    "resourceClaims": merge_list(ref(CORE + "PodResourceClaim"), "name", strategy="merge,retainKeys"),
-    "resources": ref(CORE + "ResourceRequirements"), "restartPolicy": S, "runtimeClassName": S,
-    "schedulerName": S, "schedulingGates": merge_list(ref(CORE + "PodSchedulingGate"), "name"),
-    "securityContext": ref(CORE + "PodSecurityContext"), "serviceAccount": S, "serviceAccountName": S,
-    "setHostnameAsFQDN": B, "shareProcessNamespace": B, "subdomain": S, "terminationGracePeriodSeconds": I64,
-    "tolerations": arr(ref(CORE + "Toleration"), list_type="atomic"),
-    "topologySpreadConstraints": merge_list(ref(CORE + "TopologySpreadConstraint"), "topologyKey",
-                                            map_keys=["topologyKey", "whenUnsatisfiable"]),
-    "volumes": merge_list(ref(CORE + "Volume"), "name", strategy="merge,retainKeys"),
-    "workloadRef": LOOSE,
-}, required=["containers"]), "PodSpec is a description of a pod.")
-_d(CORE + "PodStatus", obj({
-    "allocatedResources": smap(Q), "conditions": conditions(CORE + "PodCondition"),
-    "containerStatuses": arr(LOOSE, list_type="atomic"), "ephemeralContainerStatuses": arr(LOOSE, list_type="atomic"),
-    "extendedResourceClaimStatus": LOOSE, "hostIP": S, "hostIPs": merge_list(ref(CORE + "HostIP"), "ip"),
-    "initContainerStatuses": arr(LOOSE, list_type="atomic"), "message": S, "nominatedNodeName": S,
-    "observedGeneration": I64, "phase": S, "podIP": S, "podIPs": merge_list(ref(CORE + "PodIP"), "ip"),
-    "qosClass": S, "reason": S, "resize": S,
-    "resourceClaimStatuses": merge_list(LOOSE, "name", strategy="merge,retainKeys"),
-    "resources": ref(CORE + "ResourceRequirements"), "startTime": T}))
-
-_d(CORE + "NamespaceSpec", obj({"finalizers": STRS}))
-_d(CORE + "NamespaceStatus", obj({"conditions": conditions(CORE + "NamespaceCondition"), "phase": S}))
-_d(CORE + "NodeSpec", obj({
-    "configSource": LOOSE, "externalID": S, "podCIDR": S,
-    "podCIDRs": arr(dict(S), strategy="merge", list_type="set"), "providerID": S,
-    "taints": arr(ref(CORE + "Taint"), list_type="atomic"), "unschedulable": B}))
-_d(CORE + "NodeSystemInfo", obj({
-    "architecture": S, "bootID": S, "containerRuntimeVersion": S, "kernelVersion": S, "kubeProxyVersion": S,
-    "kubeletVersion": S, "machineID": S, "operatingSystem": S, "osImage": S, "swap": LOOSE, "systemUUID": S}))
-_d(CORE + "NodeStatus", obj({
-    "addresses": merge_list(ref(CORE + "NodeAddress"), "type"), "allocatable": smap(Q), "capacity": smap(Q),
-    "conditions": conditions(CORE + "NodeCondition"), "config": LOOSE,
-    "daemonEndpoints": obj({"kubeletEndpoint": obj({"Port": I32})}), "declaredFeatures": STRS,
-    "features": LOOSE, "images": arr(LOOSE, list_type="atomic"), "nodeInfo": ref(CORE + "NodeSystemInfo"),
-    "phase": S, "runtimeHandlers": arr(LOOSE, list_type="atomic"),
-    "volumesAttached": arr(LOOSE, list_type="atomic"), "volumesInUse": STRS}))
-_d(CORE + "ServiceSpec", obj({
-    "allocateLoadBalancerNodePorts": B, "clusterIP": S, "clusterIPs": STRS, "externalIPs": STRS,
-    "externalName": S, "externalTrafficPolicy": S, "healthCheckNodePort": I32, "internalTrafficPolicy": S,
-    "ipFamilies": STRS, "ipFamilyPolicy": S, "loadBalancerClass": S, "loadBalancerIP": S,
-    "loadBalancerSourceRanges": STRS,
-    "ports": merge_list(ref(CORE + "ServicePort"), "port", map_keys=["port", "protocol"]),
-    "publishNotReadyAddresses": B, "selector": smap(), "sessionAffinity": S,
-    "sessionAffinityConfig": obj({"clientIP": ref(CORE + "ClientIPConfig")}), "trafficDistribution": S,
-    "type": S}))
-_d(CORE + "ServiceStatus", obj({
-    "conditions": conditions(META + "Condition"),
-    "loadBalancer": obj({"ingress": arr(LOOSE, list_type="atomic")})}))
-
-_TOP = {"apiVersion": S, "kind": S, "metadata": ref(META + "ObjectMeta")}
-_KIND_SCHEMAS: dict[tuple[str, str], tuple[str, dict]] = {
-    ("", "Namespace"): (CORE + "Namespace", obj({**_TOP, "spec": ref(CORE + "NamespaceSpec"),
-                                                  "status": ref(CORE + "NamespaceStatus")})),
-    ("", "ConfigMap"): (CORE + "ConfigMap", obj({**_TOP, "binaryData": smap({"type": "string", "format": "byte"}),
-                                                  "data": smap(), "immutable": B})),
-    ("", "Secret"): (CORE + "Secret", obj({**_TOP, "data": smap({"type": "string", "format": "byte"}),
-                                            "immutable": B, "stringData": smap(), "type": S})),
-    ("", "Pod"): (CORE + "Pod", obj({**_TOP, "spec": ref(CORE + "PodSpec"), "status": ref(CORE + "PodStatus")})),
-    ("", "Node"): (CORE + "Node", obj({**_TOP, "spec": ref(CORE + "NodeSpec"), "status": ref(CORE + "NodeStatus")})),
-    ("", "Service"): (CORE + "Service", obj({**_TOP, "spec": ref(CORE + "ServiceSpec"),
-                                              "status": ref(CORE + "ServiceStatus")})),
-    ("", "ServiceAccount"): (CORE + "ServiceAccount", obj({
-        **_TOP, "automountServiceAccountToken": B,
-        "imagePullSecrets": arr(ref(CORE + "LocalObjectReference"), list_type="atomic"),
-        "secrets": merge_list(ref(CORE + "ObjectReference"), "name")})),
-    ("", "Event"): (CORE + "Event", obj({
-        **_TOP, "action": S, "count": I32, "eventTime": MT, "firstTimestamp": T,
-        "involvedObject": ref(CORE + "ObjectReference"), "lastTimestamp": T, "message": S, "reason": S,
-        "related": ref(CORE + "ObjectReference"), "reportingComponent": S, "reportingInstance": S,
-        "series": ref(CORE + "EventSeries"), "source": ref(CORE + "EventSource"), "type": S},
-        required=["metadata", "involvedObject"])),
-    ("coordination.k8s.io", "Lease"): ("io.k8s.api.coordination.v1.Lease", obj({**_TOP, "spec": obj({
-        "acquireTime": MT, "holderIdentity": S, "leaseDurationSeconds": I32, "leaseTransitions": I32,
-        "preferredHolder": S, "renewTime": MT, "strategy": S})})),
-}
-_RBAC = "io.k8s.api.rbac.v1."
-_d(_RBAC + "PolicyRule", obj({"apiGroups": STRS, "nonResourceURLs": STRS, "resourceNames": STRS,
-                               "resources": STRS, "verbs": STRS}, required=["verbs"]))
-_d(_RBAC + "Subject", obj({"apiGroup": S, "kind": S, "name": S, "namespace": S}, required=["kind", "name"],
-                          **{"x-kubernetes-map-type": "atomic"}))
-_d(_RBAC + "RoleRef", obj({"apiGroup": S, "kind": S, "name": S}, required=["apiGroup", "kind", "name"],
-                          **{"x-kubernetes-map-type": "atomic"}))
-_RULES = arr(ref(_RBAC + "PolicyRule"), list_type="atomic")
-_SUBJECTS = arr(ref(_RBAC + "Subject"), list_type="atomic")
-_RBAC_G = "rbac.authorization.k8s.io"
-_KIND_SCHEMAS.update({
-    (_RBAC_G, "Role"): (_RBAC + "Role", obj({**_TOP, "rules": _RULES})),
-    (_RBAC_G, "ClusterRole"): (_RBAC + "ClusterRole", obj({
-        **_TOP, "aggregationRule": obj({"clusterRoleSelectors": arr(ref(META + "LabelSelector"), list_type="atomic")}),
-        "rules": _RULES})),
-    (_RBAC_G, "RoleBinding"): (_RBAC + "RoleBinding", obj({**_TOP, "roleRef": ref(_RBAC + "RoleRef"),
-                                                            "subjects": _SUBJECTS}, required=["roleRef"])),
-    (_RBAC_G, "ClusterRoleBinding"): (_RBAC + "ClusterRoleBinding", obj({
-        **_TOP, "roleRef": ref(_RBAC + "RoleRef"), "subjects": _SUBJECTS}, required=["roleRef"])),
-    ("apiextensions.k8s.io", "CustomResourceDefinition"): (
-        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinition",
-        obj({**_TOP, "spec": LOOSE, "status": LOOSE}, required=["spec"])),
-})
-
-
-# ----------------------------------------------------------------------------- per-resource pieces
 
 def _reverse_domain(group: str) -> str:
-    return ".".join(reversed(group.split("."))) if group else ""
+    return ".".join(reversed(group.split(".")))
 
 
-def definition_name(r: Resource) -> str:
-    """Upstream-style definition name (io.k8s.api.core.v1.Pod; com.example.stable.v1.CronTab for CRs)."""
-    known = _KIND_SCHEMAS.get((r.group, r.kind))
-    if known and not r.custom:
-        return known[0]
-    return f"{_reverse_domain(r.group)}.{r.version}.{r.kind}"
+def definition_name(r: Resource, kind: str | None = None) -> str:
+    kind = kind or r.kind
+    if not r.custom:
+        return _data()["kinds"][f"{r.group}/{r.version}/{kind}"]
+    return f"{_reverse_domain(r.group)}.{r.version}.{kind}"
 
 
-def _list_definition_name(r: Resource) -> str:
-    base = definition_name(r)
-    return base[: -len(r.kind)] + r.list_kind
+# ----------------------------------------------------------------------------- routes
+
+class Op:
+    """One route of the endpoint installer, in a form both renderers use."""
+
+    def __init__(self, path: str, method: str, verb: str, rest: str, description: str, action: str | None,
+                 params: list[dict], responses: list[tuple[str, str, str]], produces: list[str],
+                 consumes: list[str], body: tuple[str, bool] | None = None, gvk: dict | None = None,
+                 tag_version: str | None = None, group: str = "", version: str | None = None,
+                 v3_body_types: list[str] | None = None):
+        self.path, self.method, self.description, self.action = path, method, description, action
+        self.params, self.responses, self.produces, self.consumes = params, responses, produces, consumes
+        self.body, self.gvk = body, gvk
+        self.tag = _tag(group, version)
+        self.operation_id = _operation_id(verb, rest, group, version)
+        self.v3_body_types = v3_body_types
 
 
-def supports_strategic_merge(r: Resource) -> bool:
-    """Whether this server applies strategic merge patch to the resource (built-ins with patch metadata)."""
-    if r.custom:
-        return False
-    try:
-        from machinery.patch import STRATEGIC_SCHEMA
-    except Exception:  # pragma: no cover - patch module unavailable
-        return (r.group, r.kind) in _KIND_SCHEMAS and r.kind != "CustomResourceDefinition"
-    return r.plural in STRATEGIC_SCHEMA
+def _param(name: str) -> dict:
+    return _data()["parameters"][name]
 
 
-def _gvk(r: Resource) -> dict:
-    return {"group": r.group, "kind": r.kind, "version": r.version}
+def _name_param(kind: str) -> dict:
+    return {"name": "name", "in": "path", "description": f"name of the {kind}", "required": True,
+            "schema": {"type": "string", "uniqueItems": True}}
 
 
-def _kind_schema(r: Resource) -> dict:
-    if not r.custom and (r.group, r.kind) in _KIND_SCHEMAS:
-        s = copy.deepcopy(_KIND_SCHEMAS[(r.group, r.kind)][1])
-    elif isinstance(r.schema, dict) and r.schema:
-        s = copy.deepcopy(r.schema)
-        s.setdefault("type", "object")
-        props = s.setdefault("properties", {})
-        props.setdefault("apiVersion", dict(S))
-        props.setdefault("kind", dict(S))
-        props["metadata"] = ref(META + "ObjectMeta")
+def _article(kind: str) -> str:
+    return " an " if kind[:1].lower() in "aeiou" else " a "
+
+
+def _resource_ops(r: Resource) -> list[Op]:
+    """installer.go registerResourceHandlers for a built-in resource; apiextensions' builder for a custom
+    one."""
+    base = f"/api/{r.version}" if not r.group else f"/apis/{r.group}/{r.version}"
+    k = r.kind
+    custom = r.custom
+    media = [JSON, YAML] if custom else [JSON, YAML, PROTOBUF]
+    list_media = media if custom else media + STREAM
+    consumes = [JSON, YAML] if custom else ["*/*"]
+    gvk = {"group": r.group, "version": r.version, "kind": k}
+    kind_ref, list_ref = definition_name(r), definition_name(r, r.list_kind)
+    status_ref = META + "Status"
+    # The installer documents the deleted object for registries that return it; the namespace and CRD
+    # registries return it from their own Delete, and their routes document a Status.
+    documents_deleted = r.returns_deleted_object and r.plural not in ("namespaces", "customresourcedefinitions")
+    delete_ref = kind_ref if documents_deleted else status_ref
+    pretty = _param("pretty")
+    ns_param = [_param("namespace")] if r.namespaced else []
+    coll = f"{base}/namespaces/{{namespace}}/{r.plural}" if r.namespaced else f"{base}/{r.plural}"
+    item = coll + "/{name}"
+    nsd = "Namespaced" if r.namespaced else ""
+    item_params = [_name_param(k)] + ns_param + [pretty]
+    coll_params = ns_param + [pretty]
+    common = dict(group=r.group, version=r.version, gvk=gvk)
+
+    def p(names: list[str], patch: bool = False) -> list[dict]:
+        return [_param(n + ("+patch" if patch and n == "fieldManager" else "")) for n in names]
+
+    list_desc = f"list objects of kind {k}" if custom else f"list or watch objects of kind {k}"
+    ops: list[Op] = []
+    if r.namespaced:
+        ops.append(Op(f"{base}/{r.plural}", "get", "list", f"{k}ForAllNamespaces", list_desc, "list",
+                      p(_LIST_PARAMS) + [pretty], [("200", "OK", list_ref)], list_media, consumes, **common))
+    ops.append(Op(coll, "get", "list", f"{nsd}{k}", list_desc, "list", coll_params + p(_LIST_PARAMS),
+                  [("200", "OK", list_ref)], list_media, consumes, **common))
+    ops.append(Op(coll, "post", "create", f"{nsd}{k}", f"create{_article(k)}{k}", "post",
+                  coll_params + p(_WRITE_PARAMS),
+                  [("200", "OK", kind_ref), ("201", "Created", kind_ref), ("202", "Accepted", kind_ref)],
+                  media, consumes, body=(kind_ref, True), **common))
+    if "deletecollection" in r.verbs:
+        if custom:
+            ops.append(Op(coll, "delete", "delete", f"Collection{nsd}{k}", f"delete collection of {k}",
+                          "deletecollection", coll_params + p(_LIST_PARAMS), [("200", "OK", status_ref)],
+                          media, consumes, **common))
+        else:
+            ops.append(Op(coll, "delete", "delete", f"Collection{nsd}{k}", f"delete collection of {k}",
+                          "deletecollection", coll_params + p(_DELETECOLLECTION_PARAMS),
+                          [("200", "OK", status_ref)], media, consumes, body=(META + "DeleteOptions", False),
+                          **common))
+    for sub in ("", "status") if r.status_subresource else ("",):
+        path = item + (f"/{sub}" if sub else "")
+        what = f"{sub} of the specified {k}" if sub else f"the specified {k}"
+        title = sub.title()
+        get_params = item_params + (p(["resourceVersion"]) if custom else [])
+        ops.append(Op(path, "get", "read", f"{nsd}{k}{title}", f"read {what}", "get", get_params,
+                      [("200", "OK", kind_ref)], media, consumes, **common))
+        ops.append(Op(path, "put", "replace", f"{nsd}{k}{title}", f"replace {what}", "put",
+                      item_params + p(_WRITE_PARAMS), [("200", "OK", kind_ref), ("201", "Created", kind_ref)],
+                      media, consumes, body=(kind_ref, True), **common))
+        if not sub:
+            ops.append(Op(path, "delete", "delete", f"{nsd}{k}", f"delete{_article(k)}{k}", "delete",
+                          item_params + p(_DELETE_PARAMS), [("200", "OK", delete_ref), ("202", "Accepted", delete_ref)],
+                          media, consumes, body=(META + "DeleteOptions", False), **common))
+        patch_types = [t for t in PATCH_TYPES if not custom or "strategic" not in t]
+        ops.append(Op(path, "patch", "patch", f"{nsd}{k}{title}", f"partially update {what}", "patch",
+                      item_params + p(_WRITE_PARAMS + ["force"], patch=True),
+                      [("200", "OK", kind_ref)] + ([] if custom else [("201", "Created", kind_ref)]),
+                      media, patch_types, body=(META + "Patch", True), **common))
+    if not custom:
+        watch_ref = META + "WatchEvent"
+        wbase = f"{base}/watch"
+        all_media = [JSON, YAML, PROTOBUF] + STREAM
+        watch_params = p(_LIST_PARAMS) + [pretty]
+        if r.namespaced:
+            ops.append(Op(f"{wbase}/{r.plural}", "get", "watch", f"{k}ListForAllNamespaces",
+                          f"watch individual changes to a list of {k}. deprecated: use the 'watch' parameter with "
+                          "a list operation instead.", "watchlist", watch_params, [("200", "OK", watch_ref)],
+                          all_media, consumes, **common))
+        wcoll = f"{wbase}/namespaces/{{namespace}}/{r.plural}" if r.namespaced else f"{wbase}/{r.plural}"
+        ops.append(Op(wcoll, "get", "watch", f"{nsd}{k}List",
+                      f"watch individual changes to a list of {k}. deprecated: use the 'watch' parameter with a "
+                      "list operation instead.", "watchlist", ns_param + watch_params, [("200", "OK", watch_ref)],
+                      all_media, consumes, **common))
+        ops.append(Op(wcoll + "/{name}", "get", "watch", f"{nsd}{k}",
+                      f"watch changes to an object of kind {k}. deprecated: use the 'watch' parameter with a list "
+                      "operation instead, filtered to a single item with the 'fieldSelector' parameter.", "watch",
+                      [_name_param(k)] + ns_param + watch_params, [("200", "OK", watch_ref)], all_media, consumes,
+                      **common))
+    if custom:  # apiextensions' builder: request bodies in JSON or YAML (no */*)
+        for op in ops:
+            op.v3_body_types = [JSON, YAML]
+    return ops
+
+
+_DISCOVERY_MEDIA = [JSON, YAML, PROTOBUF]
+
+
+def _gv_discovery_op(group: str, version: str) -> Op:
+    path = f"/api/{version}/" if not group else f"/apis/{group}/{version}/"
+    return Op(path, "get", "get", "APIResources", "get available resources", None, [],
+              [("200", "OK", META + "APIResourceList")], _DISCOVERY_MEDIA, _DISCOVERY_MEDIA, group=group,
+              version=version)
+
+
+def _root_ops(doc: str) -> list[Op]:
+    """The documents of the discovery endpoints (`api`, `apis`, `apis/<group>`, `version`)."""
+    if doc == "api":
+        op = Op("/api/", "get", "get", "APIVersions", "get available API versions", None, [],
+                [("200", "OK", META + "APIVersions")], _DISCOVERY_MEDIA, _DISCOVERY_MEDIA)
+        op.tag, op.operation_id = "core", "getCoreAPIVersions"
+        return [op]
+    if doc == "apis":
+        op = Op("/apis/", "get", "get", "APIVersions", "get available API versions", None, [],
+                [("200", "OK", META + "APIGroupList")], _DISCOVERY_MEDIA, _DISCOVERY_MEDIA)
+        op.tag, op.operation_id = "apis", "getAPIVersions"
+        return [op]
+    if doc == "version":
+        op = Op("/version/", "get", "get", "CodeVersion", "get the version information for this server", None, [],
+                [("200", "OK", "io.k8s.apimachinery.pkg.version.Info")], [JSON], [JSON])
+        op.tag, op.operation_id = "version", "getCodeVersion"
+        return [op]
+    group = doc.split("/", 1)[1]
+    return [Op(f"/apis/{group}/", "get", "get", "APIGroup", "get information of a group", None, [],
+               [("200", "OK", META + "APIGroup")], _DISCOVERY_MEDIA, _DISCOVERY_MEDIA, group=group)]
+
+
+# ----------------------------------------------------------------------------- rendering
+
+def _refs(x: Any, acc: set[str]) -> set[str]:
+    if isinstance(x, dict):
+        for k, v in x.items():
+            if k == "$ref" and isinstance(v, str) and v.startswith((V2_REF, V3_REF)):
+                acc.add(v.rsplit("/", 1)[-1])
+            else:
+                _refs(v, acc)
+    elif isinstance(x, list):
+        for v in x:
+            _refs(v, acc)
+    return acc
+
+
+def _hoist(ops: list[Op], param_key: Callable[[dict], str]) -> tuple[list[dict], dict[str, list[dict]]]:
+    """kube-openapi: parameters every operation of the path has move to the path (sorted by name, in)."""
+    shared = None
+    for op in ops:
+        keys = {param_key(p) for p in op.params}
+        shared = keys if shared is None else shared & keys
+    shared = shared or set()
+    path_params: dict[str, dict] = {}
+    per_op: dict[str, list[dict]] = {}
+    for op in ops:
+        mine = []
+        for prm in op.params:
+            if param_key(prm) in shared:
+                path_params.setdefault(param_key(prm), prm)
+            else:
+                mine.append(prm)
+        per_op[op.method] = sorted(mine, key=lambda x: (x["name"], x["in"]))
+    return sorted(path_params.values(), key=lambda x: (x["name"], x["in"])), per_op
+
+
+_METHOD_ORDER = ("get", "put", "post", "delete", "options", "head", "patch")
+
+
+def _group_by_path(ops: list[Op]) -> dict[str, list[Op]]:
+    by: dict[str, list[Op]] = {}
+    for op in ops:
+        by.setdefault(op.path, []).append(op)
+    return {p: sorted(v, key=lambda o: _METHOD_ORDER.index(o.method)) for p, v in sorted(by.items())}
+
+
+def _v3_paths(ops: list[Op]) -> dict:
+    out: dict[str, dict] = {}
+    for path, path_ops in _group_by_path(ops).items():
+        path_params, per_op = _hoist(path_ops, lambda p: json.dumps(p, sort_keys=True))
+        item: dict[str, Any] = {}
+        for op in path_ops:
+            o: dict[str, Any] = {"tags": [op.tag], "description": op.description, "operationId": op.operation_id}
+            if per_op[op.method]:
+                o["parameters"] = per_op[op.method]
+            if op.body:
+                types = op.consumes if op.method == "patch" else (op.v3_body_types or op.consumes)
+                body: dict[str, Any] = {"content": {t: {"schema": {"$ref": V3_REF + op.body[0]}} for t in sorted(types)}}
+                if op.body[1]:
+                    body["required"] = True
+                o["requestBody"] = body
+            resp: dict[str, Any] = {}
+            for code, desc, ref in op.responses:
+                resp[code] = {"description": desc,
+                              "content": {t: {"schema": {"$ref": V3_REF + ref}} for t in sorted(op.produces)}}
+            resp["401"] = {"description": "Unauthorized"}
+            o["responses"] = resp
+            if op.action:
+                o["x-kubernetes-action"] = op.action
+            if op.gvk:
+                o["x-kubernetes-group-version-kind"] = dict(op.gvk)
+            item[op.method] = o
+        if path_params:
+            item["parameters"] = path_params
+        out[path] = item
+    return out
+
+
+def _v2_param(p: dict) -> dict:
+    out: dict[str, Any] = {"uniqueItems": True, "type": p["schema"]["type"], "description": p["description"],
+                           "name": p["name"], "in": p["in"]}
+    if p.get("required"):
+        out["required"] = True
+    return out
+
+
+def _fnv1_64(b: bytes) -> int:
+    h = 0xCBF29CE484222325
+    for c in b:
+        h = (h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+        h ^= c
+    return h
+
+
+@functools.lru_cache(maxsize=256)
+def _param_hash(encoded: bytes) -> str:
+    return base64.urlsafe_b64encode(_fnv1_64(encoded).to_bytes(8, "big")[:6]).decode()
+
+
+def _shared_name(p: dict) -> str | None:
+    """builder/parameters.go collectSharedParameters: the name a parameter is shared under, or None."""
+    if p["name"] == "name" and p["in"] in ("query", "path"):
+        return None
+    if p["in"] == "query" and p["name"] in ("fieldValidation", "dryRun"):
+        return None
+    if p["in"] == "body" and not p["schema"]["$ref"].startswith(V2_REF + "io.k8s.apimachinery"):
+        return None
+    return p["name"] + "-" + _param_hash(jsonenc.dumps(p))
+
+
+def _v2_paths(ops: list[Op], shared: dict[str, dict]) -> dict:
+    def ref_or_inline(p: dict) -> dict:
+        name = _shared_name(p)
+        if name is None:
+            return p
+        shared[name] = p
+        return {"$ref": "#/parameters/" + name}
+
+    out: dict[str, dict] = {}
+    for path, path_ops in _group_by_path(ops).items():
+        for op in path_ops:
+            op._v2params = [_v2_param(p) for p in op.params]
+            if op.body:
+                b: dict[str, Any] = {"name": "body", "in": "body"}
+                if op.body[1]:
+                    b["required"] = True
+                b["schema"] = {"$ref": V2_REF + op.body[0]}
+                op._v2params.insert(0, b)
+        shared_keys = None
+        for op in path_ops:
+            keys = {jsonenc.dumps(p) for p in op._v2params if p["in"] != "body"}
+            shared_keys = keys if shared_keys is None else shared_keys & keys
+        shared_keys = shared_keys or set()
+        item: dict[str, Any] = {}
+        path_params: dict[bytes, dict] = {}
+        for op in path_ops:
+            mine = []
+            for p in op._v2params:
+                k = jsonenc.dumps(p)
+                if p["in"] != "body" and k in shared_keys:
+                    path_params.setdefault(k, p)
+                else:
+                    mine.append(p)
+            mine.sort(key=lambda x: (x["name"], x["in"]))
+            o: dict[str, Any] = {"description": op.description, "consumes": list(op.consumes),
+                                 "produces": list(op.produces), "schemes": ["https"], "tags": [op.tag],
+                                 "operationId": op.operation_id}
+            if mine:
+                o["parameters"] = [ref_or_inline(p) for p in mine]
+            resp: dict[str, Any] = {code: {"description": desc, "schema": {"$ref": V2_REF + ref}}
+                                    for code, desc, ref in op.responses}
+            resp["401"] = {"description": "Unauthorized"}
+            o["responses"] = resp
+            if op.action:
+                o["x-kubernetes-action"] = op.action
+            if op.gvk:
+                o["x-kubernetes-group-version-kind"] = {"group": op.gvk["group"], "kind": op.gvk["kind"],
+                                                        "version": op.gvk["version"]}
+            item[op.method] = o
+        if path_params:
+            item["parameters"] = [ref_or_inline(p) for p in sorted(path_params.values(),
+                                                                     key=lambda x: (x["name"], x["in"]))]
+        out[path] = item
+    return out
+
+
+def to_v2_schema(x: Any, in_properties: bool = False) -> Any:
+    """A v3 schema as kube-openapi writes it in v2: a one-element `allOf` of a `$ref` becomes the `$ref`,
+    `default` is dropped, a `oneOf` of plain types (int-or-string, quantity) becomes `type: string`."""
+    if isinstance(x, list):
+        return [to_v2_schema(v) for v in x]
+    if not isinstance(x, dict):
+        return x
+    out: dict[str, Any] = {}
+    for k, v in x.items():
+        if in_properties:
+            out[k] = to_v2_schema(v)
+        elif k == "$ref" and isinstance(v, str):
+            out[k] = v.replace(V3_REF, V2_REF)
+        elif k == "default":
+            continue
+        elif k == "allOf" and len(v) == 1 and isinstance(v[0], dict) and isinstance(v[0].get("$ref"), str):
+            out["$ref"] = v[0]["$ref"].replace(V3_REF, V2_REF)
+        elif k == "oneOf" and all(isinstance(o, dict) and set(o) == {"type"} for o in v):
+            out["type"] = "string"
+        else:
+            out[k] = to_v2_schema(v, k == "properties")
+    return out
+
+
+# ----------------------------------------------------------------------------- schemas
+
+def _meta_gvks(kind: str, groups: list[tuple[str, str]] | None) -> list[dict]:
+    """DeleteOptions / WatchEvent are registered in every group version; a group version's document lists
+    the core one and its own, the v2 document (groups=None) every registration."""
+    every = _data()["meta_gvks"][kind]
+    if groups is None:
+        return copy.deepcopy(every)
+    return [{"group": "", "kind": kind, "version": "v1"}] + \
+           [{"group": g, "kind": kind, "version": v} for g, v in groups if g]
+
+
+def _type_meta(name: str) -> dict:
+    # TypeMeta's documented properties, as every built-in kind's schema carries them.
+    return copy.deepcopy(_data()["schemas"]["io.k8s.api.core.v1.ConfigMap"]["properties"][name])
+
+
+_OBJECT_META_DOC = ("Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/"
+                    "sig-architecture/api-conventions.md#metadata")
+_LIST_META_DOC = ("Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/"
+                  "sig-architecture/api-conventions.md#types-kinds")
+
+
+def _cr_schemas(r: Resource, v2: bool) -> dict[str, dict]:
+    """apiextensions builder: the kind's schema from the CRD's openAPIV3Schema, and its list."""
+    ref = V2_REF if v2 else V3_REF
+    gvk = [{"group": r.group, "kind": r.kind, "version": r.version}]
+    schema = r.schema if isinstance(r.schema, dict) and r.schema else None
+    if schema is None or (v2 and schema.get("x-kubernetes-preserve-unknown-fields")):
+        kind: dict[str, Any] = {"type": "object"}
     else:
-        s = {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
-             "properties": {**_TOP}}
-    s["x-kubernetes-group-version-kind"] = [_gvk(r)]
-    return s
-
-
-def _list_schema(r: Resource) -> dict:
-    return {
+        kind = copy.deepcopy(schema)
+        if v2:
+            kind = _crd_v2(kind)
+        props = dict(kind.get("properties") or {})
+        props["apiVersion"] = _type_meta("apiVersion")
+        props["kind"] = _type_meta("kind")
+        props["metadata"] = ({"description": _OBJECT_META_DOC, "$ref": ref + META + "ObjectMeta"} if v2 else
+                             {"description": _OBJECT_META_DOC, "allOf": [{"$ref": ref + META + "ObjectMeta"}]})
+        kind["properties"] = dict(sorted(props.items()))
+    kind["x-kubernetes-group-version-kind"] = gvk
+    kind = dict(sorted(kind.items(), key=lambda kv: _schema_key_order(kv[0])))
+    lst = {
+        "description": f"{r.list_kind} is a list of {r.kind}",
         "type": "object",
         "required": ["items"],
-        "properties": {"apiVersion": S, "items": {"type": "array", "items": ref(definition_name(r))},
-                       "kind": S, "metadata": ref(META + "ListMeta")},
+        "properties": {
+            "apiVersion": _type_meta("apiVersion"),
+            "items": {"description": f"List of {r.plural}. More info: https://git.k8s.io/community/contributors/"
+                                     "devel/sig-architecture/api-conventions.md",
+                      "type": "array", "items": {"$ref": ref + definition_name(r)}},
+            "kind": _type_meta("kind"),
+            "metadata": ({"description": _LIST_META_DOC, "$ref": ref + META + "ListMeta"} if v2 else
+                         {"description": _LIST_META_DOC, "allOf": [{"$ref": ref + META + "ListMeta"}]}),
+        },
         "x-kubernetes-group-version-kind": [{"group": r.group, "kind": r.list_kind, "version": r.version}],
     }
+    return {definition_name(r): kind, definition_name(r, r.list_kind): lst}
 
 
-def _closure(names: list[str], extra: dict[str, dict]) -> dict[str, dict]:
-    """All definitions reachable from `names` (looked up in `extra` first, then DEFS)."""
+# spec.Schema's JSON field order (go-openapi), extensions after.
+_SCHEMA_FIELDS = ["id", "$ref", "$schema", "description", "type", "nullable", "format", "title", "default", "maximum",
+                  "exclusiveMaximum", "minimum", "exclusiveMinimum", "maxLength", "minLength", "pattern", "maxItems",
+                  "minItems", "uniqueItems", "multipleOf", "enum", "maxProperties", "minProperties", "required",
+                  "items", "allOf", "oneOf", "anyOf", "not", "properties", "additionalProperties",
+                  "patternProperties", "dependencies", "additionalItems", "definitions"]
+
+
+def _schema_key_order(k: str) -> tuple:
+    return (0, _SCHEMA_FIELDS.index(k), k) if k in _SCHEMA_FIELDS else (1, 0, k)
+
+
+def _crd_v2(s: Any) -> Any:
+    """apiextensions openapi/v2 ToStructuralOpenAPIV2 (and the v2 builder dropping defaults): no junctors,
+    nullable and preserve-unknown-fields nodes lose what kubectl's v2 parser cannot take."""
+    if not isinstance(s, dict):
+        return s
+    out = {k: v for k, v in s.items() if k not in ("allOf", "oneOf", "anyOf", "not", "default")}
+    props = out.get("properties")
+    if isinstance(props, dict) and out.get("required"):
+        nullable = {f for f, fs in props.items() if isinstance(fs, dict) and fs.get("nullable")}
+        out["required"] = [r for r in out["required"] if r not in nullable]
+    ap = out.get("additionalProperties")
+    if isinstance(ap, dict) and ap.get("nullable") and "required" in out:
+        out.pop("required")
+    if out.pop("nullable", False):
+        out.pop("type", None)
+        out.pop("items", None)
+        out.pop("properties", None)
+    if out.get("x-kubernetes-preserve-unknown-fields"):
+        out.pop("items", None)
+        out.pop("properties", None)
+    if "items" not in out and out.get("type") == "array":
+        out.pop("type")
+    if out.get("x-kubernetes-preserve-unknown-fields") and out.get("type") == "object":
+        out.pop("type")
+    if not out.get("required"):
+        out.pop("required", None)
+    if isinstance(out.get("properties"), dict):
+        out["properties"] = {k: _crd_v2(v) for k, v in out["properties"].items()}
+    if isinstance(out.get("items"), dict):
+        out["items"] = _crd_v2(out["items"])
+    if isinstance(out.get("additionalProperties"), dict):
+        out["additionalProperties"] = _crd_v2(out["additionalProperties"])
+    return out
+
+
+def _closure(roots: set[str], extra: dict[str, dict], v2: bool, meta_groups: list[tuple[str, str]] | None,
+             custom_doc: bool = False) -> dict[str, dict]:
+    schemas = _data()["schemas"]
     out: dict[str, dict] = {}
-    todo = list(names)
+    todo = list(roots)
     while todo:
         n = todo.pop()
         if n in out:
             continue
-        s = extra.get(n) if n in extra else DEFS.get(n)
+        s = extra.get(n)
         if s is None:
-            continue
+            s = schemas[n]
+            if n in (META + "DeleteOptions", META + "WatchEvent"):
+                s = dict(s)
+                kind = n.rsplit(".", 1)[1]
+                if custom_doc:
+                    s["x-kubernetes-group-version-kind"] = [
+                        g for g in _meta_gvks(kind, None) if g["group"] not in _NOT_IN_LEGACY_SCHEME]
+                else:
+                    s["x-kubernetes-group-version-kind"] = _meta_gvks(kind, meta_groups)
+            if v2:
+                s = to_v2_schema(s)
         out[n] = s
-        stack = [s]
-        while stack:
-            x = stack.pop()
-            if isinstance(x, dict):
-                rr = x.get("$ref")
-                if isinstance(rr, str) and not rr.startswith("#") and rr not in out:
-                    todo.append(rr)
-                stack.extend(x.values())
-            elif isinstance(x, list):
-                stack.extend(x)
+        todo.extend(_refs(s, set()))
     return dict(sorted(out.items()))
-
-
-def _render(x: Any, prefix: str) -> Any:
-    """Turn internal refs into JSON pointers (`prefix` + name)."""
-    if isinstance(x, dict):
-        out = {}
-        for k, v in x.items():
-            if k == "$ref" and isinstance(v, str) and not v.startswith("#"):
-                out[k] = prefix + v
-            else:
-                out[k] = _render(v, prefix)
-        return out
-    if isinstance(x, list):
-        return [_render(v, prefix) for v in x]
-    return x
-
-
-# ----------------------------------------------------------------------------- operations
-
-def _q(name: str, desc: str, typ: str = "string") -> dict:
-    return {"name": name, "in": "query", "description": desc, "type": typ}
-
-
-_P_PRETTY = _q("pretty", "If 'true', then the output is pretty printed.")
-_P_DRYRUN = _q("dryRun", "When present, indicates that modifications should not be persisted. Valid value: All")
-_P_MANAGER = _q("fieldManager", "fieldManager is a name associated with the actor or entity that is making these changes.")
-_P_FIELDVAL = _q("fieldValidation", "fieldValidation instructs the server on how to handle objects in the request "
-                                    "containing unknown or duplicate fields. Valid values are: Ignore, Warn, Strict.")
-_P_FORCE = _q("force", "Force is going to \"force\" Apply requests. It must be unset for non-apply patch requests.",
-              "boolean")
-_LIST_PARAMS = [
-    _q("allowWatchBookmarks", "allowWatchBookmarks requests watch events with type \"BOOKMARK\".", "boolean"),
-    _q("continue", "The continue option should be set when retrieving more results from the server."),
-    _q("fieldSelector", "A selector to restrict the list of returned objects by their fields."),
-    _q("labelSelector", "A selector to restrict the list of returned objects by their labels."),
-    _q("limit", "limit is a maximum number of responses to return for a list call.", "integer"),
-    _q("resourceVersion", "resourceVersion sets a constraint on what resource versions a request may be served from."),
-    _q("resourceVersionMatch", "resourceVersionMatch determines how resourceVersion is applied to list calls."),
-    _q("sendInitialEvents", "`sendInitialEvents=true` may be set together with `watch=true`.", "boolean"),
-    _q("shardSelector", "shardSelector restricts the list of returned objects to a hash range (alpha).") ,
-    _q("timeoutSeconds", "Timeout for the list/watch call.", "integer"),
-    _q("watch", "Watch for changes to the described resources and return them as a stream of add, update, and "
-                "remove notifications.", "boolean"),
-]
-
-_JSON = "application/json"
-_PRODUCES = [_JSON, "application/yaml"]
-_WATCH_PRODUCES = [_JSON, "application/json;stream=watch"]
-
-
-def _patch_types(r: Resource) -> list[str]:
-    out = ["application/json-patch+json", "application/merge-patch+json"]
-    if supports_strategic_merge(r):
-        out.append("application/strategic-merge-patch+json")
-    return out
-
-
-def _op_id(verb: str, r: Resource, namespaced: bool, suffix: str = "") -> str:
-    g = r.group.split(".")[0] if r.group else "core"
-    gv = g[:1].upper() + g[1:] + r.version[:1].upper() + r.version[1:]
-    return f"{verb}{gv}{'Namespaced' if namespaced else ''}{r.kind}{suffix}"
-
-
-def _operations(r: Resource) -> list[tuple[str, str, dict, list[dict]]]:
-    """(path, method, operation, path-level parameters) for one resource, in an abstract form.
-
-    Operation = dict with keys: description, operationId, action, params (query params), body
-    (definition name or None), consumes (list), responses {code: definition name or None}, list (bool).
-    """
-    base = "/api/" + r.version if not r.group else f"/apis/{r.group}/{r.version}"
-    kind_def = definition_name(r)
-    list_def = _list_definition_name(r)
-    name_p = {"name": "name", "in": "path", "description": f"name of the {r.kind}", "required": True, "type": "string"}
-    ns_p = {"name": "namespace", "in": "path", "description": "object name and auth scope, such as for teams and "
-            "projects", "required": True, "type": "string"}
-    scope = [ns_p] if r.namespaced else []
-    coll = f"{base}/namespaces/{{namespace}}/{r.plural}" if r.namespaced else f"{base}/{r.plural}"
-    item = coll + "/{name}"
-    ns = r.namespaced
-    write = [_P_DRYRUN, _P_MANAGER, _P_FIELDVAL]
-    ops: list[tuple[str, str, dict, list[dict]]] = []
-    ops.append((coll, "get", {"description": f"list or watch objects of kind {r.kind}", "operationId":
-                              _op_id("list", r, ns), "action": "list", "params": _LIST_PARAMS,
-                              "responses": {"200": list_def}, "list": True}, scope + [_P_PRETTY]))
-    ops.append((coll, "post", {"description": f"create a {r.kind}", "operationId": _op_id("create", r, ns),
-                               "action": "post", "params": write, "body": kind_def, "consumes": [_JSON],
-                               "responses": {"200": kind_def, "201": kind_def, "202": kind_def}},
-                scope + [_P_PRETTY]))
-    ops.append((coll, "delete", {"description": f"delete collection of {r.kind}", "operationId":
-                                 _op_id("deletecollection", r, ns, ""), "action": "deletecollection",
-                                 "params": [_P_DRYRUN] + _LIST_PARAMS, "body": META + "DeleteOptions",
-                                 "consumes": [_JSON], "responses": {"200": META + "Status"}},
-                scope + [_P_PRETTY]))
-    ops.append((item, "get", {"description": f"read the specified {r.kind}", "operationId": _op_id("read", r, ns),
-                              "action": "get", "params": [], "responses": {"200": kind_def}},
-                [name_p] + scope + [_P_PRETTY]))
-    ops.append((item, "put", {"description": f"replace the specified {r.kind}", "operationId":
-                              _op_id("replace", r, ns), "action": "put", "params": write, "body": kind_def,
-                              "consumes": [_JSON], "responses": {"200": kind_def, "201": kind_def}},
-                [name_p] + scope + [_P_PRETTY]))
-    ops.append((item, "patch", {"description": f"partially update the specified {r.kind}", "operationId":
-                                _op_id("patch", r, ns), "action": "patch", "params": write + [_P_FORCE],
-                                "body": META + "Patch", "consumes": _patch_types(r),
-                                "responses": {"200": kind_def, "201": kind_def}},
-                [name_p] + scope + [_P_PRETTY]))
-    ops.append((item, "delete", {"description": f"delete a {r.kind}", "operationId": _op_id("delete", r, ns),
-                                 "action": "delete", "params": [_P_DRYRUN,
-                                                                _q("gracePeriodSeconds", "The duration in seconds "
-                                                                   "before the object should be deleted.", "integer"),
-                                                                _q("propagationPolicy", "Whether and how garbage "
-                                                                   "collection will be performed.")],
-                                 "body": META + "DeleteOptions", "consumes": [_JSON],
-                                 "responses": {"200": META + "Status", "202": META + "Status"}},
-                [name_p] + scope + [_P_PRETTY]))
-    if r.namespaced:
-        ops.append((f"{base}/{r.plural}", "get", {"description": f"list or watch objects of kind {r.kind}",
-                                                  "operationId": _op_id("list", r, False, "ForAllNamespaces"),
-                                                  "action": "list", "params": _LIST_PARAMS,
-                                                  "responses": {"200": list_def}, "list": True}, [_P_PRETTY]))
-    if r.status_subresource:
-        st = item + "/status"
-        ops.append((st, "get", {"description": f"read status of the specified {r.kind}", "operationId":
-                                _op_id("read", r, ns, "Status"), "action": "get", "params": [],
-                                "responses": {"200": kind_def}}, [name_p] + scope + [_P_PRETTY]))
-        ops.append((st, "put", {"description": f"replace status of the specified {r.kind}", "operationId":
-                                _op_id("replace", r, ns, "Status"), "action": "put", "params": write,
-                                "body": kind_def, "consumes": [_JSON],
-                                "responses": {"200": kind_def, "201": kind_def}}, [name_p] + scope + [_P_PRETTY]))
-        ops.append((st, "patch", {"description": f"partially update status of the specified {r.kind}",
-                                  "operationId": _op_id("patch", r, ns, "Status"), "action": "patch",
-                                  "params": write + [_P_FORCE], "body": META + "Patch",
-                                  "consumes": _patch_types(r), "responses": {"200": kind_def, "201": kind_def}},
-                   [name_p] + scope + [_P_PRETTY]))
-    return ops
-
-
-def _tag(r: Resource) -> str:
-    if not r.group:
-        return "core_" + r.version
-    return r.group.split(".")[0].replace("-", "") + "_" + r.version
-
-
-def _v2_param(p: dict) -> dict:
-    out = {"type": p["type"], "uniqueItems": True, "description": p["description"], "name": p["name"], "in": p["in"]}
-    if p.get("required"):
-        out["required"] = True
-    return out
-
-
-def _v3_param(p: dict) -> dict:
-    out: dict[str, Any] = {"name": p["name"], "in": p["in"], "description": p["description"]}
-    if p.get("required"):
-        out["required"] = True
-    out["schema"] = {"type": p["type"], "uniqueItems": True}
-    return out
-
-
-def _finish_operation(o: dict, r: Resource, op: dict, schema_of) -> None:
-    """Responses and the x-kubernetes extensions, the same in v2 and v3; `schema_of(definition)`
-    gives the version's response body fields (None: a bare "OK")."""
-    responses = {}
-    for code, d in op["responses"].items():
-        body = schema_of(d)
-        if body is None:
-            responses[code] = {"description": "OK"}
-        else:
-            responses[code] = {"description": {"200": "OK", "201": "Created"}.get(code, "Accepted"), **body}
-    responses["401"] = {"description": "Unauthorized"}
-    o["responses"] = responses
-    o["x-kubernetes-action"] = op["action"]
-    o["x-kubernetes-group-version-kind"] = _gvk(r)
-
-
-def _v2_paths(resources: list[Resource]) -> dict:
-    paths: dict[str, dict] = {}
-    for r in resources:
-        for path, method, op, path_params in _operations(r):
-            entry = paths.setdefault(path, {})
-            o: dict[str, Any] = {"description": op["description"]}
-            o["consumes"] = op.get("consumes") or ["*/*"]
-            o["produces"] = _WATCH_PRODUCES if op.get("list") else _PRODUCES
-            o["schemes"] = ["https"]
-            o["tags"] = [_tag(r)]
-            o["operationId"] = op["operationId"]
-            params = [_v2_param(p) for p in op["params"]]
-            if op.get("body"):
-                params.insert(0, {"name": "body", "in": "body", "required": op["action"] != "deletecollection"
-                                  and op["action"] != "delete", "schema": ref(op["body"])})
-            if params:
-                o["parameters"] = params
-            _finish_operation(o, r, op, lambda d: {"schema": ref(d)} if d else None)
-            entry[method] = o
-            entry["parameters"] = [_v2_param(p) for p in path_params]
-    return dict(sorted(paths.items()))
-
-
-def _v3_paths(resources: list[Resource]) -> dict:
-    paths: dict[str, dict] = {}
-    for r in resources:
-        for path, method, op, path_params in _operations(r):
-            entry = paths.setdefault(path, {})
-            o: dict[str, Any] = {"tags": [_tag(r)], "description": op["description"],
-                                 "operationId": op["operationId"]}
-            params = [_v3_param(p) for p in op["params"]]
-            if params:
-                o["parameters"] = params
-            if op.get("body"):
-                o["requestBody"] = {"content": {ct: {"schema": ref(op["body"])} for ct in op["consumes"]},
-                                    "required": op["action"] not in ("delete", "deletecollection")}
-            produces = _WATCH_PRODUCES if op.get("list") else _PRODUCES
-            _finish_operation(o, r, op, lambda d: {"content": {ct: {"schema": ref(d)} for ct in produces}})
-            entry[method] = o
-            entry["parameters"] = [_v3_param(p) for p in path_params]
-    return dict(sorted(paths.items()))
-
-
-def _definitions(resources: list[Resource]) -> dict[str, dict]:
-    extra: dict[str, dict] = {}
-    roots = [META + "Status", META + "Patch", META + "DeleteOptions", META + "WatchEvent"]
-    for r in resources:
-        extra[definition_name(r)] = _kind_schema(r)
-        extra[_list_definition_name(r)] = _list_schema(r)
-        roots += [definition_name(r), _list_definition_name(r)]
-    return _closure(roots, extra)
 
 
 # ----------------------------------------------------------------------------- memoization
@@ -787,17 +640,35 @@ def _memo(kind: str, registry: Registry, extra: tuple, build):
 
 # ----------------------------------------------------------------------------- documents
 
-_INFO = {"title": "Kubernetes", "version": "v1.36.0-residency"}
+def _gv_ops(rs: list[Resource], group: str, version: str) -> list[Op]:
+    mine = [r for r in rs if r.group == group and r.version == version]
+    ops = [] if any(r.custom for r in mine) else [_gv_discovery_op(group, version)]
+    for r in mine:
+        ops.extend(_resource_ops(r))
+    return ops
 
 
 def v2(registry: Registry) -> dict:
-    """Swagger 2.0 document for every served resource."""
+    """Swagger 2.0 document of everything served."""
     def build(rs: list[Resource]) -> dict:
+        groups = discovery.api_group_list(registry)["groups"]
+        ops = _root_ops("api") + _root_ops("apis") + _root_ops("version")
+        ops += [op for g in groups if not _is_custom_group(rs, g["name"]) for op in _root_ops(f"apis/{g['name']}")]
+        for g, v in sorted({(r.group, r.version) for r in rs}):
+            ops += _gv_ops(rs, g, v)
+        shared: dict[str, dict] = {}
+        paths = _v2_paths(ops, shared)
+        extra: dict[str, dict] = {}
+        for r in rs:
+            if r.custom:
+                extra.update(_cr_schemas(r, v2=True))
+        roots = _refs(paths, set()) | _refs(shared, set())
         return {
             "swagger": "2.0",
-            "info": dict(_INFO),
-            "paths": _render(_v2_paths(rs), "#/definitions/"),
-            "definitions": _render(_definitions(rs), "#/definitions/"),
+            "info": _info(),
+            "paths": paths,
+            "definitions": _closure(roots, extra, True, None),
+            "parameters": dict(sorted(shared.items())),
             "securityDefinitions": {"BearerToken": {"description": "Bearer Token authentication", "type": "apiKey",
                                                     "name": "authorization", "in": "header"}},
             "security": [{"BearerToken": []}],
@@ -805,46 +676,84 @@ def v2(registry: Registry) -> dict:
     return _memo("v2", registry, (), build)
 
 
-def _gv_path(group: str, version: str) -> str:
-    return f"api/{version}" if not group else f"apis/{group}/{version}"
+def _is_custom_group(rs: list[Resource], group: str) -> bool:
+    return any(r.custom for r in rs if r.group == group)
+
+
+def _v3_paths_in_index(rs: list[Resource]) -> list[str]:
+    out = ["api", "apis", "version"]
+    for g, v in {(r.group, r.version) for r in rs}:
+        out.append(f"api/{v}" if not g else f"apis/{g}/{v}")
+        if g and not _is_custom_group(rs, g):
+            out.append(f"apis/{g}")
+    return sorted(set(out))
+
+
+def v3_document(registry: Registry, path: str) -> dict | None:
+    """The OpenAPI 3.0 document at /openapi/v3/<path>, or None."""
+    def build(rs: list[Resource]) -> dict | None:
+        if path not in _v3_paths_in_index(rs):
+            return None
+        custom = False
+        meta_groups: list[tuple[str, str]] = []
+        if path in ("api", "apis", "version") or (path.startswith("apis/") and path.count("/") == 1):
+            ops = _root_ops(path)
+        else:
+            parts = path.split("/")
+            group, version = ("", parts[1]) if parts[0] == "api" else (parts[1], parts[2])
+            ops = _gv_ops(rs, group, version)
+            custom = _is_custom_group(rs, group)
+            meta_groups = [(group, version)]
+        extra: dict[str, dict] = {}
+        for r in rs:
+            if r.custom and any(op.gvk and op.gvk["kind"] == r.kind and op.gvk["group"] == r.group for op in ops):
+                extra.update(_cr_schemas(r, v2=False))
+        paths = _v3_paths(ops)
+        doc: dict[str, Any] = {"openapi": "3.0.0",
+                               "info": {"title": "Kubernetes CRD Swagger", "version": "v0.1.0"} if custom else _info(),
+                               "paths": paths}
+        components: dict[str, Any] = {"schemas": _closure(_refs(paths, set()), extra, False, meta_groups,
+                                                          custom_doc=custom)}
+        if not custom:
+            components["securitySchemes"] = copy.deepcopy(_SECURITY_SCHEME)
+        doc["components"] = components
+        return doc
+    return _memo("v3doc", registry, (path,), build)
 
 
 def v3_group_version(registry: Registry, group: str, version: str) -> dict | None:
-    """OpenAPI 3.0 document of one group-version, or None if nothing is served there."""
-    def build(rs: list[Resource]) -> dict | None:
-        mine = [r for r in rs if r.group == group and r.version == version]
-        if not mine:
-            return None
-        return {
-            "openapi": "3.0.0",
-            "info": dict(_INFO),
-            "paths": _render(_v3_paths(mine), "#/components/schemas/"),
-            "components": {
-                "schemas": _render(_definitions(mine), "#/components/schemas/"),
-                "securitySchemes": {"BearerToken": {"type": "apiKey", "description": "Bearer Token authentication",
-                                                    "name": "authorization", "in": "header"}},
-            },
-        }
-    return _memo("v3gv", registry, (group, version), build)
+    return v3_document(registry, f"api/{version}" if not group else f"apis/{group}/{version}")
 
 
-def v3_hash(registry: Registry, group: str, version: str) -> str | None:
-    def build(rs: list[Resource]) -> str | None:
-        doc = v3_group_version(registry, group, version)
+def _hash(body: bytes) -> str:
+    return hashlib.sha512(body).hexdigest().upper()
+
+
+def v3_body(registry: Registry, path: str) -> tuple[bytes, str] | None:
+    def build(rs: list[Resource]) -> tuple[bytes, str] | None:
+        doc = v3_document(registry, path)
         if doc is None:
             return None
-        raw = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
-        return hashlib.sha512(raw).hexdigest().upper()
-    return _memo("v3hash", registry, (group, version), build)
+        body = jsonenc.dumps(doc)
+        return body, _hash(body)
+    return _memo("v3body", registry, (path,), build)
+
+
+def v3_hash(registry: Registry, path: str) -> str | None:
+    got = v3_body(registry, path)
+    return None if got is None else got[1]
+
+
+def v2_body(registry: Registry) -> tuple[bytes, str]:
+    def build(rs: list[Resource]) -> tuple[bytes, str]:
+        body = jsonenc.dumps(v2(registry))
+        return body, _hash(body)
+    return _memo("v2body", registry, (), build)
 
 
 def v3_index(registry: Registry) -> dict:
     """`/openapi/v3`: {"paths": {"api/v1": {"serverRelativeURL": "/openapi/v3/api/v1?hash=..."}, ...}}."""
     def build(rs: list[Resource]) -> dict:
-        gvs = sorted({(r.group, r.version) for r in rs})
-        paths = {}
-        for g, v in gvs:
-            p = _gv_path(g, v)
-            paths[p] = {"serverRelativeURL": f"/openapi/v3/{p}?hash={v3_hash(registry, g, v)}"}
-        return {"paths": dict(sorted(paths.items()))}
+        return {"paths": {p: {"serverRelativeURL": f"/openapi/v3/{p}?hash={v3_hash(registry, p)}"}
+                          for p in _v3_paths_in_index(rs)}}
     return _memo("v3index", registry, (), build)

@@ -3,6 +3,9 @@ served as soon as they exist): health, metrics, version, discovery, OpenAPI, the
 `/api/v1/...` and `/apis/<group>/<version>/...` to the endpoints by verb."""
 from __future__ import annotations
 
+import datetime
+import email.utils
+import hashlib
 from typing import Any, Callable
 
 from aiohttp import web
@@ -16,6 +19,12 @@ from machinery.resources import Registry
 
 from .endpoints.common import Context, RequestScope, json_response
 from .health import Health
+
+
+def page_not_found() -> web.Response:
+    """Go's http.NotFound, which ends upstream's handler chain."""
+    return web.Response(status=404, body=b"404 page not found\n",
+                        headers={"Content-Type": "text/plain; charset=utf-8", "X-Content-Type-Options": "nosniff"})
 
 
 def not_found() -> errors.StatusError:
@@ -77,68 +86,132 @@ class Routes:
                 gc.collect()
             return json_response(jsonenc.dumps(self.residency_report()) + b"\n")
         if head == "version" and len(parts) == 1:
-            return json_response(jsonenc.dumps(discovery.version_info()) + b"\n")
+            return json_response(discovery.version_json())
         if head == "openapi":
-            return self.openapi(parts)
+            return self.openapi(request, parts)
+        if head not in ("api", "apis"):
+            return page_not_found()
         if head in ("api", "apis") and len(parts) == 1:
             if discovery.wants_aggregated(request.headers.get("Accept")):
                 # Aggregated discovery (one request instead of one per group version).
                 doc = discovery.aggregated_discovery(self.registry, core=(head == "api"))
+                etag = discovery.aggregated_etag(doc)
+                headers = {"ETag": etag, "Vary": "Accept", "Cache-Control": "public"}
+                if discovery.etag_matches(request.headers.get("If-None-Match"), etag):
+                    return web.Response(status=304, headers=headers)
                 return web.Response(body=jsonenc.dumps(doc) + b"\n", headers={
-                    "Content-Type": discovery.AGGREGATED_CONTENT_TYPE, "Vary": "Accept",
-                    "ETag": discovery.aggregated_etag(doc)})
+                    **headers, "Content-Type": discovery.AGGREGATED_CONTENT_TYPE})
             if head == "api":
                 return json_response(jsonenc.dumps(discovery.api_versions(request.host)) + b"\n")
             return json_response(jsonenc.dumps(discovery.api_group_list(self.registry)) + b"\n")
         if head == "apis" and len(parts) == 2:
             g = discovery.api_group(self.registry, parts[1])
             if g is None:
-                raise not_found()
+                return page_not_found()
             return json_response(jsonenc.dumps(g) + b"\n")
         resolved = resolve(parts)
         if resolved is None:
-            raise not_found()
+            return page_not_found()
         group, version, rest = resolved
-        if not rest:
-            rl = discovery.api_resource_list(self.registry, group, version)
-            if rl is None:
-                raise not_found()
-            return json_response(jsonenc.dumps(rl) + b"\n")
-        scope = self.scope_for(group, version, rest)
+        # Upstream: paths under a group kube-apiserver itself serves (and under /api) that match nothing
+        # are NotFound Statuses; anything under an unknown group, or a group only custom resources use,
+        # falls through to the delegation chain's end: Go's plain-text 404.
+        builtin = not group or any(not r.custom for r in self.registry.all() if r.group == group)
+        try:
+            if not rest:
+                rl = discovery.api_resource_list(self.registry, group, version)
+                if rl is None:
+                    raise not_found()
+                return json_response(jsonenc.dumps(rl) + b"\n")
+            legacy_watch = rest[0] == "watch"  # deprecated /watch/ paths: GET only, always a watch
+            scope = self.scope_for(group, version, rest[1:] if legacy_watch else rest)
+        except errors.StatusError as e:
+            if e.code == 404 and not builtin:
+                return page_not_found()
+            raise
         request["scope"] = scope
-        return await self.verb(request, scope)
+        return await self.verb(request, scope, legacy_watch)
 
-    def openapi(self, parts: list[str]) -> web.Response:
+    def openapi(self, request: web.Request, parts: list[str]) -> web.Response:
+        """kube-openapi's handlers (handler/handler.go for v2, handler3/handler.go for v3)."""
         from . import openapi  # noqa: PLC0415 (documents are built on first request)
         registry = self.registry
-        if parts == ["openapi", "v2"]:
-            return json_response(jsonenc.dumps(openapi.v2(registry)))
-        if parts == ["openapi", "v3"]:
-            return json_response(jsonenc.dumps(openapi.v3_index(registry)))
-        if len(parts) >= 4 and parts[:2] == ["openapi", "v3"]:
-            if parts[2] == "api" and len(parts) == 4:
-                doc = openapi.v3_group_version(registry, "", parts[3])
-            elif parts[2] == "apis" and len(parts) == 5:
-                doc = openapi.v3_group_version(registry, parts[3], parts[4])
-            else:
-                doc = None
-            if doc is not None:
-                return json_response(jsonenc.dumps(doc))
-        raise not_found()
+        inm = request.headers.get("If-None-Match")
+        if parts == ["openapi", "v2"] and not request.path.endswith("/"):
+            body, digest = openapi.v2_body(registry)
+            etag = f'"{digest}"'
+            headers = {"ETag": etag, "Vary": "Accept-Encoding, Accept", "Cache-Control": "no-cache, private"}
+            if inm == etag:
+                return web.Response(status=304, headers=headers)
+            resp = web.Response(body=body, headers={**headers, "Content-Type": "application/json",
+                                                    "Last-Modified": openapi_built(digest)})
+            resp.enable_compression()
+            return resp
+        if parts == ["openapi", "v3"] and not request.path.endswith("/"):
+            # Upstream writes the index without a Content-Type; Go's sniffing calls JSON text/plain.
+            body = jsonenc.dumps(openapi.v3_index(registry))
+            return web.Response(body=body, headers={
+                "Content-Type": "text/plain; charset=utf-8", "Cache-Control": "no-cache, private",
+                "Last-Modified": openapi_built(hashlib.sha256(body).hexdigest())})
+        if len(parts) >= 3 and parts[:2] == ["openapi", "v3"] and not request.path.endswith("/"):
+            got = openapi.v3_body(registry, "/".join(parts[2:]))
+            if got is not None:
+                body, digest = got
+                etag = f'"{digest}"'
+                headers = {"ETag": etag, "Vary": "Accept", "Cache-Control": "no-cache, private"}
+                asked = request.query.get("hash")
+                if asked is not None and asked != digest:
+                    return web.Response(status=301, headers={
+                        **headers, "Location": f"{request.path}?hash={digest}", "Content-Type": "application/json"})
+                if asked is not None:  # an immutable URL: cacheable for a year
+                    headers["Cache-Control"] = "public, immutable"
+                    headers["Expires"] = email.utils.format_datetime(
+                        datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=365)).replace(
+                        "+0000", "UTC")
+                if inm == etag:
+                    return web.Response(status=304, headers=headers)
+                return web.Response(body=body, headers={**headers, "Content-Type": "application/json",
+                                                        "Last-Modified": openapi_built(digest)})
+        if parts[:2] == ["openapi", "v3"]:
+            return web.Response(status=404)  # handler3 answers an unknown document with an empty 404
+        return page_not_found()
 
-    async def verb(self, request: web.Request, scope: RequestScope) -> web.StreamResponse:
+    async def verb(self, request: web.Request, scope: RequestScope, legacy_watch: bool = False) -> web.StreamResponse:
         collection = scope.name is None
         m = request.method
-        if m == "GET" and is_watch(request):
-            endpoint = watch.watch
-        elif (m == "DELETE" and scope.subresource) or (self.read_only and m != "GET"):
-            endpoint = None
+        res = scope.resource
+        if legacy_watch and (m != "GET" or scope.subresource):
+            endpoint, name = None, ""
+        elif m == "GET" and (is_watch(request) or legacy_watch):
+            endpoint, name = watch.watch, "watch"
+        elif m == "DELETE" and scope.subresource:
+            endpoint, name = None, ""
         else:
-            endpoint = (COLLECTION_VERBS if collection else OBJECT_VERBS).get(m)
-        if endpoint is None:
-            res = scope.resource
-            raise errors.method_not_supported(res.plural, verb_name(m, collection), res.group)
+            endpoint, name = (COLLECTION_VERBS if collection else OBJECT_VERBS).get(m), verb_name(m, collection)
+        if endpoint is None or name not in res.verbs:
+            # Upstream installs no route for a verb the registry lacks: go-restful's 405, which the
+            # apiserver answers with a generic MethodNotAllowed Status (empty details).
+            raise method_not_allowed()
+        if self.read_only and m != "GET":
+            raise errors.method_not_supported(res.plural, name, res.group)
         return await endpoint(self.endpoints, request, scope)
+
+
+def method_not_allowed() -> errors.StatusError:
+    return errors.StatusError(405, "MethodNotAllowed", "the server does not allow this method on the requested "
+                                                        "resource", {})
+
+
+_BUILT: dict[str, str] = {}
+
+
+def openapi_built(key: str) -> str:
+    """Last-Modified of an OpenAPI document: when this process first served that version of it."""
+    if key not in _BUILT:
+        if len(_BUILT) > 256:
+            _BUILT.clear()
+        _BUILT[key] = email.utils.format_datetime(datetime.datetime.now(datetime.timezone.utc), usegmt=True)
+    return _BUILT[key]
 
 
 COLLECTION_VERBS = {"GET": read.list_, "POST": write.create, "DELETE": write.deletecollection}

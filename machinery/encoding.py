@@ -38,17 +38,25 @@ def list_item_bytes(res: Resource, data: bytes) -> bytes:
 
 
 class WatchFrames:
-    """The frames of one watch response (S4.2): `{"type":…,"object":…}` lines, or Table rows when
-    the client asked for Tables (one row per event, column headers only in the first)."""
+    """The frames of one watch response (S4.2): `{"type":…,"object":…}` lines, or the objects converted as
+    the client asked (handlers/response.go watchEmbeddedEncoder): Table rows (one row per event, column
+    headers only in the first), or PartialObjectMetadata (client-go's metadata informers)."""
 
-    def __init__(self, res: Resource, table: bool = False, include_object: str = "Metadata"):
+    def __init__(self, res: Resource, table: bool = False, include_object: str = "Metadata",
+                 target: "tables.Target | None" = None):
         self.res = res
-        self.table = table
+        if target is None and table:
+            target = tables.Target("Table", "meta.k8s.io/v1")
+        self.target = target
+        self.table = target is not None and target.kind in ("Table", "PartialObjectMetadata")
         self.include_object = include_object
         self._first_row = True
 
     def _row(self, ev_type: str, obj: Obj) -> bytes:
-        t = tables.watch_table(self.res, obj, self._first_row, self.include_object)
+        if self.target.kind == "PartialObjectMetadata":
+            return jsonenc.watch_event(ev_type, jsonenc.dumps(tables.partial_object(obj, self.target.group_version)))
+        t = tables.watch_table(self.res, obj, self._first_row, self.include_object,
+                               api_version=self.target.group_version)
         self._first_row = False
         return jsonenc.watch_event(ev_type, jsonenc.dumps(t))
 

@@ -23,6 +23,7 @@ class StatusError(Exception):
         self.reason = reason
         self.message = message
         self.details = details or {}
+        self._has_details = details is not None  # an empty StatusDetails is written as "details":{}
         self.metadata = metadata or {}
 
     @property
@@ -37,7 +38,7 @@ class StatusError(Exception):
             out["message"] = self.message
         if self.reason:
             out["reason"] = self.reason
-        if self.details:
+        if self._has_details:
             out["details"] = _ordered_details(self.details)
         out["code"] = self.code
         return out
@@ -146,6 +147,7 @@ def bad_request(message: str) -> StatusError:
 
 
 def method_not_supported(resource: str, action: str, group: str = "") -> StatusError:
+    """apierrors.NewMethodNotSupported (what --read-only answers for a write verb)."""
     return StatusError(405, "MethodNotAllowed",
                        f"{action} is not supported on resources of kind \"{_qualified(resource, group)}\"",
                        {"group": group, "kind": resource})

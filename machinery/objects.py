@@ -61,6 +61,47 @@ def _has_generation(resource: Resource) -> bool:
     return resource.custom or resource.plural in _GENERATION_KINDS
 
 
+def _namespace_name_label(ns: Obj) -> None:
+    """namespaceStrategy.Canonicalize: the `kubernetes.io/metadata.name` label always names the namespace."""
+    md = ns.setdefault("metadata", {})
+    md["labels"] = {**(md.get("labels") or {}), "kubernetes.io/metadata.name": md.get("name", "")}
+
+
+def _service_defaults(svc: Obj) -> None:
+    """SetDefaults_Service (k8s.io/kubernetes pkg/apis/core/v1/defaults.go)."""
+    spec = svc.get("spec")
+    if not isinstance(spec, dict):
+        return
+    if not spec.get("sessionAffinity"):
+        spec["sessionAffinity"] = "None"
+    if spec["sessionAffinity"] == "None":
+        spec.pop("sessionAffinityConfig", None)
+    elif spec["sessionAffinity"] == "ClientIP":
+        cfg = spec.get("sessionAffinityConfig") or {}
+        if not (cfg.get("clientIP") or {}).get("timeoutSeconds"):
+            spec["sessionAffinityConfig"] = {"clientIP": {"timeoutSeconds": 10800}}
+    if not spec.get("type"):
+        spec["type"] = "ClusterIP"
+    for port in spec.get("ports") or []:
+        if isinstance(port, dict):
+            if not port.get("protocol"):
+                port["protocol"] = "TCP"
+            if port.get("targetPort") in (None, 0, ""):
+                port["targetPort"] = port.get("port")
+    t = spec["type"]
+    if (t in ("LoadBalancer", "NodePort") or (t == "ClusterIP" and spec.get("externalIPs"))) \
+            and not spec.get("externalTrafficPolicy"):
+        spec["externalTrafficPolicy"] = "Cluster"
+    if spec.get("internalTrafficPolicy") is None and t in ("NodePort", "LoadBalancer", "ClusterIP"):
+        spec["internalTrafficPolicy"] = "Cluster"
+    if t == "LoadBalancer":
+        if spec.get("allocateLoadBalancerNodePorts") is None:
+            spec["allocateLoadBalancerNodePorts"] = True
+        for ing in ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []:
+            if isinstance(ing, dict) and ing.get("ip") and ing.get("ipMode") is None:
+                ing["ipMode"] = "VIP"
+
+
 def prepare_create(resource: Resource, obj: Obj) -> Obj:
     """Server-set fields on create (uid, creationTimestamp, generation; no RV)."""
     md = obj.setdefault("metadata", {})
@@ -77,6 +118,7 @@ def prepare_create(resource: Resource, obj: Obj) -> Obj:
     if resource.plural == "namespaces":
         obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
         obj["status"] = {"phase": "Active"}
+        _namespace_name_label(obj)
     elif resource.plural == "pods":
         status = obj.get("status") or {}
         obj["status"] = {"phase": status.get("phase") or "Pending", **{k: v for k, v in status.items()
@@ -85,6 +127,8 @@ def prepare_create(resource: Resource, obj: Obj) -> Obj:
         obj["status"] = crd_status(obj)
     elif resource.plural == "secrets":
         _secret_conversion(obj)
+    elif resource.plural == "services":
+        _service_defaults(obj)
     elif resource.custom and resource.status_subresource:
         obj.pop("status", None)  # status is written through /status only
     return canonical(resource, obj)
@@ -123,6 +167,10 @@ def prepare_update(resource: Resource, new: Obj, old: Obj, subresource: str = ""
         new["status"] = crd_status(new)
     elif resource.plural == "secrets":
         _secret_conversion(new)
+    elif resource.plural == "namespaces":
+        _namespace_name_label(new)
+    elif resource.plural == "services":
+        _service_defaults(new)
     return canonical(resource, new)
 
 

@@ -378,6 +378,8 @@ STRATEGIC_SCHEMA: dict[str, dict[str, tuple[str, str | None]]] = {
     "rolebindings": dict(_OBJECT_META),
     "clusterroles": dict(_OBJECT_META),
     "clusterrolebindings": dict(_OBJECT_META),
+    # A built-in kind too (apiextensions v1 types carry no patchStrategy tags): only ObjectMeta's.
+    "customresourcedefinitions": dict(_OBJECT_META),
 }
 
 _DIRECTIVE = "$patch"

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+# A custom resource's verbs in the order apiextensions-apiserver lists them in discovery (crdHandler).
+CR_VERBS = ["delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"]
 
 
 # Resources whose upstream registry sets ReturnDeletedObject (checked against kube-apiserver v1.37.2);
@@ -37,12 +39,17 @@ class Resource:
     schema: dict[str, Any] | None = None      # CRD openAPIV3Schema (custom resources)
     printer_columns: list[dict[str, Any]] = field(default_factory=list)  # CRD additionalPrinterColumns
     verbs: list[str] = field(default_factory=lambda: list(VERBS))
+    # The version objects are stored in upstream (discovery's storageVersionHash is computed from it):
+    # the CRD's storage version for custom resources, v1beta1 for CRDs themselves.
+    storage_version: str = ""
 
     def __post_init__(self) -> None:
         if not self.list_kind:
             self.list_kind = self.kind + "List"
         if not self.key_resource:
             self.key_resource = f"{self.group}/{self.plural}" if self.custom else self.plural
+        if not self.storage_version:
+            self.storage_version = self.version
 
     @property
     def api_version(self) -> str:
@@ -70,16 +77,18 @@ class Resource:
         return self.prefix(etcd_prefix, namespace) + name
 
 
-def _r(group, kind, plural, namespaced, key=None, short=(), cats=(), status=False, version="v1"):
+def _r(group, kind, plural, namespaced, key=None, short=(), cats=(), status=False, version="v1", verbs=VERBS):
     return Resource(group=group, version=version, kind=kind, plural=plural, singular=kind.lower(),
                     namespaced=namespaced, key_resource=key or plural, short_names=list(short),
-                    categories=list(cats), status_subresource=status)
+                    categories=list(cats), status_subresource=status, verbs=list(verbs))
 
 
 # Key layout as upstream (k8s.io/kubernetes pkg/registry/*/storage): note
 # nodes live under "minions" and services under "services/specs".
 BUILTINS: list[Resource] = [
-    _r("", "Namespace", "namespaces", False, short=["ns"], status=True),
+    # Namespaces have no deletecollection (the namespace registry is no CollectionDeleter).
+    _r("", "Namespace", "namespaces", False, short=["ns"], status=True,
+       verbs=[v for v in VERBS if v != "deletecollection"]),
     _r("", "ConfigMap", "configmaps", True, short=["cm"]),
     _r("", "Secret", "secrets", True),
     _r("", "Pod", "pods", True, short=["po"], cats=["all"], status=True),
@@ -95,7 +104,7 @@ BUILTINS: list[Resource] = [
     Resource(group="apiextensions.k8s.io", version="v1", kind="CustomResourceDefinition",
              plural="customresourcedefinitions", singular="customresourcedefinition", namespaced=False,
              key_resource="apiextensions.k8s.io/customresourcedefinitions", short_names=["crd", "crds"],
-             categories=["api-extensions"], status_subresource=True),
+             categories=["api-extensions"], status_subresource=True, storage_version="v1beta1"),
 ]
 
 CRD = BUILTINS[-1]
@@ -142,6 +151,7 @@ class Registry:
         spec = crd.get("spec") or {}
         names = spec.get("names") or {}
         new: list[Resource] = []
+        storage = next((v["name"] for v in spec.get("versions") or [] if v.get("storage")), "")
         for v in spec.get("versions") or []:
             if not v.get("served", True):
                 continue
@@ -154,7 +164,8 @@ class Registry:
                 status_subresource="status" in sub, custom=True,
                 list_kind=names.get("listKind") or names["kind"] + "List",
                 schema=(v.get("schema") or {}).get("openAPIV3Schema"),
-                printer_columns=list(v.get("additionalPrinterColumns") or [])))
+                printer_columns=list(v.get("additionalPrinterColumns") or []),
+                verbs=list(CR_VERBS), storage_version=storage))
         with self._lock:
             self._remove_locked(name)
             for r in new:

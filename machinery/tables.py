@@ -2,10 +2,11 @@
 
 Public API
 ----------
-``parse_table_accept(accept) -> bool``
-    Did the client ask for ``application/json;as=Table;v=v1|v1beta1;g=meta.k8s.io``?
-``table_version(accept) -> str | None``
-    The Table group-version asked for (``meta.k8s.io/v1`` or ``meta.k8s.io/v1beta1``), first match wins.
+``negotiate(accept) -> Target | None``
+    The conversion the Accept header asks for (Table, PartialObjectMetadata, PartialObjectMetadataList of
+    ``meta.k8s.io`` v1 or v1beta1), chosen as upstream's content negotiation does; None for the object.
+``partial_object(obj, gv)``, ``partial_object_list(objects, list_meta, gv)``
+    ``PartialObjectMetadata`` and ``PartialObjectMetadataList`` (client-go's metadata client).
 ``to_table(resource, objects, list_meta, include_object="Metadata", no_headers=False, ...) -> dict``
     One Table for a list (``objects`` = the items, ``list_meta`` = the list's metadata) or for a
     single object (``objects=[obj]``, ``list_meta={"resourceVersion": obj's RV}``).
@@ -19,7 +20,9 @@ Upstream behaviour reproduced (paraphrased, not copied):
 * Column definitions and cells per kind: kubernetes ``pkg/printers/internalversion/printers.go``
   (v1.36). The server always generates with ``Wide: true`` (``pkg/printers/storage/storage.go``), so the
   priority-1 columns and cells are always present; kubectl hides them unless ``-o wide``.
-* Kinds without a printer (roles, clusterroles, customresourcedefinitions) use the default convertor
+* CustomResourceDefinitions: apiextensions-apiserver's own convertor (1.37: Name, Scope, Versions,
+  Created At, and with priority 1 Group, Kind, ShortNames, Established).
+* Kinds without a printer (roles, clusterroles) use the default convertor
   ``k8s.io/apiserver/pkg/registry/rest/table.go``: ``Name`` + ``Created At`` (type ``date``, cell
   RFC3339 UTC timestamp).
 * Custom resources: ``apiextensions-apiserver/pkg/registry/customresource/tableconvertor``: ``Name`` +
@@ -41,47 +44,124 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import re
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 from . import jsonenc
 from .resources import Resource
 
-__all__ = ["parse_table_accept", "table_version", "to_table", "watch_table", "human_duration",
-           "column_definitions", "PARTIAL_KIND"]
+__all__ = ["Target", "negotiate", "to_table", "watch_table", "human_duration",
+           "column_definitions", "PARTIAL_KIND", "partial_object", "partial_object_list", "not_acceptable_message",
+           "include_object_error"]
 
 PARTIAL_KIND = "PartialObjectMetadata"
 
-# --- Accept header ----------------------------------------------------------
+# --- Accept header: the conversion a client asks for ---------------------------------------
 
-_TABLE_VERSIONS = ("v1", "v1beta1")
+META_GROUP_VERSIONS = ("meta.k8s.io/v1", "meta.k8s.io/v1beta1")
+TRANSFORM_KINDS = ("Table", "PartialObjectMetadata", "PartialObjectMetadataList")
+# The media types of the serializers a resource endpoint offers, in upstream's order.
+_MEDIA_TYPES = (("application", "json"), ("application", "yaml"), ("application", "vnd.kubernetes.protobuf"))
 
 
-def table_version(accept: str | None) -> str | None:
-    """`meta.k8s.io/v1` / `meta.k8s.io/v1beta1` if some media range asks for a Table, else None.
+class Target(NamedTuple):
+    """A conversion asked for with `;as=<kind>;g=meta.k8s.io;v=<version>`."""
+    kind: str            # Table | PartialObjectMetadata | PartialObjectMetadataList
+    group_version: str   # meta.k8s.io/v1 | meta.k8s.io/v1beta1
 
-    kubectl sends `application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json`;
-    the first acceptable range wins (k8s.io/apiserver negotiation picks in the client's order).
+
+def _clauses(accept: str) -> list[tuple[str, str, dict[str, str]]]:
+    """goautoneg.ParseAccept: (type, subtype, params) by quality, wildcards after concrete types."""
+    out = []
+    for i, part in enumerate(accept.split(",")):
+        pieces = part.strip(" ").split(";")
+        typ, _, sub = pieces[0].partition("/")
+        typ, sub = typ.strip(" "), (sub.strip(" ") if sub else ("*" if typ.strip(" ") == "*" else ""))
+        params, q = {}, 1.0
+        for p in pieces[1:]:
+            k, _, v = p.partition("=")
+            k, v = k.strip(" "), v.strip(" ")
+            if k == "q":
+                try:
+                    q = float(v)
+                except ValueError:
+                    q = 0.0
+            elif k:
+                params[k] = v
+        out.append((-q, typ == "*", sub == "*", i, typ, sub, params))
+    out.sort()
+    return [(typ, sub, params) for *_, typ, sub, params in out]
+
+
+def negotiate(accept: str | None) -> Target | None:
+    """The conversion upstream's negotiation (handlers/negotiation NegotiateMediaTypeOptions with the
+    resource endpoints' restrictions, handlers/rest.go AllowsMediaTypeTransform) picks from the Accept
+    header, or None for the object itself.
+
+    Clauses are tried best first; within a clause, `as`/`g`/`v` name the conversion, which must be a Table
+    (JSON or YAML only), PartialObjectMetadata or PartialObjectMetadataList of meta.k8s.io v1/v1beta1, or
+    the clause is skipped. kubectl get sends `application/json;as=Table;v=v1;g=meta.k8s.io,
+    application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json`; client-go's metadata client asks
+    for PartialObjectMetadata(List), protobuf first. (Responses are JSON here whatever the clause's
+    media type; when no clause is acceptable upstream answers 406, we answer plain JSON.)
     """
     if not accept:
         return None
-    for rng in accept.split(","):
-        parts = [p.strip() for p in rng.split(";")]
-        base = parts[0].lower()
-        if base not in ("application/json", "*/*", "application/*"):
-            # YAML/protobuf Tables are not served here.
-            continue
-        params = {}
-        for p in parts[1:]:
-            if "=" in p:
-                k, v = p.split("=", 1)
-                params[k.strip().lower()] = v.strip().strip('"')
-        if params.get("as") == "Table" and params.get("g") == "meta.k8s.io" and params.get("v") in _TABLE_VERSIONS:
-            return "meta.k8s.io/" + params["v"]
+    for typ, sub, params in _clauses(accept):
+        for mt, ms in _MEDIA_TYPES:
+            if not ((typ == mt and sub in (ms, "*")) or (typ == "*" and sub == "*")):
+                continue
+            if not ({"as", "g", "v"} & params.keys()):
+                return None
+            gv, kind = f"{params.get('g', '')}/{params.get('v', '')}", params.get("as", "")
+            if gv not in META_GROUP_VERSIONS or kind not in TRANSFORM_KINDS:
+                continue
+            if kind == "Table" and ms not in ("json", "yaml"):
+                continue
+            return Target(kind, gv)
     return None
 
 
-def parse_table_accept(accept: str | None) -> bool:
-    return table_version(accept) is not None
+_INTERNAL_PACKAGE = {"": "core", "rbac.authorization.k8s.io": "rbac", "coordination.k8s.io": "coordination",
+                     "apiextensions.k8s.io": "apiextensions"}
+
+
+def go_type(resource: Resource, is_list: bool) -> str:
+    """The Go type upstream names in its NotAcceptable messages (`%T` of the internal object)."""
+    if resource.custom:
+        return "*unstructured.UnstructuredList" if is_list else "*unstructured.Unstructured"
+    pkg = _INTERNAL_PACKAGE.get(resource.group, resource.group.split(".")[0])
+    return f"*{pkg}.{resource.list_kind if is_list else resource.kind}"
+
+
+def not_acceptable_message(target: Target, resource: Resource, is_list: bool) -> str | None:
+    """handlers/response.go asPartialObjectMetadata(List): the 406 text when the conversion does not fit
+    the answer (a PartialObjectMetadata of a list, a PartialObjectMetadataList of one object)."""
+    if target.kind == "PartialObjectMetadata" and is_list:
+        return f"you requested PartialObjectMetadata, but the requested object is a list ({go_type(resource, True)})"
+    if target.kind == "PartialObjectMetadataList" and not is_list:
+        return ("you requested PartialObjectMetadataList, but the requested object is not a list "
+                f"({go_type(resource, False)})")
+    return None
+
+
+def include_object_error(include_object: str | None) -> str | None:
+    """validation.ValidateTableOptions, as the 400 BadRequest message upstream answers a Table request with."""
+    if include_object in (None, "", "None", "Metadata", "Object"):
+        return None
+    return ("Unable to convert to Table as requested: includeObject: Invalid value: "
+            f"{jsonenc.dumps(include_object).decode()}: must be 'Metadata', 'Object', 'None', or empty")
+
+
+def partial_object(obj: dict, group_version: str = "meta.k8s.io/v1") -> dict:
+    """meta.AsPartialObjectMetadata: kind, apiVersion and the object's metadata."""
+    return {"kind": PARTIAL_KIND, "apiVersion": group_version, "metadata": obj.get("metadata") or {}}
+
+
+def partial_object_list(objects: Iterable[dict], list_meta: dict | None, group_version: str) -> dict:
+    """asPartialObjectMetadataList: the list metadata keeps resourceVersion, continue and
+    remainingItemCount only."""
+    return {"kind": PARTIAL_KIND + "List", "apiVersion": group_version, "metadata": _list_meta(list_meta),
+            "items": [partial_object(o, group_version) for o in objects]}
 
 
 # --- durations ----------------------------------------------------------------
@@ -251,9 +331,10 @@ _D_EV_FIRST = "The time at which the event was first recorded. (Time of server r
 _D_EV_COUNT = "The number of times this event has occurred."
 _D_HOLDER = ("holderIdentity contains the identity of the holder of a current lease. If Coordinated Leader Election "
              "is used, the holder identity must be equal to the elected LeaseCandidate.metadata.name field.")
-_D_RB_ROLEREF = ("RoleRef can reference a Role in the current namespace or a ClusterRole in the global namespace. "
+# The printers take these from rbac/v1beta1's swagger docs.
+_D_RB_ROLEREF = ("roleRef can reference a Role in the current namespace or a ClusterRole in the global namespace. "
                  "If the RoleRef cannot be resolved, the Authorizer must return an error.")
-_D_CRB_ROLEREF = ("RoleRef can only reference a ClusterRole in the global namespace. If the RoleRef cannot be "
+_D_CRB_ROLEREF = ("roleRef can only reference a ClusterRole in the global namespace. If the RoleRef cannot be "
                   "resolved, the Authorizer must return an error.")
 
 
@@ -315,8 +396,16 @@ _COLUMNS: dict[tuple[str, str], list[dict[str, Any]]] = {
     ],
 }
 
-# rest.NewDefaultTableConvertor (roles, clusterroles, customresourcedefinitions, anything unknown)
+# rest.NewDefaultTableConvertor (roles, clusterroles, anything unknown)
 _DEFAULT_COLUMNS = [_NAME, _col("Created At", _D_CREATED, type_="date")]
+
+# apiextensions-apiserver pkg/registry/customresourcedefinition/tableconvertor (1.37)
+_COLUMNS[("apiextensions.k8s.io", "customresourcedefinitions")] = [
+    _NAME, _col("Scope", "Cluster/Namespaced"), _col("Versions", "Served versions"),
+    _col("Created At", _D_CREATED, type_="date"), _col("Group", "API group", priority=1),
+    _col("Kind", "CustomResource kind", priority=1), _col("ShortNames", "Short names", priority=1),
+    _col("Established", "Established status", type_="boolean", priority=1),
+]
 
 
 def _crd_columns(resource: Resource) -> list[dict[str, Any]]:
@@ -691,6 +780,18 @@ def _cr_cell(col: dict, obj: dict, now: _dt.datetime) -> Any:
     return None
 
 
+def _crd_cells(crd: dict) -> list[Any]:
+    spec = crd.get("spec") or {}
+    versions = sorted(v.get("name", "") + ("(storage)" if v.get("storage") else "")
+                      for v in spec.get("versions") or [] if v.get("served"))
+    established = any(c.get("type") == "Established" and c.get("status") == "True"
+                      for c in _g(crd, "status", "conditions", default=None) or [])
+    return [_name(crd), spec.get("scope", ""), ",".join(versions),
+            _rfc3339_utc(_g(crd, "metadata", "creationTimestamp")), spec.get("group", ""),
+            _g(crd, "spec", "names", "kind", default=""),
+            ",".join(_g(crd, "spec", "names", "shortNames", default=None) or []), established]
+
+
 def _cells(resource: Resource, obj: dict, now: _dt.datetime) -> tuple[list[Any], list[dict] | None]:
     if resource.custom:
         cols = resource.printer_columns or [{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]
@@ -716,6 +817,8 @@ def _cells(resource: Resource, obj: dict, now: _dt.datetime) -> tuple[list[Any],
         return [_name(obj), _g(obj, "spec", "holderIdentity", default=""), _age(obj, now)], None
     if key in (("rbac.authorization.k8s.io", "rolebindings"), ("rbac.authorization.k8s.io", "clusterrolebindings")):
         return _binding_cells(obj, now), None
+    if key == ("apiextensions.k8s.io", "customresourcedefinitions"):
+        return _crd_cells(obj), None
     return [_name(obj), _rfc3339_utc(_g(obj, "metadata", "creationTimestamp"))], None
 
 
@@ -725,12 +828,10 @@ _LIST_META_ORDER = ("selfLink", "resourceVersion", "continue", "remainingItemCou
 
 
 def _list_meta(meta: dict | None) -> dict:
+    """The Table's (and PartialObjectMetadataList's) ListMeta: upstream copies resourceVersion, continue
+    and remainingItemCount from the list (printers/tablegenerator.go), nothing else (no shardInfo)."""
     meta = meta or {}
-    out = {k: meta[k] for k in _LIST_META_ORDER if meta.get(k) not in (None, "")}
-    for k, v in meta.items():  # anything else (e.g. shardInfo) keeps its place after the known keys
-        if k not in out and v not in (None, ""):
-            out[k] = v
-    return out
+    return {k: meta[k] for k in _LIST_META_ORDER if meta.get(k) not in (None, "")}
 
 
 def _row_object(resource: Resource, obj: dict, include_object: str, table_api_version: str) -> Any:
@@ -742,7 +843,7 @@ def _row_object(resource: Resource, obj: dict, include_object: str, table_api_ve
         full.update({k: v for k, v in obj.items() if k not in ("kind", "apiVersion")})
         return full
     if mode == "Metadata":
-        return {"kind": PARTIAL_KIND, "apiVersion": table_api_version, "metadata": obj.get("metadata") or {}}
+        return partial_object(obj, table_api_version)
     if mode == "None":
         return None
     raise ValueError(f"unrecognized includeObject value: {include_object!r}")

@@ -13,6 +13,7 @@ Upstream sources the expectations come from (behaviour paraphrased, nothing copi
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 
@@ -123,9 +124,14 @@ KUBECTL_DISCOVERY_ACCEPT = ("application/json;g=apidiscovery.k8s.io;v=v2;as=APIG
 
 
 def test_wants_aggregated():
+    # aggregated/wrapper.go: the only transform allowed is the aggregated list, so any clause asking for it
+    # wins, wherever it stands; v2beta1 is no longer served (AggregatedDiscoveryRemoveBetaType).
     assert discovery.wants_aggregated(KUBECTL_DISCOVERY_ACCEPT)
     assert not discovery.wants_aggregated("application/json")
-    assert not discovery.wants_aggregated("application/json, application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
+    assert discovery.wants_aggregated("application/json, application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
+    assert discovery.wants_aggregated("application/vnd.kubernetes.protobuf;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
+    assert not discovery.wants_aggregated("application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList")
+    assert not discovery.wants_aggregated("text/plain;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
     assert not discovery.wants_aggregated(None)
 
 
@@ -142,16 +148,41 @@ def test_aggregated_discovery_shape():
     pods = next(r for r in v1["resources"] if r["resource"] == "pods")
     assert list(pods) == ["resource", "responseKind", "scope", "singularResource", "verbs", "shortNames",
                           "categories", "subresources"]
-    assert pods["responseKind"] == {"group": "", "version": "v1", "kind": "Pod"}
-    assert pods["subresources"] == [{"subresource": "status", "responseKind": {"group": "", "version": "v1",
+    # built-in kinds leave the response kind's group and version empty (as kube-apiserver does)
+    assert pods["responseKind"] == {"group": "", "version": "", "kind": "Pod"}
+    assert pods["subresources"] == [{"subresource": "status", "responseKind": {"group": "", "version": "",
                                                                                "kind": "Pod"},
                                      "verbs": ["get", "patch", "update"]}]
     apis = discovery.aggregated_discovery(reg, core=False)
     names = [i["metadata"]["name"] for i in apis["items"]]
     assert "stable.example.com" in names and "" not in names
     ns = next(r for r in v1["resources"] if r["resource"] == "namespaces")
-    assert ns["scope"] == "Cluster"
-    assert discovery.aggregated_etag(apis).startswith('"')
+    assert ns["scope"] == "Cluster" and "deletecollection" not in ns["verbs"]
+    ct = next(i for i in apis["items"] if i["metadata"]["name"] == "stable.example.com")["versions"][0]["resources"][0]
+    assert ct["responseKind"] == {"group": "stable.example.com", "version": "v1", "kind": "CronTab"}
+    assert ct["verbs"] == ["delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"]
+    assert names.index("rbac.authorization.k8s.io") < names.index("apiextensions.k8s.io") < \
+        names.index("coordination.k8s.io") < names.index("stable.example.com")  # group priorities
+    assert re.fullmatch(r'"[0-9A-F]{128}"', discovery.aggregated_etag(apis))
+
+
+def test_storage_version_hash_uses_the_storage_version():
+    reg = Registry()
+    crds = {r["name"]: r for r in discovery.api_resource_list(reg, "apiextensions.k8s.io", "v1")["resources"]}
+    assert crds["customresourcedefinitions"]["storageVersionHash"] == "jfWCUB31mvA="  # v1beta1, as upstream
+    two = {**CRD, "spec": {**CRD["spec"], "versions": [
+        {**CRD["spec"]["versions"][0], "name": "v2", "storage": True},
+        {**CRD["spec"]["versions"][0], "name": "v1", "storage": False}]}}
+    reg.apply_crd(two)
+    h = {v: discovery.api_resource_list(reg, "stable.example.com", v)["resources"][0]["storageVersionHash"]
+         for v in ("v1", "v2")}
+    assert h["v1"] == h["v2"] == discovery.storage_version_hash("stable.example.com", "v2", "CronTab")
+    assert [v["version"] for v in discovery.api_group(reg, "stable.example.com")["versions"]] == ["v2", "v1"]
+
+
+def test_version_json_is_indented_like_marshal_indent():
+    body = discovery.version_json()
+    assert body.startswith(b'{\n  "major": "1",\n') and body.endswith(b'"\n}')
 
 
 # ============================================================ OpenAPI
@@ -159,7 +190,7 @@ def test_aggregated_discovery_shape():
 def _refs(x, acc):
     if isinstance(x, dict):
         for k, v in x.items():
-            if k == "$ref":
+            if k == "$ref" and isinstance(v, str) and "/parameters/" not in v:
                 acc.add(v)
             else:
                 _refs(v, acc)
@@ -172,13 +203,15 @@ def _refs(x, acc):
 def test_v3_index_lists_every_group_version():
     reg = Registry()
     idx = openapi.v3_index(reg)
-    assert set(idx["paths"]) == {"api/v1", "apis/apiextensions.k8s.io/v1", "apis/coordination.k8s.io/v1",
-                                 "apis/rbac.authorization.k8s.io/v1"}
+    groups = ("apiextensions.k8s.io", "coordination.k8s.io", "rbac.authorization.k8s.io")
+    assert set(idx["paths"]) == {"api", "api/v1", "apis", "version"} | {f"apis/{g}" for g in groups} | \
+        {f"apis/{g}/v1" for g in groups}
     url = idx["paths"]["api/v1"]["serverRelativeURL"]
-    assert url.startswith("/openapi/v3/api/v1?hash=") and url.endswith(openapi.v3_hash(reg, "", "v1"))
+    assert url.startswith("/openapi/v3/api/v1?hash=") and url.endswith(openapi.v3_hash(reg, "api/v1"))
     reg.apply_crd(CRD)
     idx2 = openapi.v3_index(reg)
     assert "apis/stable.example.com/v1" in idx2["paths"]
+    assert "apis/stable.example.com" not in idx2["paths"]  # custom groups have no group document
 
 
 def test_v3_documents_are_memoized_per_registry_state():
@@ -222,18 +255,20 @@ def test_v3_custom_resources():
     assert ct["x-kubernetes-group-version-kind"] == [{"group": "stable.example.com", "kind": "CronTab",
                                                       "version": "v1"}]
     assert ct["properties"]["spec"]["properties"]["cronSpec"] == {"type": "string"}
-    assert ct["properties"]["metadata"] == {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}
+    assert ct["properties"]["metadata"]["allOf"] == [
+        {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}]
     ops = list(_patch_ops(doc, {"group": "stable.example.com", "kind": "CronTab", "version": "v1"}))
     assert len(ops) == 2  # main resource + status
     for _, op in ops:
         assert "fieldValidation" in [p["name"] for p in op["parameters"]]
         # no SMP for custom resources: kubectl must compute a JSON merge patch
         assert "application/strategic-merge-patch+json" not in op["requestBody"]["content"]
-    # CRDs themselves: this server answers SMP on them with 415 (machinery/patch.py), so not offered
+    # CRDs themselves are a built-in kind: strategic merge patch is offered (and served)
     crd_doc = openapi.v3_group_version(reg, "apiextensions.k8s.io", "v1")
     for _, op in _patch_ops(crd_doc, {"group": "apiextensions.k8s.io", "kind": "CustomResourceDefinition",
                                       "version": "v1"}):
-        assert "application/strategic-merge-patch+json" not in op["requestBody"]["content"]
+        assert "application/strategic-merge-patch+json" in op["requestBody"]["content"]
+        assert "application/apply-patch+yaml" not in op["requestBody"]["content"]  # server-side apply: 415
 
 
 def test_all_refs_resolve():
@@ -249,8 +284,11 @@ def test_all_refs_resolve():
     for r in _refs(doc2, set()):
         assert r.startswith("#/definitions/") and r.split("/")[-1] in doc2["definitions"], r
     patch = doc2["paths"]["/api/v1/namespaces/{namespace}/configmaps/{name}"]["patch"]
-    assert "fieldValidation" in [p["name"] for p in patch["parameters"]]
+    assert "fieldValidation" in [p.get("name") for p in patch["parameters"]]  # never shared (kubectl looks)
     assert patch["x-kubernetes-group-version-kind"] == {"group": "", "kind": "ConfigMap", "version": "v1"}
+    for p in (p for item in doc2["paths"].values() for op in item.values() if isinstance(op, dict)
+              for p in op.get("parameters", []) if "$ref" in p):
+        assert p["$ref"].split("/")[-1] in doc2["parameters"]
 
 
 # --- a small re-implementation of strategicpatch.PatchMetaFromOpenAPIV3's lookups, to check that
@@ -422,12 +460,13 @@ def test_human_duration(seconds, want):
 def test_parse_table_accept():
     kubectl = ("application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,"
                "application/json")
-    assert tables.parse_table_accept(kubectl)
-    assert tables.table_version(kubectl) == "meta.k8s.io/v1"
-    assert tables.table_version("application/json;as=Table;v=v1beta1;g=meta.k8s.io") == "meta.k8s.io/v1beta1"
-    assert not tables.parse_table_accept("application/json")
-    assert not tables.parse_table_accept("application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io")
-    assert not tables.parse_table_accept("")
+    assert tables.negotiate(kubectl) == tables.Target("Table", "meta.k8s.io/v1")
+    assert tables.negotiate("application/json;as=Table;v=v1beta1;g=meta.k8s.io") == \
+        tables.Target("Table", "meta.k8s.io/v1beta1")
+    assert tables.negotiate("application/json") is None
+    assert tables.negotiate("application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io").kind == \
+        "PartialObjectMetadataList"
+    assert tables.negotiate("") is None
 
 
 def test_pod_table_columns_and_running_row():
@@ -507,11 +546,42 @@ def test_simple_kinds():
 def test_default_convertor_kinds():
     # rest/table.go: Name + "Created At" (type date, RFC3339 UTC cell)
     role = {"metadata": {"name": "r", "creationTimestamp": "2025-05-01T10:00:00Z"}}
-    for plural, group in [("roles", "rbac.authorization.k8s.io"), ("clusterroles", "rbac.authorization.k8s.io"),
-                          ("customresourcedefinitions", "apiextensions.k8s.io")]:
+    for plural, group in [("roles", "rbac.authorization.k8s.io"), ("clusterroles", "rbac.authorization.k8s.io")]:
         t = tables.to_table(res(plural, group), [role], {}, now=NOW)
         assert [(c["name"], c["type"]) for c in t["columnDefinitions"]] == [("Name", "string"), ("Created At", "date")]
         assert t["rows"][0]["cells"] == ["r", "2025-05-01T10:00:00Z"]
+
+
+def test_crd_columns():
+    # apiextensions-apiserver customresourcedefinition/tableconvertor (1.37)
+    crd = {"metadata": {"name": "crontabs.stable.example.com", "creationTimestamp": "2025-05-01T10:00:00Z"},
+           "spec": {**CRD["spec"], "versions": [{"name": "v2", "served": True, "storage": True},
+                                                 {"name": "v1", "served": True}, {"name": "v0", "served": False}]},
+           "status": {"conditions": [{"type": "Established", "status": "True"}]}}
+    t = tables.to_table(res("customresourcedefinitions", "apiextensions.k8s.io"), [crd], {}, now=NOW)
+    assert [(c["name"], c["type"], c["priority"]) for c in t["columnDefinitions"]] == [
+        ("Name", "string", 0), ("Scope", "string", 0), ("Versions", "string", 0), ("Created At", "date", 0),
+        ("Group", "string", 1), ("Kind", "string", 1), ("ShortNames", "string", 1), ("Established", "boolean", 1)]
+    assert t["rows"][0]["cells"] == ["crontabs.stable.example.com", "Namespaced", "v1,v2(storage)",
+                                     "2025-05-01T10:00:00Z", "stable.example.com", "CronTab", "ct", True]
+
+
+def test_negotiate_conversions():
+    pom = "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"
+    assert tables.negotiate(pom) == tables.Target("PartialObjectMetadata", "meta.k8s.io/v1")
+    # the metadata client asks for protobuf first: that clause wins (answered in JSON here)
+    assert tables.negotiate("application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,"
+                            "application/json") == tables.Target("PartialObjectMetadataList", "meta.k8s.io/v1")
+    # Tables only in JSON or YAML; an unknown conversion skips the clause
+    assert tables.negotiate("application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io,application/json") is None
+    assert tables.negotiate("application/json;as=Table;v=v2;g=meta.k8s.io,application/json;as=Table;v=v1beta1;"
+                            "g=meta.k8s.io") == tables.Target("Table", "meta.k8s.io/v1beta1")
+    assert tables.negotiate("application/json;q=0.5,application/json;as=Table;v=v1;g=meta.k8s.io") == \
+        tables.Target("Table", "meta.k8s.io/v1")  # by quality
+    assert tables.include_object_error("Bogus") == ("Unable to convert to Table as requested: includeObject: "
+                                                    "Invalid value: \"Bogus\": must be 'Metadata', 'Object', "
+                                                    "'None', or empty")
+    assert tables.include_object_error("") is None
 
 
 def test_node_service_event_binding():

@@ -428,4 +428,4 @@ def test_unsupported_content_types_415():
 def test_schema_covers_the_kinds_kubectl_applies():
     assert set(STRATEGIC_SCHEMA) == {"namespaces", "configmaps", "secrets", "pods", "nodes", "services",
                                      "serviceaccounts", "events", "leases", "roles", "rolebindings",
-                                     "clusterroles", "clusterrolebindings"}
+                                     "clusterroles", "clusterrolebindings", "customresourcedefinitions"}

@@ -184,8 +184,39 @@ def parse_shard(opts: ListOptions):
 
 # --- responses -----------------------------------------------------------------------------------
 
-def wants_table(request: web.Request) -> bool:
-    return tables.parse_table_accept(request.headers.get("Accept", ""))
+def conversion(request: web.Request) -> tables.Target | None:
+    """The Table / PartialObjectMetadata(List) the Accept header asks for (upstream's negotiation)."""
+    return tables.negotiate(request.headers.get("Accept"))
+
+
+def include_object(request: web.Request, target: tables.Target | None) -> str:
+    """TableOptions.includeObject, validated as upstream does for a Table request (400 otherwise)."""
+    value = request.query.get("includeObject", "")
+    if target is not None and target.kind == "Table":
+        msg = tables.include_object_error(value)
+        if msg:
+            raise errors.bad_request(msg)
+    return value
+
+
+def converted(request: web.Request, res: Resource, target: tables.Target, objects: list[Obj], list_meta: Obj,
+              is_list: bool) -> bytes:
+    """handlers/response.go transformResponseObject: the answer as a Table, a PartialObjectMetadata or a
+    PartialObjectMetadataList (406 when that does not fit a single object / a list)."""
+    inc = include_object(request, target)
+    if target.kind == "PartialObjectMetadataList" and res.custom and not is_list:
+        # Upstream: an Unstructured passes as a ListInterface, then EachListItem fails (a plain 500).
+        raise errors.StatusError(500, "", "content is not a list")
+    msg = tables.not_acceptable_message(target, res, is_list)
+    if msg:
+        raise errors.StatusError(406, "NotAcceptable", msg)
+    if target.kind == "Table":
+        doc = tables.to_table(res, objects, list_meta, inc, api_version=target.group_version)
+    elif target.kind == "PartialObjectMetadataList":
+        doc = tables.partial_object_list(objects, list_meta, target.group_version)
+    else:
+        doc = tables.partial_object(objects[0], target.group_version)
+    return jsonenc.dumps(doc) + b"\n"
 
 
 def json_response(body: bytes, status: int = 200) -> web.Response:
@@ -193,10 +224,10 @@ def json_response(body: bytes, status: int = 200) -> web.Response:
 
 
 def respond_obj(request: web.Request, res: Resource, obj: Obj, status: int = 200) -> web.Response:
-    if wants_table(request):
-        table = tables.to_table(res, [obj], {"resourceVersion": obj["metadata"].get("resourceVersion", "")},
-                                request.query.get("includeObject", "Metadata"))
-        return json_response(jsonenc.dumps(table) + b"\n", status)
+    target = conversion(request)
+    if target is not None:
+        meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+        return json_response(converted(request, res, target, [obj], meta, is_list=False), status)
     return json_response(encode_obj(res, obj) + b"\n", status)
 
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 from aiohttp import web
 
 from cache.reads import indexable
-from machinery import jsonenc, tables
+from machinery import jsonenc
 from machinery.encoding import encode_list_item
 from machinery.listoptions import ListOptions
 from storage import errors as serr
 from storage.interface import ListRequest
 
 from ..status import map_storage_error
-from .common import (Context, Obj, RequestScope, json_response, list_options, parse_shard, predicate, respond_obj,
-                     stream_list, wants_table)
+from .common import (Context, Obj, RequestScope, conversion, converted, json_response, list_options, parse_shard,
+                     predicate, respond_obj, stream_list)
 
 
 async def get(ctx: Context, request: web.Request, scope: RequestScope) -> web.Response:
@@ -24,7 +24,7 @@ async def get(ctx: Context, request: web.Request, scope: RequestScope) -> web.Re
     except serr.StorageError as e:
         raise map_storage_error(e, res, scope.name or "") from None
     if isinstance(got, bytes):  # the watch cache's wire bytes
-        if wants_table(request):
+        if conversion(request) is not None:
             return respond_obj(request, res, jsonenc.loads(got))
         return json_response(got + b"\n")
     return respond_obj(request, res, got)
@@ -55,8 +55,8 @@ async def list_(ctx: Context, request: web.Request, scope: RequestScope) -> web.
             meta["remainingItemCount"] = page.remaining
     if req.shard is not None:
         meta["shardInfo"] = {"selector": str(req.shard)}  # S7.3 (custom resources too, unlike 1.36)
-    if wants_table(request):
-        table = tables.to_table(res, page.items(), meta, request.query.get("includeObject", "Metadata"))
-        return json_response(jsonenc.dumps(table) + b"\n")
+    target = conversion(request)
+    if target is not None:
+        return json_response(converted(request, res, target, list(page.items()), meta, is_list=True))
     items = page.raw if page.raw is not None else (encode_list_item(res, o) for o in page.objects or ())
     return await stream_list(request, res, meta, items)

@@ -15,7 +15,7 @@ from storage import errors as serr
 from storage.interface import WatchRequest
 
 from ..status import map_storage_error
-from .common import Context, Obj, RequestScope, list_options, parse_shard, predicate, wants_table
+from .common import Context, Obj, RequestScope, conversion, include_object, list_options, parse_shard, predicate
 
 # Watch without timeoutSeconds: random in [minRequestTimeout, 2*minRequestTimeout] (S4.8).
 MIN_REQUEST_TIMEOUT = 1800
@@ -85,8 +85,9 @@ async def watch(ctx: Context, request: web.Request, scope: RequestScope) -> web.
             return (obj.get("metadata") or {}).get("name") == _n and (_p is None or _p(obj))
     if opts.resource_version:
         parse_resource_version(opts.resource_version)
+    target = conversion(request)
     req = WatchRequest(
-        frames=WatchFrames(res, wants_table(request), request.query.get("includeObject", "Metadata")),
+        frames=WatchFrames(res, include_object=include_object(request, target), target=target),
         timeout=opts.timeout_seconds or random.uniform(MIN_REQUEST_TIMEOUT, 2 * MIN_REQUEST_TIMEOUT),
         resource_version=opts.resource_version, send_initial_events=opts.send_initial_events,
         allow_bookmarks=opts.allow_watch_bookmarks, predicate=pred, shard=parse_shard(opts))

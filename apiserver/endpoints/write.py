@@ -222,11 +222,15 @@ async def delete(ctx: Context, request: web.Request, scope: RequestScope) -> web
     res = scope.resource
     opts = await delete_options(request)
     pre = opts["preconditions"]
-    out, status = await delete_one(ctx, request, res, scope.namespace, scope.name or "",
-                                   uid=pre.get("uid"), rv=pre.get("resourceVersion"), dry=bool(opts["dryRun"]))
-    if status == 200 and not res.returns_deleted_object:
+    out, deleted = await delete_one(ctx, request, res, scope.namespace, scope.name or "",
+                                    uid=pre.get("uid"), rv=pre.get("resourceVersion"), dry=bool(opts["dryRun"]))
+    if deleted and not res.returns_deleted_object:
         return json_response(jsonenc.dumps(deleted_status(res, out)) + b"\n")
-    return respond_obj(request, res, out, status)
+    # handlers/delete.go: an object that is not gone yet (finalizers) comes back with 200, or 202 when the
+    # client asked for orphanDependents=false.
+    orphan = opts.get("orphanDependents")
+    orphan_false = orphan is False or (isinstance(orphan, str) and orphan.lower() == "false")
+    return respond_obj(request, res, out, 202 if not deleted and orphan_false else 200)
 
 
 def deleted_status(res: Resource, obj: Obj) -> Obj:
@@ -240,8 +244,8 @@ def deleted_status(res: Resource, obj: Obj) -> Obj:
 
 
 async def delete_one(ctx: Context, request: web.Request, res: Resource, namespace: str | None, name: str,
-                     uid: str | None = None, rv: str | None = None, dry: bool = False) -> tuple[Obj, int]:
-    """Delete one object; objects with finalizers only get a deletionTimestamp (202)."""
+                     uid: str | None = None, rv: str | None = None, dry: bool = False) -> tuple[Obj, bool]:
+    """Delete one object: (the object, deleted?); objects with finalizers only get a deletionTimestamp."""
     store = ctx.storage(res)
     key = res.key(ctx.etcd_prefix, namespace, name)
     try:
@@ -260,12 +264,13 @@ async def delete_one(ctx: Context, request: web.Request, res: Resource, namespac
                               f"ResourceVersion in record ({md.get('resourceVersion')}). The object might have "
                               f"been modified")
     if dry:
-        return cur, 200
+        return cur, True
     if md.get("finalizers") and res.plural != "namespaces":
         if md.get("deletionTimestamp"):
-            return cur, 202
+            return cur, False
 
         def mark(o: Obj) -> Obj:
+            o = {**o, "metadata": dict(o["metadata"])}  # GuaranteedUpdate still needs the current RV
             o["metadata"]["deletionTimestamp"] = objects.now_rfc3339()
             o["metadata"]["deletionGracePeriodSeconds"] = 0
             o["metadata"].pop("resourceVersion", None)
@@ -275,13 +280,13 @@ async def delete_one(ctx: Context, request: web.Request, res: Resource, namespac
         except serr.StorageError as e:
             raise map_storage_error(e, res, name) from None
         await ctx.after_write(res, "MODIFIED", out)
-        return out, 202
+        return out, False
     try:
         out, _ = await store.delete(key, uid=uid, rv=rv)
     except serr.StorageError as e:
         raise map_storage_error(e, res, name) from None
     await ctx.after_write(res, "DELETED", out)
-    return out, 200
+    return out, True
 
 
 async def deletecollection(ctx: Context, request: web.Request, scope: RequestScope) -> web.StreamResponse:

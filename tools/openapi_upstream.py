@@ -1,0 +1,145 @@
+"""Extract from the reference kube-apiserver what apiserver/openapi.py serves verbatim.
+
+    python tools/openapi_upstream.py            # starts etcd + the reference kube-apiserver, writes the file
+    python tools/openapi_upstream.py --check    # exits 1 if the committed file differs from a fresh extract
+
+Writes `apiserver/openapi_upstream.json`:
+
+* `schemas`: the OpenAPI v3 schemas (components.schemas, as kube-apiserver v1.37.2 serves them) of every
+  built-in kind this project serves, their lists, and everything they reference, plus the meta types the
+  operations and discovery documents use (DeleteOptions, Status, Patch, WatchEvent, APIResourceList,
+  APIVersions, APIGroupList, APIGroup, version.Info). Upstream generates them from the Go types'
+  comments and tags (k8s.io/kubernetes pkg/generated/openapi, apiextensions-apiserver's generated
+  openapi) and kube-openapi's builder3; the v2 definitions are derived from these by openapi.py.
+* `kinds`: `group/version/kind` -> schema name of those kinds.
+* `meta_gvks`: every group version DeleteOptions and WatchEvent are registered in (the v2 document lists
+  them all; a v3 group-version document only the core one and its own).
+* `parameters`: the query and path parameters of the resource operations, by name (the `fieldManager`
+  of PATCH differs: `fieldManager+patch`), as documented by the Go option types.
+
+The tests compare what our server serves with a running kube-apiserver; this file only needs
+regenerating when the reference version changes (tests/test_http_discovery.py fails when it is stale).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+OUT = os.path.join(ROOT, "apiserver", "openapi_upstream.json")
+
+META = "io.k8s.apimachinery.pkg.apis.meta.v1."
+# The parameters of the operations this project serves (connect/log/exec options are not).
+PARAMETERS = {"allowWatchBookmarks", "continue", "dryRun", "fieldManager", "fieldManager+patch", "fieldSelector",
+              "fieldValidation", "force", "gracePeriodSeconds", "ignoreStoreReadErrorWithClusterBreakingPotential",
+              "labelSelector", "limit", "namespace", "orphanDependents", "pretty", "propagationPolicy",
+              "resourceVersion", "resourceVersionMatch", "sendInitialEvents", "shardSelector", "timeoutSeconds",
+              "watch"}
+EXTRA_ROOTS = [META + n for n in ("DeleteOptions", "Status", "Patch", "WatchEvent", "APIResourceList",
+                                  "APIVersions", "APIGroupList", "APIGroup")] + ["io.k8s.apimachinery.pkg.version.Info"]
+
+
+def _refs(x, acc: set) -> set:
+    if isinstance(x, dict):
+        for k, v in x.items():
+            if k == "$ref" and isinstance(v, str):
+                acc.add(v.rsplit("/", 1)[-1])
+            else:
+                _refs(v, acc)
+    elif isinstance(x, list):
+        for v in x:
+            _refs(v, acc)
+    return acc
+
+
+def extract(get) -> dict:
+    """`get(path)` -> parsed JSON of the reference server's answer."""
+    sys.path.insert(0, ROOT)
+    from machinery.resources import BUILTINS  # noqa: PLC0415 (tools/ is not on the path by default)
+
+    index = get("/openapi/v3")["paths"]
+    # api/v1 first: the meta schemas are taken from the first document that has them, and only the core
+    # document's DeleteOptions/WatchEvent list just the core group version.
+    wanted = sorted((k for k in index if k in ("api", "apis", "version") or k.startswith(("api/", "apis/"))),
+                    key=lambda k: (k != "api/v1", k))
+    docs = {k: get(index[k]["serverRelativeURL"]) for k in wanted}
+    all_schemas: dict = {}
+    for d in docs.values():
+        for name, s in d.get("components", {}).get("schemas", {}).items():
+            all_schemas.setdefault(name, s)
+    kinds: dict[str, str] = {}
+    for r in BUILTINS:
+        for kind in (r.kind, r.list_kind):
+            gvk = {"group": r.group, "kind": kind, "version": r.version}
+            names = [n for n, s in all_schemas.items() if gvk in s.get("x-kubernetes-group-version-kind", [])]
+            if len(names) != 1:
+                raise SystemExit(f"no single schema for {gvk}: {names}")
+            kinds[f"{r.group}/{r.version}/{kind}"] = names[0]
+    todo = list(kinds.values()) + EXTRA_ROOTS
+    closure: dict = {}
+    while todo:
+        n = todo.pop()
+        if n in closure:
+            continue
+        closure[n] = all_schemas[n]
+        todo.extend(_refs(closure[n], set()))
+    params: dict = {}
+    for d in docs.values():
+        for item in d.get("paths", {}).values():
+            for verb, op in item.items():
+                for p in (op if verb == "parameters" else op.get("parameters", [])):
+                    if p["in"] == "path" and p["name"] == "name":
+                        continue  # "name of the <Kind>"
+                    key = p["name"] + ("+patch" if verb == "patch" and p["name"] == "fieldManager" else "")
+                    if key in PARAMETERS:
+                        params.setdefault(key, p)
+    v2 = get("/openapi/v2")["definitions"]
+    meta_gvks = {k: v2[META + k]["x-kubernetes-group-version-kind"] for k in ("DeleteOptions", "WatchEvent")}
+    return {"source": "kube-apiserver /openapi/v3 and /openapi/v2 (tools/openapi_upstream.py)",
+            "kinds": dict(sorted(kinds.items())),
+            "meta_gvks": meta_gvks,
+            "parameters": dict(sorted(params.items())),
+            "schemas": dict(sorted(closure.items()))}
+
+
+def _start_and_extract() -> dict:
+    sys.path.insert(0, ROOT)
+    from tests.helpers.client import Api  # noqa: PLC0415
+    from tests.helpers.etcd import current_etcd  # noqa: PLC0415
+    from tests.helpers.kube import KubeApiserver  # noqa: PLC0415
+    with current_etcd() as etcd, KubeApiserver(etcd.endpoint, prefix="/registry-openapi") as kube:
+        api = Api(kube.url, cert=kube.client_cert, verify=kube.ca)
+
+        def get(path):
+            r = api.get(path, timeout=120)
+            r.raise_for_status()
+            return r.json()
+        return extract(get)
+
+
+def render(data: dict) -> str:
+    return json.dumps(data, indent=1, ensure_ascii=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="compare with the committed file instead of writing it")
+    args = ap.parse_args(argv)
+    text = render(_start_and_extract())
+    if args.check:
+        with open(OUT, encoding="utf-8") as f:
+            if f.read() != text:
+                print(f"{OUT} is stale: run python tools/openapi_upstream.py", file=sys.stderr)
+                return 1
+        return 0
+    with open(OUT, "w", encoding="utf-8") as f:
+        f.write(text)
+    print(OUT, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -61,6 +61,16 @@ def _duration(v: str) -> float:
     return sum(float(n) * scale[u] for n, u in parts)
 
 
+def _count(v: str) -> int:
+    try:
+        n = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid count {v!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{n} is negative")
+    return n
+
+
 def _prefix(v: str) -> str:
     if not v.startswith("/"):
         raise argparse.ArgumentTypeError(f"--etcd-prefix must start with '/', got {v!r}")
@@ -95,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--residency-full-resources", default=",".join(DEFAULT_FULL_RESOURCES),
                    help="comma-separated plural resources kept fully resident whatever --residency says "
                         f"(default: {','.join(DEFAULT_FULL_RESOURCES)})")
+    p.add_argument("--max-requests-inflight", type=_count, default=400,
+                   help="non-mutating requests served at once, watches not counted; more get 429 (0: no limit)")
+    p.add_argument("--max-mutating-requests-inflight", type=_count, default=200,
+                   help="mutating requests served at once; more get 429 (0: no limit)")
+    p.add_argument("--request-timeout", type=_duration, default=60.0,
+                   help="non-long-running requests still running after this get 504 (default 1m; 0: none)")
     p.add_argument("--state-dir", default=os.environ.get("RESIDENCY_STATE_DIR", "state"),
                    help="where the embedded etcd keeps its data (default ./state)")
     p.add_argument("-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity (0-10)")
@@ -159,7 +175,10 @@ def main(argv: list[str] | None = None) -> int:
         cfg = Config(etcd_servers=servers, etcd_prefix=a.etcd_prefix, etcd_overrides=a.overrides,
                      watch_cache=a.watch_cache, read_only=a.read_only,
                      residency=a.residency_selector, full_resources=a.full_resources,
-                     compaction_interval=a.etcd_compaction_interval)
+                     compaction_interval=a.etcd_compaction_interval,
+                     max_requests_inflight=a.max_requests_inflight,
+                     max_mutating_requests_inflight=a.max_mutating_requests_inflight,
+                     request_timeout=a.request_timeout)
         asyncio.run(_serve(APIServer(cfg), a))
     finally:
         if etcd is not None:
@@ -179,8 +198,10 @@ def old_etcd_warning(binary) -> str | None:
 
 
 async def _serve(server, a) -> None:
-    runner = web.AppRunner(server.app(), handle_signals=False, access_log=None)
+    from .filters import PROTOCOL_LIMITS, install_protocol_limits
+    runner = web.AppRunner(server.app(), handle_signals=False, access_log=None, **PROTOCOL_LIMITS)
     await runner.setup()
+    install_protocol_limits(runner)  # 431 for a request line or headers over the limits
     urls = []
     if a.port:
         await web.TCPSite(runner, a.bind_address, a.port, shutdown_timeout=1).start()

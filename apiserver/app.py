@@ -16,6 +16,7 @@ from machinery.resources import Registry, Resource
 from storage.router import Router
 from storage.store import EtcdStore
 
+from . import filters
 from .controllers import Controllers
 from .endpoints.common import Context
 from .health import Health, residency_report
@@ -33,6 +34,9 @@ class Config:
     full_resources: tuple[str, ...] = DEFAULT_FULL_RESOURCES
     compaction_interval: float = 300.0         # --etcd-compaction-interval (0: never)
     read_only: bool = False                    # --read-only: no write reaches etcd
+    max_requests_inflight: int = 400           # --max-requests-inflight (0: no limit)
+    max_mutating_requests_inflight: int = 200  # --max-mutating-requests-inflight (0: no limit)
+    request_timeout: float = 60.0              # --request-timeout in seconds (0: none)
 
 
 class APIServer:
@@ -131,7 +135,11 @@ class APIServer:
         await self.router.close()
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[status_and_metrics], client_max_size=8 * 1024 * 1024)
+        c = self.config
+        app = web.Application(middlewares=[
+            filters.max_in_flight(c.max_requests_inflight, c.max_mutating_requests_inflight),
+            filters.path_guard, status_and_metrics, filters.request_timeout(c.request_timeout),
+        ], client_max_size=8 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self.routes.dispatch)
 
         async def on_startup(_):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from machinery import errors, jsonenc
+from machinery import bodies, errors, jsonenc
 from machinery.resources import Resource
 from storage import errors as serr
 
@@ -32,6 +32,14 @@ def map_storage_error(e: serr.StorageError, res: Resource, name: str = "") -> er
                                                         "required storage feature RequestWatchProgress is disabled")
     if c in (serr.Code.INVALID_CONTINUE, serr.Code.INVALID_RV):
         return errors.bad_request(e.message)
+    if c is serr.Code.TOO_LARGE:
+        # Upstream answers 500 with etcd's text; the client's mistake is a 413 here (a deliberate difference).
+        return errors.StatusError(413, "RequestEntityTooLarge", "etcdserver: request is too large")
+    if c is serr.Code.INVALID_KEY:
+        return errors.bad_request(e.message)  # upstream: 500 with this text (a deliberate difference)
+    if c is serr.Code.INVALID_OBJECT:  # e.g. a JSON patch nesting the object deeper than this server stores
+        return errors.bad_request(bodies.too_deep_message() if "Recursion" in e.message
+                                  else f"the object cannot be stored: {e.message}")
     if c is serr.Code.UNREACHABLE:
         return errors.StatusError(504, "Timeout", f"etcd unreachable: {e.message}")
     return errors.internal(e.message or c.value)

@@ -7,6 +7,7 @@ function returns (checked against Go in the tests of the callers):
 * ``trim_space`` -- ``strings.TrimSpace``; ``path_clean`` -- ``path.Clean``.
 * ``parse_int64`` / ``parse_uint64`` -- ``strconv.ParseInt`` / ``ParseUint`` (base 10, 64 bit).
 * ``format_v`` -- ``fmt``'s ``%v`` of a value decoded from JSON into ``interface{}``.
+* ``parse_duration`` -- ``time.ParseDuration`` (seconds as a float; its error texts).
 * ``json_syntax_error`` -- the ``*json.SyntaxError`` text ``json.Unmarshal`` returns for malformed
   input (a port of encoding/json's scanner, which checks the whole input before decoding anything);
   ``json_type_word`` and ``unmarshal_type_error`` -- the ``*json.UnmarshalTypeError`` text.
@@ -20,7 +21,7 @@ import unicodedata
 from typing import Any
 
 __all__ = ["quote", "quote_char", "trim_space", "path_clean", "parse_int64", "parse_uint64", "format_v",
-           "json_syntax_error", "json_type_word", "unmarshal_type_error"]
+           "parse_duration", "json_syntax_error", "json_type_word", "unmarshal_type_error"]
 
 
 # --- strconv.Quote ------------------------------------------------------------------------------
@@ -133,6 +134,80 @@ def parse_uint64(value: str) -> int:
     if n >= (1 << 64):
         raise ValueError(f"strconv.ParseUint: parsing {quote(value)}: value out of range")
     return n
+
+
+# --- time.ParseDuration -------------------------------------------------------------------------
+
+_DURATION_UNITS = {"ns": 1, "us": 1_000, "\u00b5s": 1_000, "\u03bcs": 1_000, "ms": 1_000_000,
+                   "s": 1_000_000_000, "m": 60_000_000_000, "h": 3_600_000_000_000}
+
+
+def _time_quote(s: str) -> str:
+    """package time's own quote(): non-ASCII and control bytes as \\xNN."""
+    out = ['"']
+    for ch in s:
+        if ord(ch) >= 0x80 or ch < " ":
+            out.extend("\\x%02x" % b for b in ch.encode("utf-8", "surrogateescape"))
+        else:
+            out.append("\\" + ch if ch in '"\\' else ch)
+    out.append('"')
+    return "".join(out)
+
+
+def parse_duration(value: str) -> float:
+    """``time.ParseDuration``: the duration in seconds, or ValueError with Go's message."""
+    s, orig = value, value
+    invalid = ValueError("time: invalid duration " + _time_quote(orig))
+    neg = False
+    if s[:1] in ("-", "+"):
+        neg, s = s[0] == "-", s[1:]
+    if s == "0":
+        return 0.0
+    if not s:
+        raise invalid
+    total = 0
+    while s:
+        if not (s[0] == "." or "0" <= s[0] <= "9"):
+            raise invalid
+        i = 0
+        while i < len(s) and "0" <= s[i] <= "9":
+            i += 1
+        pre, v, s = i > 0, int(s[:i] or "0"), s[i:]
+        if v >= 1 << 63:
+            raise invalid
+        frac, scale, post = 0, 1, False
+        if s[:1] == ".":
+            s = s[1:]
+            i = 0
+            while i < len(s) and "0" <= s[i] <= "9":
+                if frac <= ((1 << 63) - 1) // 10:  # leadingFraction stops gaining precision on overflow
+                    frac, scale = frac * 10 + int(s[i]), scale * 10
+                i += 1
+            post, s = i > 0, s[i:]
+        if not pre and not post:
+            raise invalid
+        i = 0
+        while i < len(s) and not (s[i] == "." or "0" <= s[i] <= "9"):
+            i += 1
+        if i == 0:
+            raise ValueError("time: missing unit in duration " + _time_quote(orig))
+        unit, s = s[:i], s[i:]
+        mult = _DURATION_UNITS.get(unit)
+        if mult is None:
+            raise ValueError("time: unknown unit " + _time_quote(unit) + " in duration " + _time_quote(orig))
+        if v > (1 << 63) // mult:
+            raise invalid
+        v *= mult
+        if frac:
+            v += int(float(frac) * (float(mult) / scale))
+            if v > 1 << 63:
+                raise invalid
+        total += v
+        if total > 1 << 63:
+            raise invalid
+    if not neg and total > (1 << 63) - 1:
+        raise invalid
+    return (-total if neg else total) / 1e9
 
 
 # --- fmt %v ------------------------------------------------------------------------------------

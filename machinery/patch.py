@@ -54,6 +54,7 @@ import re
 from typing import Any
 
 from machinery import jsonenc
+from machinery.bodies import MAX_DEPTH, json_depth, too_deep_message
 from machinery.errors import StatusError, bad_request, request_entity_too_large
 from machinery.gocompat import format_v, json_syntax_error, json_type_word, unmarshal_type_error
 
@@ -145,21 +146,24 @@ def _prune_nulls(v: Any) -> Any:
 
 
 def json_merge_patch(doc: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch. Returns a new value; inputs are not modified.
+    """RFC 7386 JSON merge patch. Returns a new value (sharing what the patch leaves alone); inputs are
+    not modified.
 
     Objects merge recursively, ``null`` deletes a member, anything else (arrays included)
     replaces. A non-object patch replaces the whole document.
     """
+    # Only the containers on the patch's paths are copied (members the patch leaves alone are shared with
+    # `doc`): copying `doc` whole at every level cost O(depth x size).
     if not isinstance(patch, dict):
-        return _prune_nulls(copy.deepcopy(patch))
-    out = copy.deepcopy(doc) if isinstance(doc, dict) else {}
+        return _prune_nulls(patch)  # builds new containers
+    out = dict(doc) if isinstance(doc, dict) else {}
     for k, pv in patch.items():
         if pv is None:
             out.pop(k, None)
         elif isinstance(pv, dict):
             out[k] = json_merge_patch(out.get(k), pv)
         else:
-            out[k] = _prune_nulls(copy.deepcopy(pv))
+            out[k] = _prune_nulls(pv)
     return out
 
 
@@ -238,8 +242,15 @@ def _remove(doc: Any, path: str, what: str = "remove") -> Any:
     return con.pop(_index(key, len(con), for_add=False))
 
 
+# json-patch v4's AccumulatedCopySizeLimit as the apiserver sets it (JSONPatchMaxCopyBytes = 3 MiB): the
+# values `copy` operations duplicate may add up to this many bytes of JSON, so a patch cannot double a
+# document again and again (any failure is the generic 422, as for every operation).
+MAX_COPY_BYTES = 3 * 1024 * 1024
+
+
 def _apply_json_patch(doc: Any, ops: list) -> Any:
     doc = copy.deepcopy(doc)
+    copied = 0
     for op in ops:
         if not isinstance(op, dict):
             raise JSONPatchError("Unexpected kind: unknown")
@@ -270,7 +281,12 @@ def _apply_json_patch(doc: Any, ops: list) -> Any:
             frm = op.get("from")
             if not isinstance(frm, str):
                 raise JSONPatchError("copy operation failed to decode from")
-            _add(doc, path, copy.deepcopy(_get(doc, frm, "copy")), "copy")
+            value = _get(doc, frm, "copy")
+            copied += len(jsonenc.dumps(value))
+            if copied > MAX_COPY_BYTES:
+                raise JSONPatchError(f"Unable to complete the copy, the accumulated size increase of copy is "
+                                     f"{copied}, exceeding the limit {MAX_COPY_BYTES}")
+            _add(doc, path, copy.deepcopy(value), "copy")
         elif kind == "test":
             con, key = _parent(doc, _split_pointer(path, kind), path, kind)
             if isinstance(con, dict):
@@ -445,27 +461,64 @@ def _elem_kind(*lists: list) -> str | None:
     return "map" if kind == "map" else "scalar"
 
 
-def _index_in(lst: list, item: Any, key: str | None) -> int:
-    for i, v in enumerate(lst):
-        if key is None:
-            if _json_equal(v, item):
-                return i
-        elif isinstance(v, dict) and isinstance(item, dict) and key in v and _json_equal(v[key], item.get(key)):
-            return i
-    return -1
+def _canon(v: Any) -> Any:
+    """A hashable form of a JSON value, equal exactly when `_json_equal` says so (True != 1, 1 == 1.0):
+    list lookups by hash, so a patch of n list items against m costs O(n + m), not O(n * m)."""
+    t = type(v)
+    if t is str:
+        return v
+    if t is bool:
+        return ("b", v)
+    if t is int or t is float:
+        return ("n", v)
+    if v is None:
+        return ("z",)
+    if t is dict:
+        return ("d", frozenset((k, _canon(x)) for k, x in v.items()))
+    if t is list:
+        return ("l", tuple(_canon(x) for x in v))
+    return ("o", repr(v))
 
 
-def _present(item: Any, lst: list, key: str | None) -> bool:
-    return _index_in(lst, item, key) >= 0
+class _Finder:
+    """The first index in a list of an item equal to a given one (the whole value; with a merge key, the
+    key's value of a map holding that key), by hash; `add` keeps it current as the list grows."""
+
+    def __init__(self, lst: list, key: str | None):
+        self.key = key
+        self.first: dict[Any, int] = {}
+        for i, v in enumerate(lst):
+            self.add(v, i)
+
+    def _of(self, v: Any) -> Any:
+        if self.key is None:
+            return _canon(v)
+        if isinstance(v, dict) and self.key in v:
+            return _canon(v[self.key])
+        return _MISSING
+
+    def add(self, v: Any, i: int) -> None:
+        c = self._of(v)
+        if c is not _MISSING:
+            self.first.setdefault(c, i)
+
+    def index(self, item: Any) -> int:
+        if self.key is None:
+            return self.first.get(_canon(item), -1)
+        if not isinstance(item, dict):
+            return -1
+        return self.first.get(_canon(item.get(self.key)), -1)
+
+
+_MISSING = object()
 
 
 def _normalize_order(patch_items: list, server_only: list, patch_order: list, server_order: list,
                      key: str | None) -> list:
     """normalizeElementOrder: patch items by patch order, server-only by live order, interleaved."""
-    def sort_by(items: list, order: list) -> list:
-        return sorted(items, key=lambda it: (_index_in(order, it, key),))
-    left = sort_by(server_only, server_order)
-    right = sort_by(patch_items, patch_order)
+    in_patch, in_server = _Finder(patch_order, key), _Finder(server_order, key)
+    left = sorted(server_only, key=in_server.index)
+    right = sorted(patch_items, key=in_patch.index)
     out, i, j = [], 0, 0
     while i < len(left) or j < len(right):
         if i >= len(left):
@@ -473,7 +526,7 @@ def _normalize_order(patch_items: list, server_only: list, patch_order: list, se
         elif j >= len(right):
             out.append(left[i]); i += 1
         else:
-            li, ri = _index_in(server_order, left[i], key), _index_in(server_order, right[j], key)
+            li, ri = in_server.index(left[i]), in_server.index(right[j])
             if li >= 0 and ri >= 0 and li < ri:
                 out.append(left[i]); i += 1
             else:
@@ -483,10 +536,22 @@ def _normalize_order(patch_items: list, server_only: list, patch_order: list, se
 
 def _dedupe(items: list) -> list:
     out: list = []
+    seen: set = set()
     for v in items:
-        if not any(_json_equal(v, o) for o in out):
+        c = _canon(v)
+        if c not in seen:
+            seen.add(c)
             out.append(v)
     return out
+
+
+def _split_by(merged: list, order: list, key: str | None) -> tuple[list, list]:
+    """(items of `merged` present in `order`, the others), each in `merged`'s order."""
+    present = _Finder(order, key)
+    inside, outside = [], []
+    for m in merged:
+        (inside if present.index(m) >= 0 else outside).append(m)
+    return inside, outside
 
 
 def _fresh(value: Any, schema: _Schema, strategy: str | None, key: str | None) -> Any:
@@ -506,7 +571,8 @@ def _merge_list(original: list, patch: list, schema: _Schema, key: str | None, d
     kind = _elem_kind(original, patch)
     if kind != "map":
         if delete_list:
-            return [v for v in original if not any(_json_equal(v, d) for d in patch)]
+            gone = {_canon(d) for d in patch}
+            return [v for v in original if _canon(v) not in gone]
         merged = _dedupe(list(original) + list(patch))
         mkey = None
     else:
@@ -514,7 +580,7 @@ def _merge_list(original: list, patch: list, schema: _Schema, key: str | None, d
             raise _plain("cannot merge lists without merge key for " + (schema.path or "list"))
         mkey = key
         # special elements: {"$patch": "delete", key: v} / {"$patch": "replace"}
-        plain, replace = [], False
+        plain, replace, deleted = [], False, set()
         for v in patch:
             d = v.get(_DIRECTIVE)
             if _DIRECTIVE not in v:
@@ -522,29 +588,31 @@ def _merge_list(original: list, patch: list, schema: _Schema, key: str | None, d
             elif d == "delete":
                 if key not in v:
                     raise _no_merge_key(v, key)
-                original = [o for o in original if not (isinstance(o, dict) and _json_equal(o.get(key), v[key])
-                                                        and key in o)]
+                deleted.add(_canon(v[key]))
             elif d == "replace":
                 replace = True
             elif d == "merge":
                 raise _plain("merging lists cannot yet be specified in the patch")
             else:
                 raise _plain(f"unknown patch type: {format_v(d)} in map: {format_v(v)}")
+        if deleted:
+            original = [o for o in original if not (isinstance(o, dict) and key in o and _canon(o[key]) in deleted)]
         if replace:
             original, patch = [_fresh(v, schema.elem(), None, None) for v in plain], []
         else:
             patch = plain
         merged = list(original)
+        where = _Finder(merged, key)
         for v in patch:
             if key not in v:
                 raise _no_merge_key(v, key)
-            i = _index_in(merged, v, key)
+            i = where.index(v)
             if i >= 0:
                 merged[i] = _merge_map(merged[i], v, schema.elem())
             else:
                 merged.append(_merge_map({}, v, schema.elem()))
-    patch_items = [m for m in merged if _present(m, patch, mkey)]
-    server_only = [m for m in merged if not _present(m, patch, mkey)]
+                where.add(merged[-1], len(merged) - 1)
+    patch_items, server_only = _split_by(merged, patch, mkey)
     return _normalize_order(patch_items, server_only, patch, original, mkey)
 
 
@@ -582,7 +650,7 @@ def _merge_map(original: dict, patch: dict, schema: _Schema) -> dict:
         if d == "delete":
             return {}
         raise _plain(f"unknown patch type: {format_v(d)} in map: {format_v(patch)}")
-    out = copy.deepcopy(original) if isinstance(original, dict) else {}
+    out = dict(original) if isinstance(original, dict) else {}  # members left alone are shared, not copied
     patch = dict(patch)
 
     # $retainKeys
@@ -627,8 +695,7 @@ def _merge_map(original: dict, patch: dict, schema: _Schema) -> dict:
             continue
         ekind = _elem_kind(o_list, p_list)
         mkey = key if ekind == "map" else None
-        patch_items = [m for m in merged if _present(m, order, mkey)]
-        server_only = [m for m in merged if not _present(m, order, mkey)]
+        patch_items, server_only = _split_by(merged, order, mkey)
         out[field] = _normalize_order(patch_items, server_only, order, o_list, mkey)
         patch.pop(field, None)
 
@@ -709,6 +776,8 @@ def apply_patch(doc: dict, content_type: str, body: bytes, resource: str, is_cus
     The result still has to be decoded/validated by the caller (apiVersion/kind/name checks).
     """
     ct = check_patch_type(content_type, resource, is_custom)
+    if json_depth(body) > MAX_DEPTH:  # bounded before any decoder or recursive merge sees it
+        raise bad_request(("error decoding patch: " if ct != STRATEGIC_MERGE_PATCH else "") + too_deep_message())
     if ct == JSON_PATCH:
         try:
             ops = _decode_json(body)

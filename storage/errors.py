@@ -19,6 +19,9 @@ class Code(enum.Enum):
     PROGRESS_UNSUPPORTED = "RequestWatchProgressDisabled"  # a consistent watch-list needs it (S3.7)
     INVALID_RV = "InvalidResourceVersion"  # an unparseable resourceVersion (S1.11)
     INVALID_CONTINUE = "InvalidContinue"  # undecodable token (S1.13, S2.3), or with a resourceVersion (S1.12)
+    INVALID_KEY = "InvalidKey"        # a key with "." or ".." segments (upstream's etcd3 prepareKey, S11.6)
+    INVALID_OBJECT = "InvalidObject"  # a value this store cannot encode (nested deeper than orjson's 254 levels)
+    TOO_LARGE = "RequestTooLarge"     # etcd refused the request: over its --max-request-bytes
     INTERNAL = "Internal"
 
 
@@ -53,3 +56,8 @@ def invalid_continue(message: str) -> StorageError:
     """A continue token that does not decode (S1.13, S2.3) or comes with a resourceVersion (S1.12):
     `message` is upstream's full text; answered 400 BadRequest."""
     return StorageError(Code.INVALID_CONTINUE, message=message)
+
+
+def invalid_key(key: str) -> StorageError:
+    """upstream's etcd3 store.prepareKey: `invalid key: "<key>"`."""
+    return StorageError(Code.INVALID_KEY, key, f'invalid key: "{key}"')

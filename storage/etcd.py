@@ -91,6 +91,8 @@ def _map_rpc_error(e: grpc.aio.AioRpcError, key: str = "") -> errors.StorageErro
         return errors.StorageError(errors.Code.EXPIRED, key, detail)
     if "required revision is a future revision" in detail:
         return errors.StorageError(errors.Code.TOO_LARGE_RV, key, detail)
+    if "request is too large" in detail:  # etcdserver's ErrRequestTooLarge (over --max-request-bytes)
+        return errors.StorageError(errors.Code.TOO_LARGE, key, detail)
     if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         return errors.StorageError(errors.Code.UNREACHABLE, key, detail)
     return errors.StorageError(errors.Code.INTERNAL, key, f"{e.code().name}: {detail}")

@@ -79,7 +79,17 @@ def encode_value(obj: Obj) -> bytes:
     for k, v in obj.items():
         if k not in out:
             out[k] = v
-    return orjson.dumps(out)
+    try:
+        return orjson.dumps(out)
+    except orjson.JSONEncodeError as e:  # e.g. nested deeper than orjson's 254 levels (a JSON patch's result)
+        raise errors.StorageError(errors.Code.INVALID_OBJECT, message=str(e)) from None
+
+
+def check_key(key: str) -> str:
+    """upstream's etcd3 prepareKey: no "." or ".." segment, whatever the route or encoding that built it."""
+    if "/." in key and any(seg in (".", "..") for seg in key.split("/")):
+        raise errors.invalid_key(key)
+    return key
 
 
 def decode_kv(kv: KV) -> Obj:
@@ -252,12 +262,14 @@ class EtcdStore:
     # --- single objects -----------------------------------------------------
 
     async def get(self, key: str, rv: int = 0) -> Obj:
+        check_key(key)
         kv, _ = await self.client.get(key.encode(), self.resource, revision=rv)
         if kv is None:
             raise errors.not_found(key)
         return decode_kv(kv)
 
     async def create(self, key: str, obj: Obj) -> Obj:
+        check_key(key)
         ok, rev, _ = await self.client.create(key.encode(), encode_value(obj), self.resource)
         if not ok:
             raise errors.exists(key)
@@ -274,6 +286,7 @@ class EtcdStore:
         """One CAS Txn: (stored object, None) if the key's mod_revision was expected_rv, else
         (None, the current object) from the same Txn's failure branch; not_found if the key is gone.
         Lets a caller that started from a possibly stale copy retry without another read."""
+        check_key(key)
         ok, rev, cur = await self.client.update(key.encode(), encode_value(obj), expected_rv, self.resource)
         if ok:
             return stamp_rv(obj, rev), None
@@ -305,6 +318,7 @@ class EtcdStore:
 
         Returns (last stored state, revision of the delete).
         """
+        check_key(key)
         while True:
             kv, _ = await self.client.get(key.encode(), self.resource)
             if kv is None:

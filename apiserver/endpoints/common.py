@@ -7,7 +7,7 @@ from typing import Any, Awaitable, Callable, Iterable
 from aiohttp import web
 
 from cache.delegator import CacheDelegator
-from machinery import errors, jsonenc, protobuf, tables
+from machinery import bodies, errors, jsonenc, protobuf, tables
 from machinery import shard_selector
 from machinery.encoding import encode_obj
 from machinery.listoptions import ListOptions, parse_list_options
@@ -70,33 +70,25 @@ async def decode_body(request: web.Request, res: Resource) -> Obj:
     # aiohttp would report application/octet-stream.
     ctype = request.content_type.lower() if request.headers.get("Content-Type") else "application/json"
     if ctype in ("application/yaml", "application/apply-patch+yaml"):
-        import yaml
-        try:
-            obj = yaml.safe_load(body)
-        except yaml.YAMLError as e:
-            raise errors.bad_request(f"error converting YAML to JSON: {e}") from None
+        obj = bodies.decode_yaml_object(body, res.kind)  # bounded: nesting, aliases (machinery/yamlconv)
     elif ctype in ("application/json", "*/*", ""):
-        try:
-            obj = jsonenc.loads(body)
-        except ValueError as e:
-            raise errors.bad_request(
-                f"the object provided is unrecognized (must be of type {res.kind}): "
-                f"couldn't get version/kind; json parse error: {e}") from None
+        obj = bodies.decode_json_object(body, res.kind)
     elif ctype == protobuf.MEDIA_TYPE and not res.custom and protobuf.supports(res.api_version, res.kind):
         # client-go's typed clientsets send built-in kinds as protobuf (custom
         # resources have no protobuf form: 415 as upstream).
         try:
             obj = protobuf.decode(body, res.api_version, res.kind)
+            bodies.check_depth(obj)
         except protobuf.ProtobufError as e:
             raise errors.bad_request(
                 f"the object provided is unrecognized (must be of type {res.kind}): {e}") from None
+        except (bodies.TooDeep, RecursionError):  # e.g. a CRD's JSONSchemaProps nested without end
+            raise errors.bad_request(f"the object provided is unrecognized (must be of type {res.kind}): "
+                                     f"{bodies.too_deep_message()}") from None
     else:
         raise errors.StatusError(415, "UnsupportedMediaType",
                                  f"the body of the request was in an unknown format - accepted media "
                                  f"types include: {accepted_media_types(res)}")
-    if not isinstance(obj, dict):
-        raise errors.bad_request(f"the object provided is unrecognized (must be of type {res.kind}): "
-                                 f"couldn't get version/kind; json parse error: expected an object")
     check_gvk(res, obj)
     return obj
 

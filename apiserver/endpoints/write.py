@@ -7,7 +7,7 @@ from typing import Callable
 
 from aiohttp import web
 
-from machinery import errors, jsonenc, objects, patch as patchmod, protobuf, validation
+from machinery import bodies, errors, jsonenc, objects, patch as patchmod, protobuf, validation
 from machinery.encoding import encode_list_item
 from machinery.listoptions import parse_resource_version
 from machinery.resources import Resource
@@ -198,12 +198,7 @@ async def delete_options(request: web.Request) -> Obj:
         except protobuf.ProtobufError as e:
             raise errors.bad_request(f"invalid DeleteOptions: {e}") from None
     elif body.strip():
-        try:
-            opts = jsonenc.loads(body)
-        except ValueError as e:
-            raise errors.bad_request(f"invalid DeleteOptions: {e}") from None
-        if not isinstance(opts, dict):
-            raise errors.bad_request("invalid DeleteOptions: not an object")
+        opts = bodies.decode_delete_options(body)  # upstream's decode errors, typed fields
     pre = dict(opts.get("preconditions") or {})
     for q in ("preconditions.uid", "preconditions.resourceVersion"):
         if q in request.query:

@@ -128,6 +128,10 @@ def _object(value: Any, kind: str, body: bytes) -> dict:
         return {}  # `null` (or an empty YAML document) decodes to an empty object, as upstream
     if not isinstance(value, dict):
         raise unrecognized(kind, _JSON_PARSE + unmarshal_type_error(json_type_word(value), _FIND_KIND), body)
+    for k in ("apiVersion", "kind"):  # meta.Interpret's struct holds them as strings
+        err = _go_type_error(value.get(k), "string", f".{k}")
+        if err:
+            raise unrecognized(kind, _JSON_PARSE + err, body)
     return value
 
 

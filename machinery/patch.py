@@ -28,8 +28,10 @@ SMP: bad ``$deleteFromPrimitiveList``,          400    mergepatch.Err* text (e.g
 ``$retainKeys``, ``$setElementOrder`` format           format of retainKeys``)
 SMP: list of lists, patch keys outside          422    generic 422 as for JSON patch
 ``$retainKeys``
-SMP: other engine errors (missing merge key,    500    the engine's text, no reason (upstream
-unknown ``$patch`` value, mixed list types)            returns a plain Go error -> 500 Unknown)
+SMP: other engine errors (missing merge key,    400    the engine's text, reason BadRequest (upstream
+unknown ``$patch`` value, mixed list types)            returns a plain Go error -> 500 without a
+                                                       reason: the client's patch is at fault, so a
+                                                       4xx here, docs/differences.md)
 strategic patch on a custom / unknown resource  415    ``the body of the request was in an unknown
                                                        format - accepted media types include:
                                                        application/json-patch+json,
@@ -88,8 +90,9 @@ def _generic_invalid(cause: str) -> StatusError:
 
 
 def _plain_error(message: str) -> StatusError:
-    """A non-Status Go error reaching the handler: 500, reason Unknown (""), raw message."""
-    return StatusError(500, "", message)
+    """A plain Go error of the patch engine, which upstream answers 500 without a reason: the patch is the
+    client's mistake, so 400 BadRequest with the engine's text here (a deliberate difference)."""
+    return bad_request(message)
 
 
 def _unsupported_media_type(accepted: list[str]) -> StatusError:

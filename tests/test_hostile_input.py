@@ -252,11 +252,50 @@ def test_nesting_between_254_and_10000_levels_is_refused_here(server, ns, ctype)
     (b"- a", "application/yaml", "couldn't get version/kind; json parse error: json: cannot unmarshal array into "
                                  'Go value of type struct { APIVersion string "json:\\"apiVersion,omitempty\\""; '
                                  'Kind string "json:\\"kind,omitempty\\"" }'),
+    (b'{"apiVersion": {"a":1}}', "application/json",
+     "couldn't get version/kind; json parse error: json: cannot unmarshal object into Go struct field .apiVersion of "
+     "type string"),
+    (b'{"kind": [], "apiVersion": "v1"}', "application/json",
+     "couldn't get version/kind; json parse error: json: cannot unmarshal array into Go struct field .kind of type "
+     "string"),
+    (b"kind: 5", "application/yaml",
+     "couldn't get version/kind; json parse error: json: cannot unmarshal number into Go struct field .kind of type "
+     "string"),
 ])
 def test_decode_errors_are_upstreams(server, ns, body, ctype, error):
     r = post_raw(server, f"/api/v1/namespaces/{ns}/configmaps", body, ctype)
     assert r.status_code == 400, r.text[:300]
     assert status_of(r)["message"] == unrecognized("ConfigMap", error, body)
+
+
+def test_metadata_that_is_not_an_object_is_400(server, ns):
+    r = post_raw(server, f"/api/v1/namespaces/{ns}/configmaps", b'{"metadata": []}', "application/json")
+    assert r.status_code == 400
+    assert status_of(r)["message"] == ('ConfigMap in version "v1" cannot be handled as a ConfigMap: json: cannot '
+                                       'unmarshal array into Go struct field ConfigMap.metadata of type v1.ObjectMeta')
+
+
+@pytest.mark.parametrize("ctype,body,detail", [
+    ("application/strategic-merge-patch+json", b'{"metadata": []}', "cannot restore struct from: slice"),
+    ("application/strategic-merge-patch+json", b'{"kind": 5}', "cannot convert int64 to string"),
+    ("application/merge-patch+json", b'{"metadata": 5}',
+     "json: cannot unmarshal number into Go struct field ConfigMap.metadata of type v1.ObjectMeta"),
+    ("application/merge-patch+json", b'{"apiVersion": 5}',
+     "couldn't get version/kind; json parse error: json: cannot unmarshal number into Go struct field .apiVersion of "
+     "type string"),
+    ("application/json-patch+json", b'[{"op":"replace","path":"/kind","value":{}}]',
+     "couldn't get version/kind; json parse error: json: cannot unmarshal object into Go struct field .kind of type "
+     "string"),
+])
+def test_patched_objects_of_the_wrong_shape_are_422(server, ns, ctype, body, detail):
+    """Upstream decodes the patched object into its type: a 422 `patch: Invalid value` naming the decode error
+    (were 500s here: found by the fuzzers)."""
+    assert server.api.post(f"/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": "s"}}).status_code == 201
+    r = server.api.patch(f"/api/v1/namespaces/{ns}/configmaps/s", body, ctype)
+    assert r.status_code == 422, r.text[:300]
+    st = status_of(r)
+    assert st["message"].startswith(' "" is invalid: patch: Invalid value: "') and st["message"].endswith(f'": {detail}')
+    assert st["details"]["causes"][0]["field"] == "patch"
 
 
 @pytest.mark.parametrize("body,ctype", [(b"null", "application/json"), (b"", "application/yaml"),

@@ -196,10 +196,11 @@ def test_smp_list_replace_directive_and_map_directives():
     assert out["spec"]["nodeSelector"] == {}
 
 
-def test_smp_unknown_map_directive_is_500_like_upstream():
-    # handleDirectiveInMergeMap only knows replace/delete; the plain Go error becomes a 500
+def test_smp_unknown_map_directive_is_400():
+    # handleDirectiveInMergeMap only knows replace/delete; upstream's plain Go error is a 500, a 400 here
+    # (the patch is the client's mistake: docs/differences.md)
     e = _raises(strategic_merge_patch, {"spec": {}}, {"spec": {"$patch": "merge", "a": 1}}, "pods")
-    assert e.code == 500 and e.message.startswith("unknown patch type: merge in map: map[")
+    assert e.code == 400 and e.message.startswith("unknown patch type: merge in map: map[")
 
 
 def test_smp_lists_without_merge_key_are_replaced():
@@ -252,9 +253,9 @@ def test_smp_retain_keys():
     assert (e.code, e.message) == (400, "invalid patch format of retainKeys")
 
 
-def test_smp_missing_merge_key_is_500_plain_error():
+def test_smp_missing_merge_key_is_400_with_the_engines_text():
     e = _raises(strategic_merge_patch, pod(C_A), {"spec": {"containers": [{"image": "x"}]}}, "pods")
-    assert e.code == 500
+    assert (e.code, e.reason) == (400, "BadRequest")  # upstream: 500, no reason
     assert e.message == "map: map[image:x] does not contain declared merge key: name"
 
 
@@ -359,7 +360,7 @@ def test_set_element_order_mismatch_is_rejected():
     e = _raises(strategic_merge_patch, pod(C_A, C_B), {"spec": {
         "$setElementOrder/containers": [{"name": "a"}],
         "containers": [{"name": "b", "image": "x"}]}}, "pods")
-    assert e.code == 500 and "doesn't match $setElementOrder list" in e.message
+    assert e.code == 400 and "doesn't match $setElementOrder list" in e.message
 
 
 # ----------------------------------------------------------------------------- dispatch / errors

@@ -7,7 +7,7 @@ from typing import Callable
 
 from aiohttp import web
 
-from machinery import bodies, errors, jsonenc, objects, patch as patchmod, protobuf, validation
+from machinery import bodies, errors, gocompat, jsonenc, objects, patch as patchmod, protobuf, validation
 from machinery.encoding import encode_list_item
 from machinery.listoptions import parse_resource_version
 from machinery.resources import Resource
@@ -42,7 +42,13 @@ async def decode_in_scope(request: web.Request, scope: RequestScope) -> tuple[Ob
     obj = await decode_body(request, scope.resource)
     md = obj.setdefault("metadata", {})
     if not isinstance(md, dict):
-        raise errors.bad_request("metadata must be an object")
+        res = scope.resource
+        if res.custom:
+            raise errors.bad_request("metadata must be an object")
+        # upstream's typed decoder (transformDecodeError with the body's group version kind)
+        raise errors.bad_request(f'{res.kind} in version "{res.version}" cannot be handled as a {res.kind}: '
+                                 + gocompat.unmarshal_type_error(gocompat.json_type_word(md), "v1.ObjectMeta",
+                                                                 f"{res.kind}.metadata"))
     if scope.name is not None:
         if md.get("name") and md["name"] != scope.name:
             raise errors.bad_request(f"the name of the object ({md['name']}) does not match the name on "
@@ -111,6 +117,7 @@ async def patch(ctx: Context, request: web.Request, scope: RequestScope) -> web.
         patched = patchmod.apply_patch(doc, ctype, body, res.plural, res.custom)
         if not isinstance(patched, dict):
             raise errors.bad_request("the patched object is not a JSON object")
+        check_patched(res, patched, ctype, body)
         pmd = patched.get("metadata") or {}
         want = pmd.get("resourceVersion")
         if want and want != cur["metadata"].get("resourceVersion"):
@@ -121,6 +128,32 @@ async def patch(ctx: Context, request: web.Request, scope: RequestScope) -> web.
         check_gvk(res, patched)
         return patched
     return await _write(ctx, request, scope, apply, status_ok=200)
+
+
+def check_patched(res: Resource, patched: Obj, ctype: str, body: bytes) -> None:
+    """What upstream's typed decoding of the patched object refuses (422 `patch: Invalid value`): an
+    apiVersion or kind that is not a string, metadata that is not an object. A strategic merge patch is
+    converted from the patch map (its text is the map's %v); the other two decode the patched JSON."""
+    bad = [(f, patched[f]) for f in ("apiVersion", "kind") if patched.get(f) is not None
+           and not isinstance(patched[f], str)]
+    md = patched.get("metadata")
+    if md is not None and not isinstance(md, dict):
+        bad.append(("metadata", md))
+    if not bad:
+        return
+    field, value = bad[0]
+    word = gocompat.json_type_word(value)
+    if ctype.split(";", 1)[0].strip() == patchmod.STRATEGIC_MERGE_PATCH:
+        go = {"number": "float64" if isinstance(value, float) else "int64", "array": "slice", "object": "map"
+              }.get(word, word)
+        detail = (f"cannot convert {go} to string" if field != "metadata" else f"cannot restore struct from: {go}")
+        shown = gocompat.format_v(jsonenc.loads(body))
+    else:
+        detail = ("couldn't get version/kind; json parse error: "
+                  + gocompat.unmarshal_type_error(word, "string", f".{field}") if field != "metadata" else
+                  gocompat.unmarshal_type_error(word, "v1.ObjectMeta", f"{res.kind}.metadata"))
+        shown = jsonenc.dumps(patched).decode()
+    raise errors.invalid("", "", "", [errors.field_error("FieldValueInvalid", "patch", detail, shown)])
 
 
 async def _write(ctx: Context, request: web.Request, scope: RequestScope,

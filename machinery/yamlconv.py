@@ -80,13 +80,12 @@ def _fail(message: str) -> YAMLToJSONError:
 # scalars are _Scalar; collections are lists with slots for the memoised expanded size and depth.
 
 class _Scalar:
-    __slots__ = ("value", "tag", "implicit", "plain")
+    __slots__ = ("value", "tag", "implicit")
 
-    def __init__(self, value: str, tag: str, implicit: bool, plain: bool):
+    def __init__(self, value: str, tag: str, implicit: bool):
         self.value = value
         self.tag = tag
-        self.implicit = implicit
-        self.plain = plain
+        self.implicit = implicit  # libyaml's plain_implicit, go-yaml's node.implicit
 
 
 class _Seq(list):
@@ -168,7 +167,7 @@ def _compose(body: bytes, max_depth: int) -> Any:
                 if ev.tag is None and plain_implicit and ev.anchor is None:
                     node: Any = ev.value
                 else:
-                    node = _Scalar(ev.value, ev.tag or "", plain_implicit, ev.style in (None, ""))
+                    node = _Scalar(ev.value, ev.tag or "", plain_implicit)
                 if ev.anchor is not None:
                     anchors[ev.anchor] = node
             elif t is yaml.SequenceStartEvent or t is yaml.MappingStartEvent:
@@ -234,7 +233,7 @@ def _merged(v: Any) -> list[Any]:
 
 
 def _children(n: Any) -> list[Any]:
-    """(child, contributes-to-depth) pairs' nodes whose size and depth n's depend on."""
+    """The nodes whose expanded size and depth a collection's depend on (merged maps included)."""
     if type(n) is _Seq:
         return list(n)
     out = []
@@ -576,17 +575,24 @@ class _Build:
         return v
 
     def fill(self, out: dict[str, Any], n: _Map) -> None:
-        for i in range(0, len(n), 2):
-            k, v = n[i], n[i + 1]
-            if _is_merge_key(k):
-                for m in _merged(v):
-                    self.fill(out, m.target if type(m) is _Alias else m)
-                continue
-            key = self.value(k)
-            if isinstance(key, (list, dict)):
-                raise _fail(f"invalid map key: {_go_sharp_v(key)}")
-            value = self.value(v)
-            out[self.key(key, value)] = value
+        """A mapping's pairs into `out`; a `<<` merges its maps into the same dict (go-yaml's decoder.merge,
+        later keys overwriting). Merge chains are followed with a stack: an anchor may merge an anchor that
+        merges another, thousands deep, without nesting the result."""
+        stack = [(n, 0)]
+        while stack:
+            node, i = stack.pop()
+            while i < len(node):
+                k, v = node[i], node[i + 1]
+                i += 2
+                if _is_merge_key(k):
+                    stack.append((node, i))
+                    stack.extend((m.target if type(m) is _Alias else m, 0) for m in reversed(_merged(v)))
+                    break
+                key = self.value(k)
+                if isinstance(key, (list, dict)):
+                    raise _fail(f"invalid map key: {_go_sharp_v(key)}")
+                value = self.value(v)
+                out[self.key(key, value)] = value
 
     def key(self, k: Any, value: Any) -> str:
         """sigs.k8s.io/yaml convertToJSONableObject's map keys."""
@@ -605,31 +611,22 @@ class _Build:
         return str(k)
 
 
-def _deepest_open(root: Any, level: int) -> str:
-    """'[' or '{': the collection json.Marshal's output opens at `level` (1 = root) on the deepest path."""
-    n = root
-    for _ in range(level - 1):
-        while type(n) is _Alias:
-            n = n.target
-        nxt = None
-        want = n.depth - 1
-        if type(n) is _Seq:
-            kids = list(n)
-        else:
-            kids = []
-            for i in range(0, len(n), 2):
-                k, v = n[i], n[i + 1]
-                kids.extend(_merged(v) if _is_merge_key(k) else [v])
-        for c in kids:
-            _, d = _size_depth(c)
-            if d == want or (type(c) in (_Map,) and d - 1 == want and c not in n):
-                nxt = c
-                break
-        if nxt is None:
-            break
-        n = nxt
+def _deref(n: Any) -> Any:
     while type(n) is _Alias:
         n = n.target
+    return n
+
+
+def _deepest_open(root: Any, level: int) -> str:
+    """'[' or '{': the collection opened at `level` (1 = root) on a deepest path of the JSON (a path through
+    a merge stops early: close enough for an error text)."""
+    n = _deref(root)
+    for _ in range(level - 1):
+        kids = list(n) if type(n) is _Seq else [n[i + 1] for i in range(0, len(n), 2) if not _is_merge_key(n[i])]
+        nxt = next((c for c in kids if _size_depth(c)[1] == n.depth - 1), None)
+        if nxt is None or type(_deref(nxt)) not in (_Seq, _Map):
+            break
+        n = _deref(nxt)
     return "[" if type(n) is _Seq else "{"
 
 

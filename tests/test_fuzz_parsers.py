@@ -264,3 +264,17 @@ def test_delete_options(body):
 def test_delete_options_found(body):
     """Bodies that were 500s (TypeError) before DeleteOptions were decoded with Go's types."""
     ends_well(bodies.decode_delete_options, body)
+
+
+def test_yaml_chains_are_bounded():
+    """Anchors that merge anchors that merge anchors, and aliases nesting aliases: no recursion of the
+    parser's own, and upstream's errors (the alias budget, then JSON's 10,000 levels)."""
+    chain = b"a0: &a0 {x: 1}\n" + b"".join(b"a%d: &a%d {<<: *a%d, y%d: 2}\n" % (i, i, i - 1, i) for i in range(1, 3000))
+    assert ends_well(bodies.decode_yaml_object, chain, "ConfigMap").message.endswith(
+        f"yaml: document contains excessive aliasing ({bodies.summarize(chain)})")
+    deep = b"a0: &a0 " + b"[" * 200 + b"1" + b"]" * 200 + b"\n" + b"".join(
+        b"a%d: &a%d " % (i, i) + b"[" * 200 + b"*a%d" % (i - 1) + b"]" * 200 + b"\n" for i in range(1, 60))
+    assert "json parse error: invalid character '[' exceeded max depth" in ends_well(
+        bodies.decode_yaml_object, deep, "ConfigMap").message
+    short = b"a0: &a0 {x: 1}\n" + b"".join(b"a%d: &a%d {<<: *a%d, y%d: 2}\n" % (i, i, i - 1, i) for i in range(1, 40))
+    assert len(ends_well(bodies.decode_yaml_object, short, "ConfigMap")["a39"]) == 40

@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import platform
+import ssl
 import subprocess
 import sys
 import time
@@ -83,6 +84,14 @@ class Apiserver(ApiserverProcess):
 
 
 # --- HTTP -------------------------------------------------------------------------------------------------
+
+def ssl_context(tls: dict) -> ssl.SSLContext:
+    """Client TLS for an HTTPS apiserver: tls = {"ca": CA file, "cert": (certificate, key) or None}."""
+    ctx = ssl.create_default_context(cafile=tls["ca"])
+    if tls.get("cert"):
+        ctx.load_cert_chain(*tls["cert"])
+    return ctx
+
 
 def http_json(url: str) -> dict:
     with urllib.request.urlopen(url, timeout=5) as r:

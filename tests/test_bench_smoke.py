@@ -101,3 +101,23 @@ def test_all_lists_every_benchmark():
     from bench.all import BENCHMARKS
     for name in BENCHMARKS:
         assert os.path.exists(os.path.join(ROOT, "bench", f"{name}.py")), name
+
+
+# --- ours against kube-apiserver (issue 12): both sides measured, every shape present --------------------------
+
+def test_vs_upstream_quick(tmp_path):
+    from bench.vs_upstream import KINDS, LIST_SHAPES
+    doc = _run_quick("vs_upstream", tmp_path / "vs_upstream.json", timeout=300)
+    assert doc["versions"]["kube_apiserver"] == "v1.37.2"
+    assert set(doc["memory"]) == set(KINDS)
+    for name, row in doc["memory"].items():
+        # both caches held exactly the loaded objects (checked by the bench); ours grew by a positive amount
+        assert row["objects"] > 0 and row["json_bytes_per_object"] > 0, (name, row)
+        assert row["ours_heap_per_object"] > 0, (name, row)
+    assert len(doc["lists"]) == 2 * len(LIST_SHAPES)
+    for name, row in doc["lists"].items():
+        for side in ("ours", "kube"):
+            assert row[side]["n"] > 0 and row[side]["p50_ms"] > 0, (name, side, row)
+        # both servers returned the same bytes for the same list (same objects, same RV semantics)
+        if "label" not in name:
+            assert row["ours"]["bytes"] > 0 and abs(row["ours"]["bytes"] - row["kube"]["bytes"]) < 0.01 * row["kube"]["bytes"]

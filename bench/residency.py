@@ -742,6 +742,11 @@ def main_read_only(p: argparse.Namespace, t_start: float) -> int:
                        "machine; heap read from each process's /debug/residency?gc=1 at the same ingested "
                        "revision; no writers",
            "versions": vers, "micro": {}, **res}
+    return finish(doc, p, t_start)
+
+
+def finish(doc: dict, p: argparse.Namespace, t_start: float) -> int:
+    """Targets, checks and flat figures into `doc`; JSON, PNG and table out; exit status from the checks."""
     doc["targets"] = targets(doc, p)
     doc["checks_passed"] = all(r["check"]["passed"] for pr in doc["profiles"].values() for r in pr["runs"])
     doc["figures"] = flat_figures(doc)
@@ -780,15 +785,7 @@ def main(argv=None) -> int:
                        "/proc, native = the cache's structure bytes) at the same ingested revision, with the "
                        "profile's writers running; micro-benchmarks in the benchmark process",
            "versions": vers, "micro": micro, **res}
-    doc["targets"] = targets(doc, p)
-    doc["checks_passed"] = all(r["check"]["passed"] for pr in doc["profiles"].values() for r in pr["runs"])
-    doc["figures"] = flat_figures(doc)
-    doc["elapsed_s"] = time.perf_counter() - t_start
-    write_json(p.out, doc)
-    residency_plot(doc, p.png)
-    print(residency_table(doc))
-    log(f"wrote {p.out} and {p.png} in {doc['elapsed_s']:.1f} s")
-    return 0 if doc["checks_passed"] else 1
+    return finish(doc, p, t_start)
 
 
 if __name__ == "__main__":

@@ -1,21 +1,9 @@
 """`--read-only`: an apiserver pointed at an etcd it must not change (a restored production snapshot)."""
 from __future__ import annotations
 
-import asyncio
 import os
 
-from storage.etcd import EtcdClient
-from tests.helpers import Api, current_etcd, start_apiserver
-
-
-def etcd_revision(endpoint: str) -> int:
-    async def rev() -> int:
-        c = EtcdClient([endpoint])
-        try:
-            return await c.current_revision(b"/", "test")
-        finally:
-            await c.close()
-    return asyncio.run(rev())
+from tests.helpers import Api, current_etcd, etcd_revision, start_apiserver
 
 
 def test_read_only_serves_reads_and_refuses_every_write():

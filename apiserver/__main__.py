@@ -111,6 +111,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="mutating requests served at once; more get 429 (0: no limit)")
     p.add_argument("--request-timeout", type=_duration, default=60.0,
                    help="non-long-running requests still running after this get 504 (default 1m; 0: none)")
+    p.add_argument("--token-auth-file", default="",
+                   help="bearer tokens for the secure and plain ports: upstream's CSV, token,user,uid[,\"group1,group2\"]")
+    p.add_argument("--client-ca-file", default="",
+                   help="CA bundle that verifies client certificates on the secure port (user = CN, groups = O)")
+    p.add_argument("--anonymous-auth", type=_bool, default=None, nargs="?", const=True,
+                   help="requests without credentials are system:anonymous (default true; reset to false under "
+                        "the AlwaysAllow authorizer, as upstream). Without any of --token-auth-file, "
+                        "--client-ca-file, --anonymous-auth every request is system:unsecured (system:masters)")
     p.add_argument("--state-dir", default=os.environ.get("RESIDENCY_STATE_DIR", "state"),
                    help="where the embedded etcd keeps its data (default ./state)")
     p.add_argument("-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity (0-10)")
@@ -141,7 +149,31 @@ def parse_args(argv: list[str] | None = None):
         p.error("--residency needs the watch cache (--watch-cache=true)")
     if not a.port and not a.secure_port:
         p.error("nothing to serve: both --port and --secure-port are 0")
+    _check_authentication(p, a)
     return a
+
+
+def _check_authentication(p: argparse.ArgumentParser, a) -> None:
+    """The authentication flags: a malformed token file or an unreadable client CA is a CLI error; anonymous
+    auth is reset to false under the AlwaysAllow authorizer, with upstream's warning."""
+    from .auth import authn
+    if a.token_auth_file:
+        try:
+            authn.load_token_file(a.token_auth_file)
+        except authn.TokenFileError as e:
+            p.error(f"--token-auth-file: {e}")
+    if a.client_ca_file:
+        try:
+            ssl.create_default_context(cafile=a.client_ca_file)
+        except (OSError, ssl.SSLError) as e:
+            p.error(f"--client-ca-file: {a.client_ca_file}: {e}")
+    modes = getattr(a, "authorization_mode", None) or "AlwaysAllow"
+    if isinstance(modes, str):
+        modes = [m.strip() for m in modes.split(",")]
+    if authn.enabled(a) and a.anonymous_auth is not False and "AlwaysAllow" in modes:
+        print("warning: AnonymousAuth is not allowed with the AlwaysAllow authorizer. Resetting AnonymousAuth "
+              "to false. You should use a different authorizer", file=sys.stderr)
+        a.anonymous_auth = False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
                      compaction_interval=a.etcd_compaction_interval,
                      max_requests_inflight=a.max_requests_inflight,
                      max_mutating_requests_inflight=a.max_mutating_requests_inflight,
-                     request_timeout=a.request_timeout)
+                     request_timeout=a.request_timeout, token_auth_file=a.token_auth_file,
+                     client_ca_file=a.client_ca_file, anonymous_auth=a.anonymous_auth)
         asyncio.run(_serve(APIServer(cfg), a))
     finally:
         if etcd is not None:
@@ -207,7 +240,14 @@ async def _serve(server, a) -> None:
         await web.TCPSite(runner, a.bind_address, a.port, shutdown_timeout=1).start()
         urls.append(f"http://{_host(a.bind_address)}:{a.port}")
     if a.secure_port:
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        if a.client_ca_file:
+            # Client certificates are asked for, not required, and verified against --client-ca-file alone
+            # (no system CAs): apiserver/auth/authn.py reads the verified certificate's subject.
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_verify_locations(cafile=a.client_ca_file)
+            ctx.verify_mode = ssl.CERT_OPTIONAL
+        else:
+            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.load_cert_chain(a.tls_cert_file, a.tls_private_key_file)
         await web.TCPSite(runner, a.bind_address, a.secure_port, ssl_context=ctx, shutdown_timeout=1).start()
         urls.append(f"https://{_host(a.bind_address)}:{a.secure_port}")

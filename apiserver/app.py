@@ -17,6 +17,7 @@ from storage.router import Router
 from storage.store import EtcdStore
 
 from . import filters
+from .auth.authn import authentication
 from .controllers import Controllers
 from .endpoints.common import Context
 from .health import Health, residency_report
@@ -37,6 +38,10 @@ class Config:
     max_requests_inflight: int = 400           # --max-requests-inflight (0: no limit)
     max_mutating_requests_inflight: int = 200  # --max-mutating-requests-inflight (0: no limit)
     request_timeout: float = 60.0              # --request-timeout in seconds (0: none)
+    # Authentication (apiserver/auth/authn.py). None of the three given: every request is system:unsecured.
+    token_auth_file: str = ""                  # --token-auth-file: bearer tokens (upstream's CSV)
+    client_ca_file: str = ""                   # --client-ca-file: x509 client certificates (secure port)
+    anonymous_auth: bool | None = None         # --anonymous-auth (None: not given; upstream default true)
 
 
 class APIServer:
@@ -138,7 +143,7 @@ class APIServer:
         c = self.config
         app = web.Application(middlewares=[
             filters.max_in_flight(c.max_requests_inflight, c.max_mutating_requests_inflight),
-            filters.path_guard, status_and_metrics, filters.request_timeout(c.request_timeout),
+            filters.path_guard, status_and_metrics, authentication(c), filters.request_timeout(c.request_timeout),
         ], client_max_size=8 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self.routes.dispatch)
 

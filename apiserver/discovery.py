@@ -28,7 +28,7 @@ import re
 from typing import Any
 
 from machinery import jsonenc
-from machinery.resources import Registry, Resource
+from machinery.resources import REVIEWS, Registry, Resource
 
 __all__ = [
     "AGGREGATED_CONTENT_TYPE", "wants_aggregated", "aggregated_etag", "etag_matches", "version_json",
@@ -91,14 +91,20 @@ def _version_order(versions: list[str]) -> list[str]:
 
 # GroupPriorityMinimum of the built-in groups we serve (kubernetes pkg/controlplane/apiserver/aggregator.go);
 # custom resource groups are registered by the CRD registration controller with 1000.
-GROUP_PRIORITY = {"": 18000, "rbac.authorization.k8s.io": 17000, "apiextensions.k8s.io": 16700,
-                  "coordination.k8s.io": 16500}
+GROUP_PRIORITY = {"": 18000, "authentication.k8s.io": 17700, "authorization.k8s.io": 17600,
+                  "rbac.authorization.k8s.io": 17000, "apiextensions.k8s.io": 16700, "coordination.k8s.io": 16500}
 CRD_GROUP_PRIORITY = 1000
 
 
 def _groups(registry: Registry) -> dict[str, list[str]]:
-    """group -> served versions, preferred first (every version of a group has one VersionPriority here)."""
-    return {g: _version_order(vs) for g, vs in registry.groups().items()}
+    """group -> served versions, preferred first (every version of a group has one VersionPriority here);
+    the review kinds' groups (machinery.resources.REVIEWS) included."""
+    groups = registry.groups()
+    for r in REVIEWS:
+        vs = groups.setdefault(r.group, [])
+        if r.version not in vs:
+            vs.append(r.version)
+    return {g: _version_order(vs) for g, vs in groups.items()}
 
 
 def _legacy_group_order(groups: dict[str, list[str]]) -> list[str]:
@@ -157,7 +163,8 @@ def _api_resource(r: Resource) -> dict:
         d["shortNames"] = list(r.short_names)
     if r.categories:
         d["categories"] = list(r.categories)
-    d["storageVersionHash"] = storage_version_hash(r.group, r.storage_version, r.kind)
+    if r.stored:  # upstream sets it for stored kinds only (a StorageVersionProvider)
+        d["storageVersionHash"] = storage_version_hash(r.group, r.storage_version, r.kind)
     return d
 
 
@@ -167,7 +174,8 @@ def _status_resource(r: Resource) -> dict:
 
 
 def _sorted_resources(registry: Registry, group: str, version: str) -> list[Resource]:
-    return sorted(registry.in_group_version(group, version), key=lambda r: r.plural)
+    reviews = [r for r in REVIEWS if r.group == group and r.version == version]
+    return sorted(registry.in_group_version(group, version) + reviews, key=lambda r: r.plural)
 
 
 def api_resource_list(registry: Registry, group: str, version: str) -> dict | None:

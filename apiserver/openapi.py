@@ -653,7 +653,9 @@ def v2(registry: Registry) -> dict:
     def build(rs: list[Resource]) -> dict:
         groups = discovery.api_group_list(registry)["groups"]
         ops = _root_ops("api") + _root_ops("apis") + _root_ops("version")
-        ops += [op for g in groups if not _is_custom_group(rs, g["name"]) for op in _root_ops(f"apis/{g['name']}")]
+        served = {r.group for r in rs}  # the review kinds' groups (discovery only) are not described here
+        ops += [op for g in groups if g["name"] in served and not _is_custom_group(rs, g["name"])
+                for op in _root_ops(f"apis/{g['name']}")]
         for g, v in sorted({(r.group, r.version) for r in rs}):
             ops += _gv_ops(rs, g, v)
         shared: dict[str, dict] = {}

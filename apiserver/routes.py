@@ -14,8 +14,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from machinery import errors, jsonenc
 
 from . import discovery
+from .auth import reviews
 from .endpoints import read, watch, write
-from machinery.resources import Registry
+from machinery.resources import REVIEWS, Registry, review
 
 from .endpoints.common import Context, RequestScope, json_response
 from .health import Health
@@ -74,7 +75,8 @@ class Routes:
         if not parts:
             return json_response(jsonenc.dumps({"paths": sorted(
                 ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/metrics", "/version",
-                 "/openapi/v2", "/openapi/v3"] + [f"/apis/{g}" for g in self.registry.groups() if g])}))
+                 "/openapi/v2", "/openapi/v3"] + [f"/apis/{g}" for g in {*self.registry.groups(), *(
+                    r.group for r in REVIEWS)} if g])}))
         head = parts[0]
         if head in ("livez", "readyz", "healthz") and len(parts) <= 2:
             return await self.health.respond(request, head, parts[1] if len(parts) == 2 else None)
@@ -116,7 +118,10 @@ class Routes:
         # Upstream: paths under a group kube-apiserver itself serves (and under /api) that match nothing
         # are NotFound Statuses; anything under an unknown group, or a group only custom resources use,
         # falls through to the delegation chain's end: Go's plain-text 404.
-        builtin = not group or any(not r.custom for r in self.registry.all() if r.group == group)
+        builtin = not group or any(not r.custom for r in self.registry.all() if r.group == group) or \
+            any(r.group == group for r in REVIEWS)
+        if len(rest) == 1 and (rv := review(group, version, rest[0])) is not None:
+            return await self.review(request, rv)
         try:
             if not rest:
                 rl = discovery.api_resource_list(self.registry, group, version)
@@ -175,6 +180,12 @@ class Routes:
         if parts[:2] == ["openapi", "v3"]:
             return web.Response(status=404)  # handler3 answers an unknown document with an empty 404
         return page_not_found()
+
+    async def review(self, request: web.Request, res) -> web.StreamResponse:
+        """A review kind (create only, never stored): POST on its collection path, 405 otherwise."""
+        if request.method != "POST":
+            raise method_not_allowed()
+        return await reviews.HANDLERS[(res.group, res.plural)](request, res)
 
     async def verb(self, request: web.Request, scope: RequestScope, legacy_watch: bool = False) -> web.StreamResponse:
         collection = scope.name is None

@@ -42,6 +42,9 @@ class Resource:
     # The version objects are stored in upstream (discovery's storageVersionHash is computed from it):
     # the CRD's storage version for custom resources, v1beta1 for CRDs themselves.
     storage_version: str = ""
+    # False: a review kind answered from the request alone (create only), never stored: no etcd key, no
+    # watch cache, no storageVersionHash in discovery. Such kinds are in REVIEWS, not in the Registry.
+    stored: bool = True
 
     def __post_init__(self) -> None:
         if not self.list_kind:
@@ -108,6 +111,22 @@ BUILTINS: list[Resource] = [
 ]
 
 CRD = BUILTINS[-1]
+
+# Upstream's create-only review APIs, answered from the request (the authenticated user, an authorizer
+# decision) and never stored. Discovery lists them and the routes send them to their handlers
+# (apiserver/auth/reviews.py); they stay out of the Registry, so nothing watches, counts or stores them.
+REVIEWS: list[Resource] = [
+    Resource(group="authentication.k8s.io", version="v1", kind="SelfSubjectReview", plural="selfsubjectreviews",
+             singular="selfsubjectreview", namespaced=False, verbs=["create"], stored=False),
+]
+
+
+def review(group: str, version: str, plural: str) -> Resource | None:
+    """The review kind served at /apis/<group>/<version>/<plural>, or None."""
+    for r in REVIEWS:
+        if r.group == group and r.version == version and r.plural == plural:
+            return r
+    return None
 
 
 class Registry:

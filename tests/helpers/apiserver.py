@@ -30,12 +30,14 @@ class ApiserverProcess:
 
     def __init__(self, *args: str, etcd_servers: str | None = None, etcd_prefix: str | None = None,
                  residency=None, env: dict[str, str] | None = None, name: str = "apiserver",
-                 log_name: str | None = None, stderr_pipe: bool = False, ready_timeout: float = 30.0):
+                 log_name: str | None = None, stderr_pipe: bool = False, ready_timeout: float = 30.0,
+                 ready_token: str | None = None):
         self.name = name
         self.residency = residency
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.ready_timeout = ready_timeout
+        self.ready_token = ready_token  # a bearer token for /readyz when the server authenticates
         self.argv = [sys.executable, "-m", "apiserver"]
         if etcd_servers:
             self.argv += ["--etcd-servers", etcd_servers]
@@ -72,7 +74,9 @@ class ApiserverProcess:
     def ready(self) -> bool:
         """One GET /readyz: 200 or not."""
         try:
-            with urllib.request.urlopen(self.base + "/readyz", timeout=1) as r:
+            req = urllib.request.Request(self.base + "/readyz", headers={
+                "Authorization": f"Bearer {self.ready_token}"} if self.ready_token else {})
+            with urllib.request.urlopen(req, timeout=1) as r:
                 return r.status == 200
         except OSError:  # refused while starting; HTTPError (a 5xx readyz) is an OSError too
             return False

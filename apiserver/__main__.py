@@ -111,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="mutating requests served at once; more get 429 (0: no limit)")
     p.add_argument("--request-timeout", type=_duration, default=60.0,
                    help="non-long-running requests still running after this get 504 (default 1m; 0: none)")
+    p.add_argument("--authorization-mode", default="AlwaysAllow",
+                   help="ordered comma-separated list of authorizers: AlwaysAllow (default), RBAC, AlwaysDeny; "
+                        "the first that allows a request decides, system:masters is always allowed")
     p.add_argument("--token-auth-file", default="",
                    help="bearer tokens for the secure and plain ports: upstream's CSV, token,user,uid[,\"group1,group2\"]")
     p.add_argument("--client-ca-file", default="",
@@ -149,6 +152,11 @@ def parse_args(argv: list[str] | None = None):
         p.error("--residency needs the watch cache (--watch-cache=true)")
     if not a.port and not a.secure_port:
         p.error("nothing to serve: both --port and --secure-port are 0")
+    from .auth.authz import parse_modes
+    try:
+        a.authorization_modes = parse_modes(a.authorization_mode)
+    except ValueError as e:
+        p.error(f"--authorization-mode: {e}")
     _check_authentication(p, a)
     return a
 
@@ -211,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
                      max_requests_inflight=a.max_requests_inflight,
                      max_mutating_requests_inflight=a.max_mutating_requests_inflight,
                      request_timeout=a.request_timeout, token_auth_file=a.token_auth_file,
-                     client_ca_file=a.client_ca_file, anonymous_auth=a.anonymous_auth)
+                     client_ca_file=a.client_ca_file, anonymous_auth=a.anonymous_auth,
+                     authorization_modes=a.authorization_modes)
         asyncio.run(_serve(APIServer(cfg), a))
     finally:
         if etcd is not None:

@@ -17,6 +17,7 @@ from storage.router import Router
 from storage.store import EtcdStore
 
 from . import filters
+from .auth import authz
 from .auth.authn import authentication
 from .controllers import Controllers
 from .endpoints.common import Context
@@ -42,6 +43,7 @@ class Config:
     token_auth_file: str = ""                  # --token-auth-file: bearer tokens (upstream's CSV)
     client_ca_file: str = ""                   # --client-ca-file: x509 client certificates (secure port)
     anonymous_auth: bool | None = None         # --anonymous-auth (None: not given; upstream default true)
+    authorization_modes: tuple[str, ...] = authz.DEFAULT_MODES  # --authorization-mode (apiserver/auth/authz.py)
 
 
 class APIServer:
@@ -66,6 +68,11 @@ class APIServer:
         self._stores: dict[tuple[str, str], EtcdStore] = {}
         self._tasks: list[asyncio.Task] = []
         self.etcd_version = ""
+        self.rbac = None
+        if authz.RBAC in config.authorization_modes:
+            from .auth.rbac import RBACAuthorizer
+            self.rbac = RBACAuthorizer()
+        self.authorizer = authz.Authorizer(config.authorization_modes, self.rbac)
 
     # --- storage: one etcd store, watch cache and delegator per resource ----------------------
 
@@ -119,16 +126,32 @@ class APIServer:
         self.etcd_version = await self.router.default_client().status()
         if not self.config.read_only:
             await self.controllers.create_system_namespaces()
+        if self.rbac is not None and not self.config.read_only:
+            from .auth.bootstrap import ensure_bootstrap_policy
+            await ensure_bootstrap_policy(self.registry, self.store_for, self.etcd_prefix)
         await self.controllers.load_crds()
         if self.config.watch_cache:
             for r in self.registry.all():
                 self.storage_for(r)
+        if self.rbac is not None:
+            self._feed_rbac()
         self._tasks.append(asyncio.create_task(self.controllers.sync_crds_forever()))
         if self.config.compaction_interval > 0 and not self.config.read_only:
             from storage.compact import run_compactor
             self._tasks.append(asyncio.create_task(
                 run_compactor(self.router.default_client(), self.config.compaction_interval)))
         self._tasks.append(asyncio.create_task(self.controllers.count_objects_forever()))
+
+    def _feed_rbac(self) -> None:
+        """The RBAC authorizer reads the four RBAC kinds from their watch caches (fully resident by default),
+        else from its own list + watch on etcd."""
+        for plural in authz.RBAC_KINDS:
+            res = self.registry.lookup("rbac.authorization.k8s.io", "v1", plural)
+            if self.config.watch_cache and not self.residency.partial(plural):
+                authz.observe_cache(self.rbac, plural, self.storage_for(res).cacher)
+            else:
+                self._tasks.append(asyncio.create_task(authz.reflect_from_etcd(
+                    self.rbac, plural, self.store_for(res), res.prefix(self.etcd_prefix))))
 
     async def stop(self) -> None:
         for d in self._storage.values():
@@ -143,8 +166,11 @@ class APIServer:
         c = self.config
         app = web.Application(middlewares=[
             filters.max_in_flight(c.max_requests_inflight, c.max_mutating_requests_inflight),
-            filters.path_guard, status_and_metrics, authentication(c), filters.request_timeout(c.request_timeout),
+            filters.path_guard, status_and_metrics, authentication(c),
+            *([] if self.authorizer.always_allow else [authz.middleware(self.authorizer)]),
+            filters.request_timeout(c.request_timeout),
         ], client_max_size=8 * 1024 * 1024)
+        app[authz.AUTHORIZER] = self.authorizer
         app.router.add_route("*", "/{tail:.*}", self.routes.dispatch)
 
         async def on_startup(_):

@@ -132,6 +132,10 @@ class Cacher:
         self.dropped_nonresident = 0
         self.created_at = clock()
         self._initialised_once = False
+        # Observers (an authorizer's indexes): `replace(objects)` after every (re)list and `apply(type, obj)`
+        # for every event applied, with the decoded objects the cache ingests (add_observer).
+        self.observers: list = []
+        self._observed: list | None = None
 
     # --- lifecycle ----------------------------------------------------------------
 
@@ -184,6 +188,7 @@ class Cacher:
         n = 0
         end = _prefix_end_bytes(self.prefix.encode())
         self.wc.begin_replace()
+        self._observed = [] if self.observers else None
         while True:
             kvs, hdr, more, _ = await self.client.range(start.encode(), end, revision=rev, limit=self.list_page,
                                                         resource=self.resource_label)
@@ -193,6 +198,9 @@ class Cacher:
             if not more:
                 break
         self.wc.finish_replace(rev)
+        observed, self._observed = self._observed, None
+        if observed is not None:
+            self._notify("replace", observed)
         release_free_memory()
         self.ready = True
         self._initialised_once = True
@@ -250,6 +258,8 @@ class Cacher:
             return None
         d = Decoded(decode_value(key, value))
         data = self._stored_form(self.encode(stamp_rv(d.obj, rv)))
+        if self._observed is not None:
+            self._observed.append(d.obj)
         return key, rv, data, d.uid, d.namespace, d.labels
 
     def _stored_form(self, full: bytes) -> bytes:
@@ -333,6 +343,8 @@ class Cacher:
                 return None
             prev = Decoded(decode_value(key, ev.prev.value))
             data = self._stored_form(self.encode(stamp_rv(prev.obj, rv)))  # last state, delete's RV (S4.5)
+            if self.observers:
+                self._notify("apply", "DELETED", prev.obj)
             return self.wc.apply_delete(key, rv, data, prev.namespace, prev.labels)
         if not self._resident(key, ev.kv.value):
             self.wc.progress(rv)
@@ -342,7 +354,25 @@ class Cacher:
         if ev.prev is not None and key in self.wc.store:
             prev_labels = (decode_value(key, ev.prev.value).get("metadata") or {}).get("labels") or {}
         data = self._stored_form(self.encode(stamp_rv(cur.obj, rv)))
+        if self.observers:
+            self._notify("apply", "ADDED" if key not in self.wc.store else "MODIFIED", cur.obj)
         return self.wc.apply_put(key, rv, data, cur.uid, cur.namespace, cur.labels, prev_labels)
+
+    # --- observers -----------------------------------------------------------------------
+
+    def add_observer(self, observer) -> None:
+        """Tell `observer` every object this cache holds: `replace(objects)` now if the cache is ready
+        and after every (re)list, `apply(type, obj)` for every event applied (ADDED/MODIFIED/DELETED)."""
+        self.observers.append(observer)
+        if self.ready:
+            observer.replace([orjson.loads(self.wire(e.data)) for e in self.wc.iter_prefix(self.wc.store, self.prefix)])
+
+    def _notify(self, method: str, *args) -> None:
+        for o in self.observers:
+            try:
+                getattr(o, method)(*args)
+            except Exception:  # an observer's bug must not stop the cache
+                log.exception("cache observer failed resource=%s", self.resource_label)
 
     def _report_capacity(self) -> None:
         for change in self.wc.capacity_changes:

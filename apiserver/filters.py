@@ -18,7 +18,8 @@ pkg/server/filters and pkg/endpoints/filters), and the HTTP protocol limits:
   refuses such keys too (`storage.store.check_key`).
 * `install_protocol_limits`: a request line over 1 MiB, a header over 64 KiB or more than 128 headers are
   answered `431 Request Header Fields Too Large` (Go's net/http text, which kube-apiserver answers past
-  its 1 MiB header budget) instead of aiohttp's 400 with a logged traceback.
+  its 1 MiB header budget) instead of aiohttp's 400 with a logged traceback. A request's Content-Encoding
+  is not decoded (as Go's net/http): the body is parsed as sent.
 """
 from __future__ import annotations
 
@@ -43,7 +44,10 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MAX_LINE_BYTES = 1024 * 1024 + 4096   # Go's DefaultMaxHeaderBytes (1 MiB) plus its 4096 slack
 MAX_FIELD_BYTES = 64 * 1024            # per header line (Go: the 1 MiB budget for all of them)
 MAX_HEADERS = 128                      # aiohttp's default
-PROTOCOL_LIMITS = {"max_line_size": MAX_LINE_BYTES, "max_field_size": MAX_FIELD_BYTES, "max_headers": MAX_HEADERS}
+# auto_decompress off: Go's net/http (and so kube-apiserver) never decodes a request's Content-Encoding; the
+# body is read as sent. aiohttp's decoding turned a mislabelled body into a 500 or a dropped connection.
+PROTOCOL_LIMITS = {"max_line_size": MAX_LINE_BYTES, "max_field_size": MAX_FIELD_BYTES, "max_headers": MAX_HEADERS,
+                   "auto_decompress": False}
 
 _UNCOUNTED = ("livez", "readyz", "healthz", "metrics")
 

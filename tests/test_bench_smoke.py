@@ -121,3 +121,19 @@ def test_vs_upstream_quick(tmp_path):
         # both servers returned the same bytes for the same list (same objects, same RV semantics)
         if "label" not in name:
             assert row["ours"]["bytes"] > 0 and abs(row["ours"]["bytes"] - row["kube"]["bytes"]) < 0.01 * row["kube"]["bytes"]
+
+
+# --- the HTTP fuzz run (issue 14), short form: the same criteria as the long run -------------------------------
+
+def test_http_fuzz_short(tmp_path):
+    """`python -m bench.http_fuzz` with 1,500 requests of a seed of its own: zero 5xx, no dropped connection,
+    the server alive, no request over 1 s of server CPU, RSS growth under 100 MB (the bench's exit status)."""
+    out = tmp_path / "http_fuzz.json"
+    r = subprocess.run([sys.executable, "-m", "bench.http_fuzz", "--requests", "1500", "--seed", "3",
+                        "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    doc = json.loads(out.read_text())
+    assert r.returncode == 0, (r.stdout[-2000:], doc["failures"][:5])
+    assert doc["requests"] == 1500 and doc["five_xx"] == 0 and doc["server_alive"]
+    # the inputs reach the parsers: most answers are 4xx, and some requests succeed
+    codes = {int(k) for k in doc["statuses"] if k.isdigit()}
+    assert {200, 201, 400, 404, 422} <= codes, doc["statuses"]

@@ -120,7 +120,11 @@ class Routes:
         # falls through to the delegation chain's end: Go's plain-text 404.
         builtin = not group or any(not r.custom for r in self.registry.all() if r.group == group) or \
             any(r.group == group for r in REVIEWS)
-        if len(rest) == 1 and (rv := review(group, version, rest[0])) is not None:
+        if len(rest) == 1 and (rv := review(group, version, rest[0])) is not None and not rv.namespaced:
+            return await self.review(request, rv)
+        if len(rest) == 3 and rest[0] == "namespaces" and (rv := review(group, version, rest[2])) is not None \
+                and rv.namespaced:  # LocalSubjectAccessReview
+            request["review_namespace"] = rest[1]
             return await self.review(request, rv)
         try:
             if not rest:

@@ -118,6 +118,10 @@ CRD = BUILTINS[-1]
 REVIEWS: list[Resource] = [
     Resource(group="authentication.k8s.io", version="v1", kind="SelfSubjectReview", plural="selfsubjectreviews",
              singular="selfsubjectreview", namespaced=False, verbs=["create"], stored=False),
+    *(Resource(group="authorization.k8s.io", version="v1", kind=kind, plural=kind.lower() + "s",
+               singular=kind.lower(), namespaced=kind.startswith("Local"), verbs=["create"], stored=False)
+      for kind in ("LocalSubjectAccessReview", "SelfSubjectAccessReview", "SelfSubjectRulesReview",
+                   "SubjectAccessReview")),
 ]
 
 

@@ -44,14 +44,14 @@ GAP_CORE = {"bindings", "componentstatuses", "endpoints", "limitranges", "namesp
             "pods/portforward", "pods/proxy", "pods/resize", "podtemplates", "replicationcontrollers",
             "replicationcontrollers/scale", "replicationcontrollers/status", "resourcequotas",
             "resourcequotas/status", "serviceaccounts/token", "services/proxy"}
-GAP_GROUPS = {"admissionregistration.k8s.io", "apiregistration.k8s.io", "apps", "authorization.k8s.io", "autoscaling", "batch", "certificates.k8s.io", "discovery.k8s.io",
+GAP_GROUPS = {"admissionregistration.k8s.io", "apiregistration.k8s.io", "apps", "autoscaling", "batch", "certificates.k8s.io", "discovery.k8s.io",
               "events.k8s.io", "flowcontrol.apiserver.k8s.io", "networking.k8s.io", "node.k8s.io", "policy",
               "resource.k8s.io", "scheduling.k8s.io", "storage.k8s.io", "storagemigration.k8s.io"}
 SERVED_GROUPS = ["rbac.authorization.k8s.io", "apiextensions.k8s.io", "coordination.k8s.io"]  # kube's order
 # Groups of review kinds (create only, never stored: machinery.resources.REVIEWS): in discovery, with the
 # resources of theirs we do not serve; not in OpenAPI (a gap there, like GAP_GROUPS).
-REVIEW_GAP = {"authentication.k8s.io": {"tokenreviews"}}
-DISCOVERY_GROUPS = ["authentication.k8s.io"] + SERVED_GROUPS  # kube's order
+REVIEW_GAP = {"authentication.k8s.io": {"tokenreviews"}, "authorization.k8s.io": set()}
+DISCOVERY_GROUPS = ["authentication.k8s.io", "authorization.k8s.io"] + SERVED_GROUPS  # kube's order
 OPENAPI_GAP_GROUPS = GAP_GROUPS | set(REVIEW_GAP)
 GAP_OPENAPI_V3 = {".well-known/openid-configuration", "openid/v1/jwks"}
 

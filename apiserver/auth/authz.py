@@ -168,7 +168,7 @@ def middleware(authorizer: Authorizer) -> Callable:
         try:
             info = request_info(request)
         except RequestInfoError as e:
-            return _internal_error(request, str(e))
+            return _internal_error(request, f"failed to create RequestInfo: {e}")
         user = request.get("user") or UNSECURED
         attrs = attributes_for(info, user)
         decision, reason = authorizer.authorize(attrs)

@@ -19,6 +19,7 @@ from machinery import jsonenc
 from machinery.resources import Resource
 
 from ..endpoints.common import decode_body, json_response
+from . import access_reviews
 from .user import UNSECURED, UserInfo
 
 
@@ -49,4 +50,5 @@ async def self_subject_review(request: web.Request, res: Resource) -> web.Respon
 
 HANDLERS: dict[tuple[str, str], Callable[[web.Request, Resource], Awaitable[web.StreamResponse]]] = {
     ("authentication.k8s.io", "selfsubjectreviews"): self_subject_review,
+    **access_reviews.HANDLERS,  # authorization.k8s.io: SelfSubjectAccessReview, SubjectAccessReview, ...
 }

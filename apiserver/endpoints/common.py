@@ -11,7 +11,7 @@ from machinery import bodies, errors, jsonenc, protobuf, tables
 from machinery import shard_selector
 from machinery.encoding import encode_obj
 from machinery.listoptions import ListOptions, parse_list_options
-from machinery.resources import BUILTINS, Registry, Resource
+from machinery.resources import BUILTINS, REVIEWS, Registry, Resource
 from machinery.selectors import field_selectors_for
 
 Obj = dict[str, Any]
@@ -125,7 +125,7 @@ def scheme_mismatch(res: Resource, av: str, kind: str) -> str:
     the scheme knows the body's kind, else "no kind registered" (checked against kube-apiserver v1.37.2)."""
     version = av.rpartition("/")[2]
     head = f'{kind} in version "{version}" cannot be handled as a {res.kind}'
-    if any(r.kind == kind and r.api_version == av for r in BUILTINS):
+    if any(r.kind == kind and r.api_version == av for r in (*BUILTINS, *REVIEWS)):
         internal = res.group.split(".")[0] if res.group else "core"
         return f"{head}: converting ({version}.{kind}) to ({internal}.{res.kind}): unknown conversion"
     return f'{head}: no kind "{kind}" is registered for version "{av}" in scheme "pkg/runtime/scheme.go:111"'

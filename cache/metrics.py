@@ -11,7 +11,8 @@ resource_version = Gauge("apiserver_watch_cache_resource_version",
                          "Current resource version of watch cache broken by resource type.", _L)
 initializations = Counter("apiserver_watch_cache_initializations_total",
                           "Counter of watch cache initializations broken by resource type.", _L)
-capacity = Gauge("apiserver_watch_cache_capacity", "Total capacity of watch cache broken by resource type.", _L)
+capacity = Gauge("watch_cache_capacity",  # no apiserver_ prefix, as kube-apiserver 1.37 exports it
+                 "Total capacity of watch cache broken by resource type.", _L)
 capacity_increase = Counter("apiserver_watch_cache_capacity_increase_total",
                             "Total number of watch cache capacity increase events broken by resource type.", _L)
 capacity_decrease = Counter("apiserver_watch_cache_capacity_decrease_total",
@@ -23,10 +24,14 @@ consistent_read = Counter("apiserver_watch_cache_consistent_read_total",
                           "Counter for consistent reads from cache.", _L + ["success", "fallback"])
 terminated_watchers = Counter("apiserver_terminated_watchers_total",
                               "Counter of watchers closed due to unresponsiveness broken by resource type.", _L)
-cache_list_total = Counter("apiserver_cache_list_total", "Number of LIST requests served from watch cache",
-                           ["resource_prefix", "index"])
-cache_list_returned = Counter("apiserver_cache_list_returned_objects_total",
-                              "Number of objects returned for a LIST request from watch cache", ["resource_prefix"])
+# LISTs served from the cache: kube-apiserver 1.37's names (apiserver_storage_list_*, storage="watchcache";
+# the older apiserver_cache_list_* are gone from it). index="label" when our label bitmaps chose the candidates
+# (upstream has no label index: its index values name field indexes).
+storage_list_total = Counter("apiserver_storage_list_total", "Number of LIST requests served from storage",
+                             ["group", "index", "resource", "storage"])
+storage_list_returned = Counter("apiserver_storage_list_returned_objects_total",
+                                "Number of objects returned for a LIST request from storage",
+                                ["group", "resource", "storage"])
 init_events = Counter("apiserver_init_events_total", "Counter of init events processed in watch cache broken by resource type.", _L)
 
 # Residency: requests a partially resident cache could not answer (served from etcd).

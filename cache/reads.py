@@ -66,8 +66,8 @@ async def list_from_cache(cacher: Cacher, res: Resource, plan: ListPlan, prefix:
     use_index = (plan.mode != EXACT and predicate is not None and label_reqs is not None)
     entries, cont, remaining = _select(wc, tree, prefix, start_key, plan.limit, predicate, label_reqs,
                                        namespace, shard, use_index, cacher.decode_entry)
-    cmetrics.cache_list_total.labels(res.qualified, "label" if use_index else "").inc()
-    cmetrics.cache_list_returned.labels(res.qualified).inc(len(entries))
+    cmetrics.storage_list_total.labels(res.group, "label" if use_index else "", res.plural, "watchcache").inc()
+    cmetrics.storage_list_returned.labels(res.group, res.plural, "watchcache").inc(len(entries))
     return CachedList(entries, list_rv, cont, remaining)
 
 

@@ -302,6 +302,10 @@ class _Decoder:
             k = e[1][-1] if 1 in e else None
             key = _scalar(ktyp, *k) if k else _ZERO[ktyp]
             ev = e.get(2)
+            if isinstance(vtyp, list):  # a named slice (authentication's ExtraValue): a message, items in field 1
+                items = _fields(self._joined(ev)).get(1) if ev else None
+                entries[key] = self.collection(vtyp, items) if items else []  # Go: an empty, non-nil slice
+                continue
             entries[key] = self.value(vtyp, ev) if ev or vtyp != "bytes" else ""
         return {k: entries[k] for k in sorted(entries, key=_map_key_order)}
 

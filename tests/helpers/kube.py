@@ -51,6 +51,18 @@ def make_pki(d: str) -> None:
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=d)
 
 
+def make_client_cert(d: str, name: str, subject: str) -> tuple[str, str]:
+    """`<name>.crt` / `<name>.key` in `d`: a client certificate with `subject` (e.g. `/O=dev/O=qa/CN=carol`)
+    signed by the CA `make_pki` left there; returns (cert, key) paths."""
+    with open(os.path.join(d, f"{name}.ext"), "w") as f:
+        f.write("extendedKeyUsage=clientAuth\n")
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", subject, "-keyout", f"{name}.key",
+             "-out", f"{name}.csr", cwd=d)
+    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+             "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.crt", cwd=d)
+    return os.path.join(d, f"{name}.crt"), os.path.join(d, f"{name}.key")
+
+
 class KubeApiserver:
     """One kube-apiserver process; `url`, `ca`, `client_cert` for clients. Stopped by pid."""
 

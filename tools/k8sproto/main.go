@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 
+	authnv1 "k8s.io/api/authentication/v1"
 	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -28,7 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// kinds served by the apiserver (machinery/resources.py BUILTINS), keyed by apiVersion/kind.
+// kinds served by the apiserver (machinery/resources.py BUILTINS and REVIEWS), keyed by apiVersion/kind.
 var kinds = map[string]any{
 	"v1/Namespace":                      corev1.Namespace{},
 	"v1/ConfigMap":                      corev1.ConfigMap{},
@@ -45,6 +46,8 @@ var kinds = map[string]any{
 	"rbac.authorization.k8s.io/v1/ClusterRoleBinding":  rbacv1.ClusterRoleBinding{},
 	"apiextensions.k8s.io/v1/CustomResourceDefinition": apiextv1.CustomResourceDefinition{},
 	"meta.k8s.io/v1/DeleteOptions":                     metav1.DeleteOptions{},
+	// review kinds (machinery/resources.py REVIEWS): kubectl sends them as protobuf
+	"authentication.k8s.io/v1/SelfSubjectReview": authnv1.SelfSubjectReview{},
 }
 
 // special types have their own protobuf message and their own JSON form.

@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strconv"
 
+	authnv1 "k8s.io/api/authentication/v1"
 	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -37,7 +38,7 @@ func main() {
 
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, coordv1.AddToScheme,
-		rbacv1.AddToScheme, apiextv1.AddToScheme} {
+		rbacv1.AddToScheme, apiextv1.AddToScheme, authnv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			panic(err)
 		}
@@ -61,6 +62,7 @@ func main() {
 		"rbac.authorization.k8s.io/v1/ClusterRoleBinding":  func() runtime.Object { return &rbacv1.ClusterRoleBinding{} },
 		"apiextensions.k8s.io/v1/CustomResourceDefinition": func() runtime.Object { return &apiextv1.CustomResourceDefinition{} },
 		"meta.k8s.io/v1/DeleteOptions":                     func() runtime.Object { return &metav1.DeleteOptions{} },
+		"authentication.k8s.io/v1/SelfSubjectReview":       func() runtime.Object { return &authnv1.SelfSubjectReview{} },
 	}
 	keys := make([]string, 0, len(kinds))
 	for k := range kinds {

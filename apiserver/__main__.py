@@ -175,10 +175,7 @@ def _check_authentication(p: argparse.ArgumentParser, a) -> None:
             ssl.create_default_context(cafile=a.client_ca_file)
         except (OSError, ssl.SSLError) as e:
             p.error(f"--client-ca-file: {a.client_ca_file}: {e}")
-    modes = getattr(a, "authorization_mode", None) or "AlwaysAllow"
-    if isinstance(modes, str):
-        modes = [m.strip() for m in modes.split(",")]
-    if authn.enabled(a) and a.anonymous_auth is not False and "AlwaysAllow" in modes:
+    if authn.enabled(a) and a.anonymous_auth is not False and "AlwaysAllow" in a.authorization_modes:
         print("warning: AnonymousAuth is not allowed with the AlwaysAllow authorizer. Resetting AnonymousAuth "
               "to false. You should use a different authorizer", file=sys.stderr)
         a.anonymous_auth = False

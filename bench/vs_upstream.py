@@ -34,20 +34,24 @@ import asyncio
 import multiprocessing as mp
 import os
 import re
+import resource
+import subprocess
 import sys
+from array import array
 import time
 
 import aiohttp
 import orjson
 
-from bench.harness import (JSON_CT, Apiserver, BenchError, check, current_etcd, log, proc_status_kib, ssl_context,
-                           versions, write_json)
+from bench.harness import (JSON_CT, Apiserver, BenchError, check, current_etcd, get_json, log, proc_cpu_s,
+                           proc_status_kib, ssl_context, versions, wait_tasks, write_json)
 from bench.report import etcd_version_str, pct, render
 from bench.workloads import pod, rolebinding, sized_configmap
-from storage.embedded import free_port
+from storage.embedded import free_port, stop_process
 from tests.helpers.kube import KubeApiserver
 
-TARGETS = {"heap_per_object": ("<=", 0.3), "list_p50": ("<=", 1.0), "list_p99": ("<=", 1.0)}
+TARGETS = {"heap_per_object": ("<=", 0.3), "list_p50": ("<=", 1.0), "list_p99": ("<=", 1.0),
+           "fanout_deliveries": (">=", 0.8), "creates": (">=", 1.0), "restart": ("<=", 1.0)}
 
 
 # --- the two servers --------------------------------------------------------------------------------------
@@ -91,7 +95,8 @@ class Servers:
         k = self.kube
         return Side("kube", k.url, k.ca, k.client_cert, k.proc.pid)
 
-    def start_ours(self, tracemalloc: bool, ready_timeout: float = 120.0) -> Apiserver:
+    def spawn_ours(self, tracemalloc: bool, ready_timeout: float = 120.0) -> Apiserver:
+        """Start ours (a new HTTPS port) without waiting for it."""
         port = free_port()
         d = self.kube.dir
         self.ours = Apiserver(self.etcd_endpoint, "--secure-port", str(port),
@@ -100,9 +105,23 @@ class Servers:
                               etcd_prefix="/registry", name="ours", log_name="bench-vs-upstream",
                               ready_timeout=ready_timeout,
                               env={"RESIDENCY_TRACEMALLOC": "1"} if tracemalloc else None).start()
-        self.ours.wait_ready()
         self.ours_side = Side("ours", f"https://127.0.0.1:{port}", self.kube.ca, self.kube.client_cert, self.ours.pid)
         return self.ours
+
+    def start_ours(self, tracemalloc: bool, ready_timeout: float = 120.0) -> Apiserver:
+        self.spawn_ours(tracemalloc, ready_timeout)
+        self.ours.wait_ready()
+        return self.ours
+
+    def stop_kube_process(self) -> None:
+        """Stop kube-apiserver but keep its directory (certificates, keys) for `spawn_kube`."""
+        stop_process(self.kube.proc, 20)
+
+    def spawn_kube(self) -> None:
+        """Start kube-apiserver again with the same arguments (same port and certificates), without waiting."""
+        with open(self.kube.log_path, "ab") as f:
+            self.kube.proc = subprocess.Popen(self.kube.args, stdout=f, stderr=subprocess.STDOUT,
+                                              start_new_session=True)
 
     def stop(self) -> None:
         if self.ours is not None:
@@ -370,6 +389,314 @@ def section_lists(sv: Servers, n: int, size: int, clients: int, reps1: int, reps
     return out
 
 
+# --- watch fan-out --------------------------------------------------------------------------------------------
+
+FANOUT_NS = "fanout"
+FANOUT_OBJECTS = 100
+_SEQ = re.compile(rb'"seq":"(\d+)"')
+
+
+def fanout_cm(i: int, seq: int | None = None, run: str = "") -> dict:
+    """~1 KB ConfigMap; an update carries its sequence number (and a per-run tag: an identical PUT is a no-op)."""
+    cm = sized_configmap(f"cm-{i:04d}", 1024, FANOUT_NS)
+    if seq is not None:
+        cm["data"].update(seq=str(seq), run=run)
+    return cm
+
+
+def _watch_client_main(conf: dict, path: str, rv: str, n: int, expected: int, timeout: float, q, idx: int) -> None:
+    """n watches from `rv` on one aiohttp session (n connections); counts update events by their "seq" in the
+    raw bytes (no JSON decoding) and stamps each with the receipt time of its chunk."""
+    async def run():
+        seqs, times = array("q"), array("q")
+        counts, ends = [0] * n, [0.0] * n
+        opened, all_open = [0], asyncio.Event()
+        params = {"watch": "true", "resourceVersion": rv, "timeoutSeconds": str(int(timeout) + 120)}
+        async with session(conf, limit=0, timeout=timeout + 300) as s:
+            async def watcher(i: int):
+                async with s.get(conf["base"] + path, params=params) as r:
+                    if r.status != 200:
+                        raise BenchError(f"WATCH: HTTP {r.status}: {(await r.read())[:300]!r}")
+                    opened[0] += 1
+                    if opened[0] == n:
+                        all_open.set()
+                    buf, seen = b"", 0
+                    async for chunk in r.content.iter_any():
+                        now = time.time_ns()
+                        buf += chunk
+                        cut = buf.rfind(b"\n")
+                        if cut < 0:
+                            continue
+                        found = _SEQ.findall(buf, 0, cut)
+                        buf = buf[cut + 1:]
+                        if found:
+                            seqs.extend(int(x) for x in found)
+                            times.extend([now] * len(found))
+                            seen += len(found)
+                            counts[i], ends[i] = seen, time.time()
+                            if seen >= expected:
+                                return
+            tasks = [asyncio.create_task(watcher(i)) for i in range(n)]
+            try:
+                await asyncio.wait_for(all_open.wait(), 120)
+            except asyncio.TimeoutError:
+                for t in tasks:
+                    if t.done() and t.exception():
+                        raise t.exception()
+                raise BenchError(f"only {opened[0]}/{n} watches opened in 120 s")
+            q.put(("ready", idx, None))
+            pending = await wait_tasks(tasks, timeout)
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        return {"counts": counts, "ends": ends, "seqs": seqs, "times": times,
+                "cpu_s": ru.ru_utime + ru.ru_stime, "incomplete": len(pending)}
+    try:
+        q.put(("done", idx, asyncio.run(run())))
+    except BaseException as e:  # report instead of hanging the parent
+        q.put(("error", idx, repr(e)))
+
+
+def _writer_main(conf: dict, path: str, updates: int, conns: int, run: str, q) -> None:
+    """`updates` PUTs (seq 0..updates-1, object seq % FANOUT_OBJECTS) on `conns` keep-alive connections;
+    reports the wall time of the first write and the ack time (ns) of each."""
+    async def go():
+        acks = array("q", [0]) * updates
+        it = iter(range(updates))
+        async with session(conf, limit=conns) as s:
+            async with s.get(conf["base"] + "/version") as r:
+                await r.read()
+
+            async def worker():
+                for seq in it:
+                    i = seq % FANOUT_OBJECTS
+                    async with s.put(f"{conf['base']}{path}/cm-{i:04d}", data=orjson.dumps(fanout_cm(i, seq, run)),
+                                     headers=JSON_CT) as r:
+                        await check(r, f"PUT cm-{i:04d}")
+                    acks[seq] = time.time_ns()
+            t0 = time.time()
+            await asyncio.gather(*(worker() for _ in range(conns)))
+            return {"t0": t0, "t1": time.time(), "acks": acks}
+    try:
+        q.put(("done", -1, asyncio.run(go())))
+    except BaseException as e:
+        q.put(("error", -1, repr(e)))
+
+
+async def list_rv(side: Side, path: str) -> str:
+    """The resourceVersion of a consistent list (etcd's current revision, once the cache caught up)."""
+    async with session(side.conf()) as s:
+        doc = await get_json(s, side.base + path, params={"limit": "1"}, what=f"{side.name} LIST {path}")
+    return doc["metadata"]["resourceVersion"]
+
+
+def fanout_run(sv: Servers, side: Side, writer: Side, watchers: int, updates: int, procs: int, conns: int,
+               timeout: float) -> dict:
+    path = f"/api/v1/namespaces/{FANOUT_NS}/configmaps"
+    run = f"{side.name}-{watchers}-{time.time_ns()}"
+    rv = asyncio.run(list_rv(side, path))
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    per = [watchers // procs + (1 if k < watchers % procs else 0) for k in range(procs)]
+    ps = [ctx.Process(target=_watch_client_main, args=(side.conf(), path, rv, n, updates, timeout, q, k),
+                      daemon=True) for k, n in enumerate(per) if n]
+    for p in ps:
+        p.start()
+    wp = None
+    try:
+        for _ in ps:
+            kind, i, val = q.get(timeout=180)
+            if kind != "ready":
+                raise BenchError(f"{side.name}: watch client {i} failed before the writes: {val}")
+        time.sleep(1.0)  # let the server settle the new watchers
+        cpu0 = {x.name: proc_cpu_s(x.pid) for x in (sv.ours_side, sv.kube_side)}
+        wp = ctx.Process(target=_writer_main, args=(writer.conf(), path, updates, conns, run, q), daemon=True)
+        wp.start()
+        results, wres = [], None
+        for _ in range(len(ps) + 1):
+            kind, i, val = q.get(timeout=timeout + 120)
+            if kind != "done":
+                raise BenchError(f"{side.name}: {'writer' if i < 0 else f'watch client {i}'} failed: {val}")
+            if i < 0:
+                wres = val
+            else:
+                results.append(val)
+        cpu1 = {x.name: proc_cpu_s(x.pid) for x in (sv.ours_side, sv.kube_side)}
+    finally:
+        for p in ps + ([wp] if wp else []):
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+    acks = wres["acks"]
+    t_first = wres["t0"]
+    t_last = max(max(r["ends"]) for r in results)
+    wall = t_last - t_first
+    lat = [(t - acks[q_]) / 1e6 for r in results for q_, t in zip(r["seqs"], r["times"]) if 0 <= q_ < updates]
+    delivered = sum(sum(r["counts"]) for r in results)
+    return {"watchers": watchers, "updates": updates, "client_processes": len(ps), "writer": writer.name,
+            "deliveries": delivered, "deliveries_expected": watchers * updates,
+            "incomplete_watchers": sum(r["incomplete"] for r in results),
+            "deliveries_per_s": delivered / wall if wall > 0 else 0.0, "wall_s": wall,
+            "writes_per_s": updates / (wres["t1"] - wres["t0"]),
+            "latency_p50_ms": pct(lat, 50) if lat else None, "latency_p99_ms": pct(lat, 99) if lat else None,
+            "latency_max_ms": max(lat) if lat else None,
+            "cpu_cores": {k: (cpu1[k] - cpu0[k]) / wall for k in cpu0} if wall > 0 else {},
+            "client_cpu_s": sum(r["cpu_s"] for r in results)}
+
+
+def section_fanout(sv: Servers, counts: list[int], updates: dict[int, int], procs: int, conns: int,
+                   timeout: float) -> dict:
+    """Per watcher count: ours, then kube, watched by `procs` client processes; the same stream of updates
+    written through kube-apiserver (the same writer for both: the measured server only fans out)."""
+    path = f"/api/v1/namespaces/{FANOUT_NS}/configmaps"
+    asyncio.run(ensure_ns(sv.kube_side, FANOUT_NS))
+    load(sv.kube_side, path, fanout_cm, FANOUT_OBJECTS, procs=1, conns=4)
+    for side in (sv.ours_side, sv.kube_side):
+        if asyncio.run(synced_count(side, path)) != FANOUT_OBJECTS:
+            raise BenchError(f"{side.name} does not list the {FANOUT_OBJECTS} fan-out objects")
+    out = {}
+    for w in counts:
+        row = {}
+        for side in (sv.ours_side, sv.kube_side):
+            log(f"fan-out: {w} watchers on {side.name}, {updates[w]} updates written through kube")
+            r = row[side.name] = fanout_run(sv, side, sv.kube_side, w, updates[w], procs, conns, timeout)
+            log(f"  {r['deliveries']:,}/{r['deliveries_expected']:,} delivered, {r['deliveries_per_s']:,.0f}/s, "
+                f"p99 {r['latency_p99_ms']} ms, writes {r['writes_per_s']:,.0f}/s, CPU cores "
+                + ", ".join(f"{k} {v:.2f}" for k, v in r["cpu_cores"].items()))
+        row["deliveries_ratio"] = ratio(row["ours"]["deliveries_per_s"], row["kube"]["deliveries_per_s"])
+        row["p99_ratio"] = (ratio(row["ours"]["latency_p99_ms"], row["kube"]["latency_p99_ms"])
+                            if row["ours"]["latency_p99_ms"] and row["kube"]["latency_p99_ms"] else None)
+        out[f"{w} watchers"] = row
+    return out
+
+
+# --- writes and GETs per second ---------------------------------------------------------------------------------
+
+def section_throughput(sv: Servers, n: int, clients: int) -> dict:
+    """creates/s, updates/s (unconditional PUT of a changed object), GETs/s of 1 KB ConfigMaps: `clients` forked
+    client processes with one keep-alive HTTPS connection each; ours and kube in turn, each in its own namespace."""
+    out: dict = {}
+    for side in (sv.ours_side, sv.kube_side):
+        asyncio.run(ensure_ns(sv.kube_side, f"tp-{side.name}"))
+        asyncio.run(synced_count(side, f"/api/v1/namespaces/tp-{side.name}/configmaps"))
+
+    def ops(side: Side, verb: str) -> list:
+        path = f"/api/v1/namespaces/tp-{side.name}/configmaps"
+        if verb == "create":
+            return [("POST", path, orjson.dumps(sized_configmap(f"cm-{i:06d}", 1024, f"tp-{side.name}")))
+                    for i in range(n)]
+        if verb == "update":
+            return [("PUT", f"{path}/cm-{i:06d}", orjson.dumps(
+                sized_configmap(f"cm-{i:06d}", 1024, f"tp-{side.name}", extra={"gen": "2"}))) for i in range(n)]
+        return [("GET", f"{path}/cm-{i % n:06d}", None) for i in range(2 * n)]
+
+    for verb in ("create", "update", "get"):
+        row = {}
+        for side in (sv.ours_side, sv.kube_side):
+            o = ops(side, verb)
+            row[side.name] = run_clients(side, [{"kind": "ops", "conns": 1, "ops": o[k::clients]}
+                                                for k in range(clients)])
+        row["ratio"] = ratio(row["ours"]["per_s"], row["kube"]["per_s"])
+        log(f"throughput {verb}: {row['ours']['per_s']:,.0f} / {row['kube']['per_s']:,.0f} per s ({fmt(row['ratio'])}); "
+            f"p99 {row['ours']['p99_ms']:.0f} / {row['kube']['p99_ms']:.0f} ms")
+        out[verb] = row
+    for side in (sv.ours_side, sv.kube_side):  # both saw every write of both namespaces
+        for s2 in (sv.ours_side, sv.kube_side):
+            c = asyncio.run(synced_count(side, f"/api/v1/namespaces/tp-{s2.name}/configmaps"))
+            if c != n:
+                raise BenchError(f"{side.name} lists {c} objects in tp-{s2.name}, expected {n}")
+    return out
+
+
+# --- time to ready after a restart --------------------------------------------------------------------------------
+
+RESTART_NS = "restart"
+
+
+async def _restart_wait(side: Side, path: str, n: int, timeout: float, t0: float) -> dict:
+    """From t0 (the process was spawned): poll /readyz every 50 ms until 200, then consistent lists (no limit, no
+    resourceVersion) until one returns all n objects. Each probe a new connection (the server is coming up)."""
+    deadline = t0 + timeout
+    t_readyz = None
+    attempts = 0
+    while time.perf_counter() < deadline:
+        try:
+            async with session(side.conf(), timeout=max(5.0, deadline - time.perf_counter())) as s:
+                if t_readyz is None:
+                    async with s.get(side.base + "/readyz") as r:
+                        await r.read()
+                        if r.status == 200:
+                            t_readyz = time.perf_counter() - t0
+                            hwm_readyz = side.hwm()
+                            continue
+                else:
+                    attempts += 1
+                    tl = time.perf_counter()
+                    async with s.get(side.base + path) as r:
+                        body = await r.read()
+                    if r.status == 200:
+                        got = len(orjson.loads(body)["items"])
+                        if got == n:
+                            now = time.perf_counter()
+                            return {"readyz_s": t_readyz, "ready_s": now - t0, "first_full_list_s": now - tl,
+                                    "list_attempts": attempts, "hwm_at_readyz": hwm_readyz, "hwm": side.hwm(),
+                                    "rss_at_ready": side.rss()}
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+            pass
+        await asyncio.sleep(0.05)
+    raise BenchError(f"{side.name} not ready with {n} objects {timeout:.0f} s after its start")
+
+
+def restart_one(sv: Servers, name: str, n: int, timeout: float) -> dict:
+    path = f"/api/v1/namespaces/{RESTART_NS}/configmaps"
+    if name == "ours":
+        sv.ours.stop()
+        time.sleep(1.0)
+        t0 = time.perf_counter()
+        sv.spawn_ours(tracemalloc=False, ready_timeout=timeout)
+        side = sv.ours_side
+    else:
+        sv.stop_kube_process()
+        time.sleep(1.0)
+        t0 = time.perf_counter()
+        sv.spawn_kube()
+        side = sv.kube_side
+    r = asyncio.run(_restart_wait(side, path, n, timeout, t0))
+    log(f"  {name}: /readyz after {r['readyz_s']:.1f} s, all {n:,} listed after {r['ready_s']:.1f} s "
+        f"(the first full list {r['first_full_list_s']:.1f} s), peak RSS {r['hwm'] / 2**20:,.0f} MiB")
+    return r
+
+
+def section_restart(etcd_endpoint: str, n: int, size: int, reps: int, timeout: float) -> dict:
+    """Its own etcd and servers: n small ConfigMaps in one namespace (loaded once through kube), then each
+    server stopped and started again over the same etcd, in turn, `reps` times."""
+    sv = Servers(etcd_endpoint)
+    try:
+        sv.start_ours(tracemalloc=False, ready_timeout=timeout)
+        path = f"/api/v1/namespaces/{RESTART_NS}/configmaps"
+        asyncio.run(ensure_ns(sv.kube_side, RESTART_NS))
+        log(f"restart: loading {n:,} x {size} B ConfigMaps through kube-apiserver")
+        t = time.perf_counter()
+        load(sv.kube_side, path, lambda i: sized_configmap(f"cm-{i:06d}", size, RESTART_NS), n, procs=4, conns=8)
+        log(f"  loaded in {time.perf_counter() - t:.0f} s")
+        for side in (sv.ours_side, sv.kube_side):
+            if asyncio.run(synced_count(side, path)) != n:
+                raise BenchError(f"{side.name} does not list {n} objects")
+        obj_bytes = asyncio.run(list_bytes(sv.ours_side, path)) / n
+        runs: dict[str, list] = {"ours": [], "kube": []}
+        for k in range(reps):
+            for name in ("ours", "kube"):
+                runs[name].append(restart_one(sv, name, n, timeout))
+    finally:
+        sv.stop()
+    out = {"objects": n, "json_bytes_per_object": obj_bytes, "runs": runs}
+    for name, rs in runs.items():
+        best = min(rs, key=lambda r: r["ready_s"])
+        out[name] = {"ready_s": best["ready_s"], "readyz_s": best["readyz_s"],
+                     "first_full_list_s": best["first_full_list_s"], "peak_rss": max(r["hwm"] for r in rs)}
+    out["ready_ratio"] = ratio(out["ours"]["ready_s"], out["kube"]["ready_s"])
+    out["peak_rss_ratio"] = ratio(out["ours"]["peak_rss"], out["kube"]["peak_rss"])
+    return out
+
+
 # --- the run ------------------------------------------------------------------------------------------------
 
 def ratio(ours: float, kube: float) -> float | None:
@@ -383,7 +710,7 @@ def fmt(r: float | None) -> str:
 def verdict(ratio: float | None, target: str) -> str:
     op, limit = TARGETS[target]
     if ratio is None:
-        return "n/a (a growth <= 0: too few objects to read)"
+        return "n/a"
     ok = ratio <= limit if op == "<=" else ratio >= limit
     return f"{'PASS' if ok else 'FAIL'} ({op} {limit})"
 
@@ -400,6 +727,26 @@ def table(doc: dict) -> str:
         for q in ("p50", "p99"):
             rows.append((f"list {q}, {name}", f"{r['ours'][q + '_ms']:,.0f} ms", f"{r['kube'][q + '_ms']:,.0f} ms",
                          f"{r[q + '_ratio']:.2f}", verdict(r[q + "_ratio"], f"list_{q}")))
+    for name, r in doc.get("fanout", {}).items():
+        o, k = r["ours"], r["kube"]
+        rows.append((f"watch fan-out deliveries/s, {name} ({o['updates']:,} updates)", f"{o['deliveries_per_s']:,.0f}",
+                     f"{k['deliveries_per_s']:,.0f}", fmt(r["deliveries_ratio"]),
+                     verdict(r["deliveries_ratio"], "fanout_deliveries")))
+        p99 = lambda x: "-" if x["latency_p99_ms"] is None else f"{x['latency_p99_ms']:,.0f} ms"  # noqa: E731
+        rows.append((f"watch write-to-delivery p99, {name}", p99(o), p99(k), fmt(r["p99_ratio"]), ""))
+    for verb, r in doc.get("throughput", {}).items():
+        rows.append((f"{'GET' if verb == 'get' else verb}s/s, {doc['args']['tp_clients']} keep-alive clients (1 KB ConfigMaps)",
+                     f"{r['ours']['per_s']:,.0f}", f"{r['kube']['per_s']:,.0f}", fmt(r["ratio"]),
+                     verdict(r["ratio"], "creates") if verb == "create" else ""))
+    if "restart" in doc:
+        r = doc["restart"]
+        n = f"{r['objects']:,} ConfigMaps of {r['json_bytes_per_object']:,.0f} B"
+        rows.append((f"time to ready after a restart, {n}", f"{r['ours']['ready_s']:.1f} s",
+                     f"{r['kube']['ready_s']:.1f} s", fmt(r["ready_ratio"]), verdict(r["ready_ratio"], "restart")))
+        rows.append(("  of which until /readyz is 200", f"{r['ours']['readyz_s']:.1f} s", f"{r['kube']['readyz_s']:.1f} s",
+                     fmt(ratio(r["ours"]["readyz_s"], r["kube"]["readyz_s"])), ""))
+        rows.append(("peak RSS during that start", f"{r['ours']['peak_rss'] / 2**20:,.0f} MiB",
+                     f"{r['kube']['peak_rss'] / 2**20:,.0f} MiB", fmt(r["peak_rss_ratio"]), ""))
     v = doc["versions"]
     head = (f"# ours vs kube-apiserver {v.get('kube_apiserver', '?')}, one etcd {etcd_version_str(v)}, HTTPS/1.1 both; "
             f"{v.get('cpu_affinity') or v.get('cpu_count')} cores ({v['cpu_model']}) shared by etcd, both servers "
@@ -407,23 +754,37 @@ def table(doc: dict) -> str:
     return head + render(rows, ("figure", "ours", "kube", "ours/kube", "target"))
 
 
+SECTIONS = ("memory", "lists", "fanout", "throughput", "restart")
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench.vs_upstream", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (CI smoke)")
-    ap.add_argument("--sections", default="memory,lists", help="comma-separated: memory, lists")
+    ap.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated: {', '.join(SECTIONS)}")
     ap.add_argument("--clients", type=int, default=20, help="concurrent list clients (default 20)")
+    ap.add_argument("--tp-clients", type=int, default=16, help="keep-alive client processes for creates/updates/GETs")
+    ap.add_argument("--watch-procs", type=int, default=4, help="watch client processes (fan-out)")
+    ap.add_argument("--restart-objects", type=int, help="objects for the restart section (100,000; --quick 2,000)")
+    ap.add_argument("--restart-reps", type=int, default=2, help="restarts of each server (the fastest is reported)")
     ap.add_argument("--out", default="bench/out/vs_upstream.json")
     p = ap.parse_args(argv)
     p.sections = [x.strip() for x in p.sections.split(",") if x.strip()]
     for s in p.sections:
-        if s not in ("memory", "lists"):
-            ap.error(f"unknown section {s!r} (memory, lists)")
+        if s not in SECTIONS:
+            ap.error(f"unknown section {s!r} ({', '.join(SECTIONS)})")
     if p.quick:
         p.mem_sizes = {"ConfigMap 1 KB": 300, "Pod 4 KB": 200, "RoleBinding 0.4 KB": 300, "Pod 100 KB": 30}
         p.list_n, p.reps1, p.repsn, p.clients = 50, 3, 1, min(p.clients, 4)
+        p.fanout_updates, p.fanout_timeout = {20: 50, 100: 30}, 60.0
+        p.tp_n, p.tp_clients, p.watch_procs = 100, min(p.tp_clients, 4), min(p.watch_procs, 2)
+        p.restart_objects, p.restart_reps = p.restart_objects or 2_000, 1
     else:
         p.mem_sizes = {"ConfigMap 1 KB": 10_000, "Pod 4 KB": 5_000, "RoleBinding 0.4 KB": 10_000, "Pod 100 KB": 500}
         p.list_n, p.reps1, p.repsn = 1_000, 10, 3
+        p.fanout_updates, p.fanout_timeout = {100: 2_000, 1000: 500}, 300.0
+        p.tp_n = 4_000
+        p.restart_objects = p.restart_objects or 100_000
+    p.fanout_watchers = sorted(p.fanout_updates)
     return p
 
 
@@ -445,8 +806,18 @@ def main(argv=None) -> int:
                 sv.start_ours(tracemalloc=False)
             if "lists" in p.sections:
                 doc["lists"] = section_lists(sv, p.list_n, 100_000, p.clients, p.reps1, p.repsn)
+            if "fanout" in p.sections:
+                doc["fanout"] = section_fanout(sv, p.fanout_watchers, p.fanout_updates, p.watch_procs, 16,
+                                               p.fanout_timeout)
+            if "throughput" in p.sections:
+                doc["throughput"] = section_throughput(sv, p.tp_n, p.tp_clients)
         finally:
             sv.stop()
+    if "restart" in p.sections:
+        # its own etcd: the restart reads exactly the n objects, not what the other sections left
+        with current_etcd() as etcd:
+            doc["restart"] = section_restart(etcd.endpoint, p.restart_objects, 500, p.restart_reps,
+                                             120.0 if p.quick else 900.0)
     doc["elapsed_s"] = time.perf_counter() - t0
     write_json(p.out, doc)
     print(table(doc))

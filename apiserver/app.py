@@ -166,7 +166,9 @@ class APIServer:
         c = self.config
         app = web.Application(middlewares=[
             filters.max_in_flight(c.max_requests_inflight, c.max_mutating_requests_inflight),
-            filters.path_guard, status_and_metrics, authentication(c),
+            # Authentication before the path checks: upstream answers an unauthenticated request 401 whatever
+            # its path names (only Go's HTTP server refuses a malformed escape before it).
+            authentication(c), filters.path_guard, status_and_metrics,
             *([] if self.authorizer.always_allow else [authz.middleware(self.authorizer)]),
             filters.request_timeout(c.request_timeout),
         ], client_max_size=8 * 1024 * 1024)

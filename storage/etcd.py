@@ -199,6 +199,11 @@ class EtcdClient:
         return EtcdWatch(self, prefix, start_revision, resource, progress_notify)
 
 
+# Stream errors a watch resumes after (clientv3 watch.go isHaltErr: "Unavailable codes mean the system will be
+# right back ... Treat Internal codes as if something failed ... but retrying could make progress").
+RESUMABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL)
+
+
 class WatchCompacted(Exception):
     def __init__(self, compact_revision: int):
         super().__init__(f"watch start revision compacted (compact revision {compact_revision})")
@@ -211,22 +216,40 @@ class EtcdWatch:
     Yields lists of `WatchEvent` (one etcd response) or a `WatchProgress`.
     Raises `WatchCompacted` if the start revision has been compacted.
     `request_progress()` asks etcd for a progress notification (S3.2).
+
+    Like clientv3's watcher, the watch survives etcd going away: when the stream
+    fails as UNAVAILABLE or INTERNAL (clientv3's isHaltErr: etcd killed, restarted,
+    unreachable, a connection cut mid-frame) or ends without
+    being closed, it is re-created from the revision after the last one it
+    delivered (events or progress), every `RESUME_DELAY` s until etcd answers;
+    nothing is lost or repeated, and a compacted revision still raises
+    `WatchCompacted`. Other errors end the watch as before.
     """
+
+    RESUME_DELAY = 0.25
 
     def __init__(self, client: EtcdClient, prefix: bytes, start_revision: int,
                  resource: str, progress_notify: bool):
         self._client = client
-        self._requests: asyncio.Queue = asyncio.Queue()
-        self._requests.put_nowait(pb.WatchRequest(create_request=pb.WatchCreateRequest(
-            key=prefix, range_end=prefix_end(prefix), start_revision=start_revision,
-            prev_kv=True, progress_notify=progress_notify)))
+        self._prefix = prefix
+        self._progress_notify = progress_notify
+        self._next_rev = start_revision   # where a re-created stream starts
+        self._requests: asyncio.Queue = self._new_requests()
         self._call = None
         self._closed = False
+        self.resumes = 0                  # streams re-created after etcd went away
         metrics.observe_etcd("watch", resource, 0.0)
 
-    async def _request_iter(self):
+    def _new_requests(self) -> asyncio.Queue:
+        q: asyncio.Queue = asyncio.Queue()
+        q.put_nowait(pb.WatchRequest(create_request=pb.WatchCreateRequest(
+            key=self._prefix, range_end=prefix_end(self._prefix), start_revision=self._next_rev,
+            prev_kv=True, progress_notify=self._progress_notify)))
+        return q
+
+    async def _request_iter(self, requests: asyncio.Queue):
         while True:
-            req = await self._requests.get()
+            req = await requests.get()
             if req is None:
                 return
             yield req
@@ -243,27 +266,39 @@ class EtcdWatch:
                 self._call.cancel()
 
     async def __aiter__(self) -> AsyncIterator[list[WatchEvent] | WatchProgress]:
-        self._call = self._client.watch_stub.Watch(self._request_iter())
         try:
-            async for resp in self._call:
-                if resp.compact_revision:
-                    raise WatchCompacted(resp.compact_revision)
-                if resp.canceled:
-                    raise errors.StorageError(errors.Code.INTERNAL, "",
-                                              f"etcd canceled the watch: {resp.cancel_reason}")
-                if resp.created and not resp.events:
-                    continue
-                if not resp.events:
-                    # No events and not a creation: a progress notification.
-                    yield WatchProgress(resp.header.revision)
-                    continue
-                yield [WatchEvent("PUT" if ev.type == 0 else "DELETE", _kv(ev.kv),
-                                  _kv(ev.prev_kv) if ev.HasField("prev_kv") else None)
-                       for ev in resp.events]
-        except grpc.aio.AioRpcError as e:
-            if self._closed and e.code() == grpc.StatusCode.CANCELLED:
-                return
-            raise _map_rpc_error(e) from None
+            while not self._closed:
+                self._call = self._client.watch_stub.Watch(self._request_iter(self._requests))
+                try:
+                    async for resp in self._call:
+                        if resp.compact_revision:
+                            raise WatchCompacted(resp.compact_revision)
+                        if resp.canceled:
+                            raise errors.StorageError(errors.Code.INTERNAL, "",
+                                                      f"etcd canceled the watch: {resp.cancel_reason}")
+                        if resp.created and not resp.events:
+                            continue
+                        if not resp.events:
+                            # No events and not a creation: a progress notification.
+                            self._next_rev = max(self._next_rev, resp.header.revision + 1)
+                            yield WatchProgress(resp.header.revision)
+                            continue
+                        self._next_rev = max(self._next_rev, resp.events[-1].kv.mod_revision + 1)
+                        yield [WatchEvent("PUT" if ev.type == 0 else "DELETE", _kv(ev.kv),
+                                          _kv(ev.prev_kv) if ev.HasField("prev_kv") else None)
+                               for ev in resp.events]
+                except grpc.aio.AioRpcError as e:
+                    if self._closed and e.code() == grpc.StatusCode.CANCELLED:
+                        return
+                    if e.code() not in RESUMABLE:
+                        raise _map_rpc_error(e) from None
+                if self._closed:
+                    return
+                # etcd went away (or ended the stream): re-create it where this one stopped.
+                self.resumes += 1
+                self._call = None
+                await asyncio.sleep(self.RESUME_DELAY)
+                self._requests = self._new_requests()
         except asyncio.CancelledError:
             if self._closed:
                 return

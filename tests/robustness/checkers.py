@@ -1,0 +1,290 @@
+"""Checkers over a whole recorded history against the ground truth (etcd's own watch).
+
+Each returns a list of `Violation`s; `excerpt` is the smallest piece of history that shows it."""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from tests.robustness.traffic import History, Op, WatchChain
+from tests.robustness.truth import Recorder
+
+WRITES = ("create", "update", "delete")
+LISTS = ("list_consistent", "list_rv0", "list_paged")
+# Non-2xx answers a client may see: normal ones (404, 409), compaction (410), outages (429, 500, 504).
+ALLOWED_ERRORS = {404, 409, 410, 429, 500, 504}
+
+
+@dataclass
+class Violation:
+    checker: str        # writes, reads, watch, outage, cache, crash, harness
+    message: str
+    excerpt: list = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"checker": self.checker, "message": self.message, "excerpt": self.excerpt}
+
+
+def ok(op: Op) -> bool:
+    return 200 <= op.status < 300
+
+
+def acked_write_revs(h: History, truth: Recorder) -> list[tuple[float, int, Op]]:
+    """(end time, revision, op) of every acknowledged write, the revision as etcd recorded it."""
+    out = []
+    for op in h.ops:
+        if op.kind in WRITES and ok(op):
+            rev = op.rv
+            if op.kind == "delete":
+                ev = find_delete(truth, op)
+                rev = ev.rev if ev is not None else None
+            if rev:
+                out.append((op.end, rev, op))
+    out.sort(key=lambda x: x[0])
+    return out
+
+
+def find_delete(truth: Recorder, op: Op):
+    """The etcd DELETE of an acknowledged delete: its key (names are never reused), and the deleted content
+    when the answer carried the object (ConfigMaps answer a Status, as upstream)."""
+    for e in truth.events_between((op.rv or 1) - 1, truth.progress):
+        if e.type == "DELETE" and e.name == op.name and (op.opid is None or e.opid == op.opid):
+            return e
+    return None
+
+
+# --- no acknowledged write lost, nothing unexplained ----------------------------------------------------
+
+def check_writes(h: History, truth: Recorder, final: dict | None) -> list[Violation]:
+    out: list[Violation] = []
+    issued: dict[str, Op] = {}
+    deletes_issued: dict[str, int] = {}
+    for op in h.ops:
+        if op.kind in ("create", "update") and op.opid:
+            issued[op.opid] = op
+        elif op.kind == "delete":
+            deletes_issued[op.name] = deletes_issued.get(op.name, 0) + 1
+    prev_of: dict[int, object] = {}  # index of the previous event of the same name, per event
+    last: dict[str, object] = {}
+    for e in truth.events:
+        prev_of[id(e)] = last.get(e.name)
+        last[e.name] = e
+    for op in h.ops:
+        if op.kind not in WRITES or not ok(op):
+            continue
+        if op.kind == "delete":
+            if find_delete(truth, op) is None:
+                out.append(Violation("writes", f"acknowledged delete of {op.name} (rv {op.rv}) is not in etcd's "
+                                               "history", [op.brief()] + [e.brief() for e in truth.events
+                                                                          if e.name == op.name][-3:]))
+            continue
+        ev = truth.event_at(op.rv, op.name)
+        if ev is None or ev.type != "PUT" or ev.opid != op.opid:
+            out.append(Violation("writes", f"acknowledged {op.kind} of {op.name} at rv {op.rv} is not in etcd's "
+                                           "history with its content",
+                                 [op.brief()] + [e.brief() for e in truth.events if e.name == op.name][-4:]))
+            continue
+        if op.kind == "create" and not ev.created:
+            out.append(Violation("writes", f"acknowledged create of {op.name} overwrote an existing key",
+                                 [op.brief(), ev.brief()]))
+        if op.kind == "update":
+            prev = prev_of.get(id(ev))
+            if prev is None or prev.type != "PUT" or prev.rev != op.read_rv:
+                out.append(Violation("writes", f"update of {op.name} conditioned on rv {op.read_rv} replaced "
+                                               f"another version (lost update)",
+                                     [op.brief(), prev.brief() if prev else None, ev.brief()]))
+    # Everything etcd holds was written by a client, once.
+    seen: dict[str, int] = {}
+    dels: dict[str, int] = {}
+    for e in truth.events:
+        if e.type == "PUT":
+            if e.opid not in issued and not (e.opid or "").startswith("setup-"):
+                out.append(Violation("writes", f"etcd holds a write nobody issued: {e.opid}", [e.brief()]))
+            seen[e.opid] = seen.get(e.opid, 0) + 1
+            if seen[e.opid] == 2:
+                out.append(Violation("writes", f"write {e.opid} applied twice",
+                                     [x.brief() for x in truth.events if x.opid == e.opid]))
+        else:
+            dels[e.name] = dels.get(e.name, 0) + 1
+            if dels[e.name] > deletes_issued.get(e.name, 0):
+                out.append(Violation("writes", f"etcd holds a delete of {e.name} nobody issued", [e.brief()]))
+    if final is not None:
+        model = truth.states_at([final["rev"]])[final["rev"]]
+        if model != final["state"]:
+            out.append(Violation("writes", "the final state is not explained by the recorded history",
+                                 diff_states(model, final["state"], "history", "etcd")))
+    return out
+
+
+# --- reads: fresh and equal to etcd at their RV ---------------------------------------------------------
+
+def check_reads(h: History, truth: Recorder, compactions: list[tuple[float, int]]) -> list[Violation]:
+    out: list[Violation] = []
+    acked = acked_write_revs(h, truth)
+    ends = [a[0] for a in acked]
+    # running max of acknowledged revisions by end time, and per name
+    run_max = []
+    m = 0
+    for a in acked:
+        m = max(m, a[1])
+        run_max.append(m)
+    lists = [op for op in h.ops if op.kind in LISTS and ok(op) and op.items is not None]
+    states = truth.states_at([op.rv for op in lists])
+    for op in lists:
+        if op.kind != "list_rv0":
+            i = bisect.bisect_left(ends, op.start) - 1   # writes acknowledged before the list was sent
+            if i >= 0 and op.rv < run_max[i]:
+                w = max(acked[:i + 1], key=lambda a: a[1])[2]
+                out.append(Violation("reads", f"stale {op.kind}: rv {op.rv} older than write acknowledged "
+                                              f"before it was sent (rv {run_max[i]})", [w.brief(), op.brief()]))
+                continue
+        if op.pages and len(set(op.pages)) != 1:
+            out.append(Violation("reads", f"paged list pages at different RVs {op.pages}", [op.brief()]))
+            continue
+        got = {n: (rv, o) for n, rv, o in op.items}
+        if len(got) != len(op.items):
+            out.append(Violation("reads", f"{op.kind} returned an item twice", [op.brief()]))
+        want = states[op.rv]
+        if got != want:
+            out.append(Violation("reads", f"{op.kind} at rv {op.rv} differs from etcd's state at that rv",
+                                 [op.brief()] + diff_states(want, got, "etcd", "list")))
+    # single-object GETs (the read half of updates): a version etcd had, no older than the last acked write
+    per_name: dict[str, list] = {}
+    for end, rev, op in acked:
+        per_name.setdefault(op.name, []).append((end, rev))
+    for op in h.ops:
+        if op.kind != "get" or not ok(op):
+            continue
+        ev = truth.event_at(op.rv, op.name)
+        if ev is None or ev.opid != op.opid:
+            out.append(Violation("reads", f"GET {op.name} returned a version etcd never had",
+                                 [op.brief()] + [e.brief() for e in truth.events if e.name == op.name][-3:]))
+            continue
+        before = [rev for end, rev in per_name.get(op.name, []) if end < op.start]
+        if before and op.rv < max(before):
+            out.append(Violation("reads", f"stale GET {op.name}: rv {op.rv} < acknowledged {max(before)}",
+                                 [op.brief()]))
+    # 410 on a paged list: only when its RV was really compacted
+    for op in h.ops:
+        if op.kind == "list_paged" and op.status == 410:
+            rv = op.pages[0] if op.pages else None
+            if rv is not None and not compacted_before(compactions, rv, op.end):
+                out.append(Violation("reads", f"paged list at rv {rv} got 410 without a compaction past it",
+                                     [op.brief()]))
+    return out
+
+
+def compacted_before(compactions: list[tuple[float, int]], rv: int, t: float) -> bool:
+    """Some compaction at a revision > rv was done before time t."""
+    return any(c_t <= t and c_rev > rv for c_t, c_rev in compactions)
+
+
+# --- watches: ordered, unique, reliable, resumable, bookmarks --------------------------------------------
+
+def check_watches(h: History, truth: Recorder, compactions: list[tuple[float, int]]) -> list[Violation]:
+    out: list[Violation] = []
+    for ch in h.chains:
+        out += check_chain(ch, truth, compactions)
+    return out
+
+
+def check_chain(ch: WatchChain, truth: Recorder, compactions) -> list[Violation]:
+    out: list[Violation] = []
+    where = f"watch chain {ch.client}#{ch.id} from rv {ch.start_rv}"
+    last_event = ch.start_rv
+    last_bookmark = 0
+    delivered = []
+    for i, (t, typ, name, rv, opid) in enumerate(ch.events):
+        if typ == "BOOKMARK":
+            if rv < last_bookmark or rv < last_event:
+                out.append(Violation("watch", f"{where}: bookmark went backwards to {rv} (after event "
+                                              f"{last_event}, bookmark {last_bookmark})",
+                                     _frames(ch.events[max(0, i - 3):i + 1])))
+            last_bookmark = max(last_bookmark, rv)
+            continue
+        if rv <= last_event or rv <= last_bookmark:
+            out.append(Violation("watch", f"{where}: event at rv {rv} not after {max(last_event, last_bookmark)} "
+                                          "(out of order or repeated)", _frames(ch.events[max(0, i - 3):i + 1])))
+        last_event = max(last_event, rv)
+        delivered.append((rv, typ, name, opid))
+    upto = ch.last_rv()
+    if upto > truth.progress:
+        out.append(Violation("watch", f"{where}: saw rv {upto} beyond what etcd had ({truth.progress})",
+                             _frames(ch.events[-3:])))
+        return out
+    want = [(e.rev, e.watch_type(), e.name, e.opid) for e in truth.events_between(ch.start_rv, upto)]
+    got = sorted(set(delivered))
+    if got != want:
+        i = next((k for k in range(min(len(got), len(want))) if got[k] != want[k]), min(len(got), len(want)))
+        out.append(Violation("watch", f"{where}: delivered events differ from etcd's between rv {ch.start_rv} "
+                                      f"and {upto} (first difference at #{i}: "
+                                      f"{'missing ' + str(want[i]) if i < len(want) and (i >= len(got) or want[i] < got[i]) else 'unexpected ' + str(got[i] if i < len(got) else None)})",
+                             [{"etcd": list(want[max(0, i - 2):i + 3])}, {"watch": list(got[max(0, i - 2):i + 3])},
+                              {"sessions": [list(s) for s in ch.sessions if s[2] <= (want[i][0] if i < len(want) else upto)][-2:]}]))
+    if ch.expired is not None:
+        t, frm, msg = ch.expired
+        if not compacted_before(compactions, frm, t):
+            out.append(Violation("watch", f"{where}: 410 resuming from rv {frm} that etcd has not compacted",
+                                 [{"t": round(t, 3), "from_rv": frm, "message": msg},
+                                  {"compactions": [c for c in compactions if c[0] <= t][-2:]},
+                                  {"last sessions": [list(s) for s in ch.sessions[-2:]]}]))
+    return out
+
+
+def _frames(frames) -> list:
+    return [{"t": round(t, 3), "type": typ, "name": n, "rv": rv, "op": o} for t, typ, n, rv, o in frames]
+
+
+# --- outage behaviour ---------------------------------------------------------------------------------------
+
+def check_outage(h: History, request_timeout: float, margin: float, no_answer_ok: list[tuple[float, float]],
+                 etcd_fault: tuple[float, float] | None) -> tuple[list[Violation], dict]:
+    """Every answer a Status with an expected code, none longer than the request timeout, no dropped
+    connections outside the windows where the apiserver itself was down; readyz fails within 5 s of etcd
+    going away and passes within 30 s of its return."""
+    out: list[Violation] = []
+    for op in h.ops:
+        dur = op.longest if op.longest is not None else op.end - op.start
+        if dur > request_timeout + margin:
+            out.append(Violation("outage", f"{op.kind} ran {dur:.1f} s (request timeout {request_timeout:.0f} s)",
+                                 [op.brief()]))
+        if op.status == 0:
+            if not any(a <= op.end and op.start <= b for a, b in no_answer_ok):
+                out.append(Violation("outage", f"{op.kind} got no answer ({op.error})", [op.brief()]))
+        elif op.status >= 300:
+            if op.status not in ALLOWED_ERRORS:
+                out.append(Violation("outage", f"{op.kind} answered {op.status}", [op.brief()]))
+            elif not op.status_kind:
+                out.append(Violation("outage", f"{op.kind} answered {op.status} without a Status", [op.brief()]))
+    info: dict = {}
+    if etcd_fault is not None:
+        a, b = etcd_fault
+        down = [t for t, st in h.readyz if a <= t and st != 200]
+        first_fail = down[0] - a if down else None
+        info["readyz_failed_after"] = first_fail
+        if first_fail is None or first_fail > 5.0:
+            out.append(Violation("outage", f"/readyz did not fail within 5 s of etcd going away "
+                                           f"(first failure after {first_fail})",
+                                 [{"t": round(t, 2), "status": st} for t, st in h.readyz if a - 1 <= t <= a + 6]))
+    return out, info
+
+
+def recovery_time(h: History, fault_end: float | None) -> float | None:
+    """From the end of the fault until /readyz passes and a write is acknowledged again."""
+    if fault_end is None:
+        return None
+    ready = next((t for t, st in h.readyz if t >= fault_end and st == 200), None)
+    write = min((op.end for op in h.ops if op.kind in WRITES and ok(op) and op.start >= fault_end), default=None)
+    if ready is None or write is None:
+        return None
+    return max(ready, write) - fault_end
+
+
+def diff_states(a: dict, b: dict, an: str, bn: str, limit: int = 6) -> list:
+    out = []
+    for k in sorted(set(a) | set(b)):
+        if a.get(k) != b.get(k):
+            out.append({"name": k, an: a.get(k), bn: b.get(k)})
+            if len(out) >= limit:
+                break
+    return out

@@ -1,0 +1,304 @@
+"""Scenarios: a fresh etcd and apiserver, the ground-truth recorder, traffic before, during and after one
+fault injected at a moment the seed chooses, then the final reads and every checker."""
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+import traceback
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from storage.compact import compact_now
+from storage.etcd import EtcdClient
+from tests.robustness import checkers
+from tests.robustness.cluster import Apiserver, Etcd
+from tests.robustness.traffic import NAMESPACE, History, Traffic
+from tests.robustness.truth import Recorder
+
+REQUEST_TIMEOUT = 10.0    # the apiserver's --request-timeout in every scenario
+TIMEOUT_MARGIN = 5.0      # a loaded 2-core machine: answers may come this late after the timeout
+RECOVERY_LIMIT = 30.0     # /readyz must pass this soon after etcd returns
+PREFIX = f"/registry/configmaps/{NAMESPACE}/"
+
+
+@dataclass
+class Run:
+    """What a fault needs, and what it reports."""
+    etcd: Etcd
+    api: Apiserver
+    h: History
+    rng: random.Random
+    duration: float
+    fault_at: float
+    no_answer_ok: list = field(default_factory=list)   # windows where the apiserver itself was down
+    etcd_fault: tuple | None = None                   # (start, end) of etcd being away
+    fault_end: float | None = None
+    compactions: list = field(default_factory=list)   # (t, rev)
+    notes: list = field(default_factory=list)
+
+
+async def sleep_until(h: History, t: float) -> None:
+    left = t - h.now()
+    if left > 0:
+        await asyncio.sleep(left)
+
+
+# --- faults ---------------------------------------------------------------------------------------------------
+
+async def fault_none(run: Run) -> None:
+    return None
+
+
+async def fault_etcd_kill(run: Run) -> None:
+    """(1) etcd SIGKILL, down for a few seconds, restarted on the same data directory and ports."""
+    await sleep_until(run.h, run.fault_at)
+    down = run.rng.uniform(5.0, 7.0)
+    a = run.h.now()
+    await asyncio.to_thread(run.etcd.kill)
+    await asyncio.sleep(down)
+    await asyncio.to_thread(run.etcd.restart)
+    run.etcd_fault = (a, run.h.now())
+    run.fault_end = run.h.now()
+
+
+async def fault_etcd_pause(run: Run) -> None:
+    """(2) etcd SIGSTOP for several seconds, then SIGCONT."""
+    await sleep_until(run.h, run.fault_at)
+    down = run.rng.uniform(5.0, 8.0)
+    a = run.h.now()
+    run.etcd.pause()
+    await asyncio.sleep(down)
+    run.etcd.resume()
+    run.etcd_fault = (a, run.h.now())
+    run.fault_end = run.h.now()
+
+
+async def fault_apiserver_kill(run: Run) -> None:
+    """(5) the apiserver SIGKILLed under load and restarted on the same port; clients reconnect and resume
+    their watches from the last resourceVersion they saw."""
+    await sleep_until(run.h, run.fault_at)
+    a = run.h.now()
+    await asyncio.to_thread(run.api.kill)
+    await asyncio.to_thread(run.api.restart_process)
+    run.fault_end = run.h.now()
+    ready = await asyncio.to_thread(run.api.wait_ready, 60.0)
+    # Requests may go unanswered from the kill until the new process serves (and a moment after).
+    run.no_answer_ok.append((a, run.h.now() + 1.0))
+    if not ready:
+        run.notes.append("apiserver not ready 60 s after its restart")
+
+
+async def fault_compaction(run: Run) -> None:
+    """(6) compaction every second, as kube's compactor does it (compact_rev_key, then Compact) at the
+    revision seen one interval earlier, for the whole traffic."""
+    client = EtcdClient([run.etcd.endpoint], timeout=5.0)
+    prev = 0
+    try:
+        while True:
+            rev = await client.current_revision(b"/registry/")
+            if prev:
+                await compact_now(client, prev)
+                run.compactions.append((run.h.now(), prev))
+            prev = rev
+            await asyncio.sleep(1.0)
+    finally:
+        await client.close()
+
+
+FAULTS = {
+    "none": fault_none,
+    "etcd-kill": fault_etcd_kill,
+    "etcd-pause": fault_etcd_pause,
+    "apiserver-kill": fault_apiserver_kill,
+    "compaction": fault_compaction,
+}
+SCENARIOS = list(FAULTS)
+
+
+# --- one scenario ---------------------------------------------------------------------------------------------
+
+async def _final_reads(base: str, h: History) -> dict:
+    """After the traffic: a consistent list and a resourceVersion=0 list (the cache, when it is on)."""
+    out = {}
+    async with aiohttp.ClientSession(base, timeout=aiohttp.ClientTimeout(total=30)) as s:
+        for kind, params in (("consistent", {}), ("rv0", {"resourceVersion": "0"})):
+            for _ in range(60):
+                async with s.get(f"/api/v1/namespaces/{NAMESPACE}/configmaps", params=params) as r:
+                    if r.status == 200:
+                        doc = await r.json()
+                        out[kind] = (int(doc["metadata"]["resourceVersion"]),
+                                     {it["metadata"]["name"]: (int(it["metadata"]["resourceVersion"]),
+                                                               (it.get("data") or {}).get("op"))
+                                      for it in doc["items"]})
+                        break
+                    await r.read()
+                await asyncio.sleep(0.5)
+    return out
+
+
+async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate: float = 100.0,
+                       watch_cache: bool = True, log=print) -> dict:
+    fault = FAULTS[name]
+    rng = random.Random(f"{name}/{seed}")
+    label = name if watch_cache else f"{name} (no cache)"
+    result: dict = {"scenario": label, "seed": seed, "duration": duration, "rate": rate,
+                    "watch_cache": watch_cache}
+    etcd = Etcd()
+    api = None
+    truth = None
+    t_start = time.monotonic()
+    try:
+        await asyncio.to_thread(etcd.start)
+        api = Apiserver(etcd.endpoint, f"--watch-cache={'true' if watch_cache else 'false'}",
+                        "--request-timeout", f"{REQUEST_TIMEOUT:.0f}s", "--etcd-compaction-interval", "0")
+        await asyncio.to_thread(api.start)
+        async with aiohttp.ClientSession(api.base) as s:
+            async with s.post("/api/v1/namespaces", json={"metadata": {"name": NAMESPACE}}) as r:
+                assert r.status == 201, await r.text()
+        truth = Recorder(etcd.endpoint, PREFIX)
+        await truth.start()
+        h = History()
+        run = Run(etcd, api, h, rng, duration, fault_at=rng.uniform(0.25, 0.45) * duration)
+        traffic = Traffic(api.base, h, seed=rng.randrange(1 << 30), rate=rate, request_timeout=REQUEST_TIMEOUT)
+        await traffic.setup()
+        tasks = [asyncio.create_task(traffic.run()), asyncio.create_task(traffic.probe_readyz())]
+        fault_task = asyncio.create_task(fault(run))
+        await sleep_until(h, duration)
+        if name != "compaction":
+            await fault_task
+        if run.fault_end is not None:
+            # traffic after the fault: until the server is ready again and a few seconds more
+            await asyncio.to_thread(api.wait_ready, RECOVERY_LIMIT + 10)
+            await sleep_until(h, max(h.now() + 2.0, run.fault_end + 3.0))
+        traffic.stopping.set()
+        for t in tasks:
+            await t
+        if name == "compaction":
+            fault_task.cancel()
+            try:
+                await fault_task
+            except asyncio.CancelledError:
+                pass
+        elif fault_task.done() and fault_task.exception():
+            raise fault_task.exception()
+        ready = await asyncio.to_thread(api.wait_ready, RECOVERY_LIMIT)
+        final_rev = await truth.catch_up()
+        state, _ = await truth.etcd_state(final_rev)
+        final = {"rev": final_rev, "state": state}
+        reads = await _final_reads(api.base, h) if ready else {}
+        alive = api.alive() and etcd.alive()
+
+        v: list[checkers.Violation] = []
+        if truth.broken:
+            v.append(checkers.Violation("harness", truth.broken))
+        v += checkers.check_writes(h, truth, final)
+        v += checkers.check_reads(h, truth, run.compactions)
+        v += checkers.check_watches(h, truth, run.compactions)
+        outage, info = checkers.check_outage(h, REQUEST_TIMEOUT, TIMEOUT_MARGIN, run.no_answer_ok, run.etcd_fault)
+        v += outage
+        recover = checkers.recovery_time(h, run.fault_end)
+        if run.fault_end is not None and (recover is None or recover > RECOVERY_LIMIT):
+            v.append(checkers.Violation("outage", f"not recovered within {RECOVERY_LIMIT:.0f} s of the fault's end "
+                                                  f"(readyz 200 and an acknowledged write): {recover}",
+                                        [{"t": round(t, 2), "status": st} for t, st in h.readyz
+                                         if t >= run.fault_end][:8]))
+        for kind in ("consistent", "rv0"):
+            if kind not in reads:
+                v.append(checkers.Violation("cache", f"no final {kind} list (ready={ready})"))
+                continue
+            rv, items = reads[kind]
+            want, _ = await truth.etcd_state(rv)
+            if items != want:
+                v.append(checkers.Violation("cache", f"final {kind} list at rv {rv} differs from etcd at that rv",
+                                            checkers.diff_states(want, items, "etcd", "apiserver")))
+        if "consistent" in reads and reads["consistent"][0] < final_rev:
+            v.append(checkers.Violation("cache", f"final consistent list at rv {reads['consistent'][0]} older than "
+                                                 f"etcd's {final_rev}"))
+        if not alive:
+            v.append(checkers.Violation("crash", f"process gone: apiserver exit {api.exit_code()}, "
+                                                 f"etcd alive {etcd.alive()}"))
+        for note in run.notes:
+            v.append(checkers.Violation("harness", note))
+
+        writes = [op for op in h.ops if op.kind in checkers.WRITES]
+        result.update({
+            "ops": len(h.ops) + sum(len(c.sessions) for c in h.chains),
+            "writes": len(writes),
+            "acknowledged": sum(1 for op in writes if checkers.ok(op)),
+            "conflicts": sum(1 for op in writes if op.status == 409),
+            "lists": sum(1 for op in h.ops if op.kind in checkers.LISTS),
+            "watch_events": sum(sum(1 for e in c.events if e[1] != "BOOKMARK") for c in h.chains),
+            "watch_chains": len(h.chains),
+            "etcd_events": len(truth.events),
+            "compactions": len(run.compactions),
+            "lost": sum(1 for x in v if x.checker == "writes"),
+            "stale": sum(1 for x in v if x.checker == "reads"),
+            "watch_violations": sum(1 for x in v if x.checker == "watch"),
+            "other_violations": sum(1 for x in v if x.checker not in ("writes", "reads", "watch")),
+            "recover_s": None if recover is None else round(recover, 2),
+            "fault_at": round(run.fault_at, 2) if name not in ("none", "compaction") else None,
+            "fault_end": None if run.fault_end is None else round(run.fault_end, 2),
+            "apiserver_restarts": api.restarts,
+            "truth_reconnects": truth.reconnects,
+            **{k: (None if val is None else round(val, 2)) for k, val in info.items()},
+            "violations": [x.as_dict() for x in v],
+            "apiserver_log": api.log_path,
+        })
+    except Exception as e:  # noqa: BLE001 - a harness failure is a failed scenario, reported as such
+        result.update({"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
+                       "violations": [{"checker": "harness", "message": f"{type(e).__name__}: {e}",
+                                       "excerpt": []}]})
+        if api is not None:
+            result["apiserver_log"] = api.log_path
+    finally:
+        if truth is not None:
+            await truth.stop()
+        if api is not None:
+            await asyncio.to_thread(api.stop)
+        await asyncio.to_thread(etcd.stop)
+    result["wall_s"] = round(time.monotonic() - t_start, 1)
+    result["passed"] = not result["violations"]
+    return result
+
+
+# --- reporting ------------------------------------------------------------------------------------------------
+
+COLUMNS = [("scenario", "scenario"), ("ops", "ops"), ("acknowledged", "acked writes"), ("lost", "lost"),
+           ("stale", "stale reads"), ("watch_violations", "watch violations"), ("other_violations", "other"),
+           ("recover_s", "recover (s)"), ("passed", "result")]
+
+
+def table(results: list[dict]) -> str:
+    rows = [[h for _, h in COLUMNS]]
+    for r in results:
+        row = []
+        for k, _ in COLUMNS:
+            val = r.get(k)
+            if k == "passed":
+                val = "pass" if val else "FAIL"
+            elif val is None:
+                val = "-"
+            row.append(str(val))
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def explain(result: dict, limit: int = 5) -> str:
+    """The violations of a failed scenario, each with its excerpt of history."""
+    out = []
+    for x in result.get("violations", [])[:limit]:
+        out.append(f"[{result['scenario']}] {x['checker']}: {x['message']}")
+        for line in x.get("excerpt") or []:
+            out.append("    " + json.dumps(line, default=str))
+    more = len(result.get("violations", [])) - limit
+    if more > 0:
+        out.append(f"[{result['scenario']}] ... and {more} more (see the JSON)")
+    if result.get("traceback"):
+        out.append(result["traceback"])
+    return "\n".join(out)

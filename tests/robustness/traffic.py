@@ -1,0 +1,357 @@
+"""The traffic: concurrent clients over real HTTP (aiohttp), each recording every request it makes with its
+start and end time, status, resourceVersion and the objects it saw.
+
+Writers create cold ConfigMaps, update (GET, then PUT with the read resourceVersion) hot and cold ones and
+delete cold ones; listers make consistent lists, resourceVersion=0 lists and paged lists followed to the
+end; watchers list, then watch from that resourceVersion with bookmarks and short timeouts, reconnecting
+from the last resourceVersion they saw, and start a new chain (list + watch) only after a 410.
+Every written value carries a unique `data.op`, so the checkers can find it in etcd's history."""
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+
+NAMESPACE = "robust"
+HOT_KEYS = 3
+
+
+@dataclass
+class Op:
+    client: str
+    kind: str            # create update delete get list_consistent list_rv0 list_paged
+    start: float
+    end: float = 0.0
+    status: int = 0      # HTTP status; 0: no answer (connection error or client timeout)
+    rv: int | None = None
+    name: str | None = None
+    opid: str | None = None
+    items: list | None = None    # lists: [(name, rv, opid)]
+    error: str | None = None
+    status_kind: bool = True     # a non-2xx answer was a Status object
+    pages: list | None = None    # paged lists: the RV each page reported
+    longest: float | None = None  # paged lists: the longest page request (s)
+    read_rv: int | None = None   # updates: the RV the PUT was conditioned on
+
+    def brief(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if v is not None and k != "items"}
+        if self.items is not None:
+            d["items"] = len(self.items)
+        return d
+
+
+@dataclass
+class WatchChain:
+    """One watch the client keeps resuming: a list at `start_rv`, then watch sessions each from the
+    last RV seen; ends at a 410 (`expired`) or when the traffic stops."""
+    client: str
+    id: int
+    start_rv: int
+    start: float
+    events: list = field(default_factory=list)      # (t, type, name, rv, opid), BOOKMARKs included
+    sessions: list = field(default_factory=list)    # (t0, t1, from_rv, outcome)
+    expired: tuple | None = None                    # (t, from_rv, message)
+
+    def last_rv(self) -> int:
+        return max([self.start_rv] + [e[3] for e in self.events[-1:]])
+
+
+class History:
+    def __init__(self):
+        self.t0 = time.monotonic()
+        self.ops: list[Op] = []
+        self.chains: list[WatchChain] = []
+        self.readyz: list[tuple[float, int]] = []
+        self.marks: dict[str, float] = {}    # fault_start, fault_end, ...
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def mark(self, name: str) -> None:
+        self.marks[name] = self.now()
+
+
+def _items(body: dict) -> list:
+    out = []
+    for it in body.get("items") or []:
+        md = it.get("metadata") or {}
+        out.append((md.get("name"), int(md.get("resourceVersion") or 0), (it.get("data") or {}).get("op")))
+    return out
+
+
+class Traffic:
+    def __init__(self, base: str, history: History, *, seed: int, rate: float, request_timeout: float,
+                 writers: int = 5, listers: int = 3, watchers: int = 2):
+        self.base = base
+        self.h = history
+        self.rng = random.Random(seed)
+        self.rate = rate
+        self.request_timeout = request_timeout
+        self.n_writers, self.n_listers, self.n_watchers = writers, listers, watchers
+        self.stopping = asyncio.Event()
+        self.path = f"/api/v1/namespaces/{NAMESPACE}/configmaps"
+        self.hot = [f"hot-{i}" for i in range(HOT_KEYS)]
+        self._chain_ids = 0
+
+    @property
+    def clients(self) -> int:
+        return self.n_writers + self.n_listers + self.n_watchers
+
+    # --- plumbing ----------------------------------------------------------------------------------
+
+    def session(self, watch: bool = False) -> aiohttp.ClientSession:
+        t = (aiohttp.ClientTimeout(total=None, sock_connect=5) if watch
+             else aiohttp.ClientTimeout(total=self.request_timeout + 10))
+        return aiohttp.ClientSession(self.base, timeout=t)
+
+    async def call(self, s: aiohttp.ClientSession, op: Op, method: str, path: str, *, params=None,
+                   body=None) -> dict | None:
+        """One request into `op`: status, and the decoded body of a 2xx (None otherwise)."""
+        try:
+            async with s.request(method, path, params=params, json=body) as r:
+                raw = await r.read()
+                op.status = r.status
+                try:
+                    doc = json.loads(raw) if raw else None
+                except ValueError:
+                    doc = None
+                if r.status >= 300:
+                    op.status_kind = isinstance(doc, dict) and doc.get("kind") == "Status"
+                    op.error = (doc or {}).get("message") if isinstance(doc, dict) else raw[:200].decode("replace")
+                    if r.status == 429:
+                        op.error = f"{op.error} (Retry-After {r.headers.get('Retry-After')})"
+                    return None
+                return doc
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+            op.status = 0
+            op.error = f"{type(e).__name__}: {e}"
+            return None
+        finally:
+            op.end = self.h.now()
+            self.h.ops.append(op)
+
+    async def pace(self, started: float, clients: int) -> None:
+        period = clients / self.rate
+        left = period - (self.h.now() - started)
+        if left > 0:
+            try:
+                await asyncio.wait_for(self.stopping.wait(), left * (0.5 + self.rng.random()))
+            except asyncio.TimeoutError:
+                pass
+
+    async def backoff(self, op: Op) -> None:
+        if op.status in (0, 429) or op.status >= 500:
+            await asyncio.sleep(0.2 + 0.3 * self.rng.random())
+
+    # --- setup ---------------------------------------------------------------------------------------
+
+    async def setup(self) -> None:
+        """The hot keys, created through the API (so they are in the recorded history)."""
+        async with self.session() as s:
+            for name in self.hot:
+                op = Op("setup", "create", self.h.now(), name=name, opid=f"setup-{name}")
+                doc = await self.call(s, op, "POST", self.path, body=self._obj(name, op.opid))
+                if doc is None:
+                    raise RuntimeError(f"setup create {name}: {op.status} {op.error}")
+                op.rv = int(doc["metadata"]["resourceVersion"])
+
+    @staticmethod
+    def _obj(name: str, opid: str, rv: str | None = None) -> dict:
+        md = {"name": name, "namespace": NAMESPACE}
+        if rv is not None:
+            md["resourceVersion"] = rv
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": md, "data": {"op": opid}}
+
+    # --- clients --------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        tasks = [asyncio.create_task(self.writer(f"w{i}", random.Random(self.rng.random())))
+                 for i in range(self.n_writers)]
+        tasks += [asyncio.create_task(self.lister(f"l{i}", random.Random(self.rng.random())))
+                  for i in range(self.n_listers)]
+        tasks += [asyncio.create_task(self.watcher(f"x{i}", random.Random(self.rng.random())))
+                  for i in range(self.n_watchers)]
+        await self.stopping.wait()
+        done, pending = await asyncio.wait(tasks, timeout=self.request_timeout + 20)
+        for t in pending:
+            t.cancel()
+        for t in tasks:
+            try:
+                await t
+            except asyncio.CancelledError:
+                pass
+
+    async def writer(self, cid: str, rng: random.Random) -> None:
+        mine: list[str] = []
+        seq = 0
+        active = self.n_writers + self.n_listers
+        async with self.session() as s:
+            while not self.stopping.is_set():
+                t = self.h.now()
+                seq += 1
+                opid = f"{cid}-{seq}"
+                r = rng.random()
+                if r < 0.3 or (r >= 0.75 and not mine):
+                    name = f"c{cid}-{seq}"
+                    op = Op(cid, "create", t, name=name, opid=opid)
+                    doc = await self.call(s, op, "POST", self.path, body=self._obj(name, opid))
+                    if doc is not None:
+                        op.rv = int(doc["metadata"]["resourceVersion"])
+                    if doc is not None or op.status == 0 or op.status >= 500:
+                        mine.append(name)   # an indeterminate create may exist
+                elif r < 0.75:
+                    name = rng.choice(self.hot) if (rng.random() < 0.5 or not mine) else rng.choice(mine)
+                    g = Op(cid, "get", t, name=name)
+                    cur = await self.call(s, g, "GET", f"{self.path}/{name}")
+                    if cur is None:
+                        await self.backoff(g)
+                        continue
+                    g.rv = int(cur["metadata"]["resourceVersion"])
+                    g.opid = (cur.get("data") or {}).get("op")
+                    op = Op(cid, "update", self.h.now(), name=name, opid=opid, read_rv=g.rv)
+                    doc = await self.call(s, op, "PUT", f"{self.path}/{name}",
+                                          body=self._obj(name, opid, cur["metadata"]["resourceVersion"]))
+                    if doc is not None:
+                        op.rv = int(doc["metadata"]["resourceVersion"])
+                else:
+                    name = mine.pop(rng.randrange(len(mine)))
+                    op = Op(cid, "delete", t, name=name)
+                    doc = await self.call(s, op, "DELETE", f"{self.path}/{name}")
+                    if doc is not None:
+                        op.rv = int((doc.get("metadata") or {}).get("resourceVersion") or 0)
+                        op.opid = (doc.get("data") or {}).get("op")
+                    elif op.status == 0 or op.status >= 500:
+                        mine.append(name)
+                await self.backoff(op)
+                await self.pace(t, active)
+
+    async def lister(self, cid: str, rng: random.Random) -> None:
+        active = self.n_writers + self.n_listers
+        async with self.session() as s:
+            while not self.stopping.is_set():
+                t = self.h.now()
+                r = rng.random()
+                if r < 0.4:
+                    op = Op(cid, "list_consistent", t)
+                    doc = await self.call(s, op, "GET", self.path)
+                elif r < 0.7:
+                    op = Op(cid, "list_rv0", t)
+                    doc = await self.call(s, op, "GET", self.path, params={"resourceVersion": "0"})
+                else:
+                    op = await self.paged(s, cid, rng.randint(3, 8))
+                    doc = None
+                if doc is not None:
+                    op.rv = int(doc["metadata"]["resourceVersion"])
+                    op.items = _items(doc)
+                await self.backoff(op)
+                await self.pace(t, active)
+
+    async def paged(self, s: aiohttp.ClientSession, cid: str, limit: int) -> Op:
+        """A consistent paged list followed to the end; one Op for the whole (its status is the last
+        page's); `pages` holds every page's RV."""
+        op = Op(cid, "list_paged", self.h.now(), items=[], pages=[])
+        params = {"limit": str(limit)}
+        while True:
+            page = Op(cid, "page", self.h.now())
+            doc = await self.call(s, page, "GET", self.path, params=params)
+            self.h.ops.pop()   # pages live inside their list
+            op.longest = max(op.longest or 0.0, page.end - page.start)
+            op.status, op.error, op.status_kind = page.status, page.error, page.status_kind
+            if doc is None:
+                op.items = None
+                break
+            op.pages.append(int(doc["metadata"]["resourceVersion"]))
+            op.items += _items(doc)
+            cont = doc["metadata"].get("continue")
+            if not cont:
+                op.rv = op.pages[0]
+                break
+            params = {"limit": str(limit), "continue": cont}
+        op.end = self.h.now()
+        self.h.ops.append(op)
+        return op
+
+    async def watcher(self, cid: str, rng: random.Random) -> None:
+        async with self.session() as s, self.session(watch=True) as ws:
+            while not self.stopping.is_set():
+                # A new chain: a consistent list, then watches from its RV.
+                op = Op(cid, "list_consistent", self.h.now())
+                doc = await self.call(s, op, "GET", self.path)
+                if doc is None:
+                    await asyncio.sleep(0.3)
+                    continue
+                op.rv = int(doc["metadata"]["resourceVersion"])
+                op.items = _items(doc)
+                self._chain_ids += 1
+                chain = WatchChain(cid, self._chain_ids, op.rv, self.h.now())
+                self.h.chains.append(chain)
+                while not self.stopping.is_set() and chain.expired is None:
+                    await self.watch_session(ws, chain, rng.randint(2, 6))
+
+    async def watch_session(self, ws: aiohttp.ClientSession, chain: WatchChain, timeout: int) -> None:
+        t0 = self.h.now()
+        frm = chain.last_rv()
+        params = {"watch": "1", "resourceVersion": str(frm), "allowWatchBookmarks": "true",
+                  "timeoutSeconds": str(timeout)}
+        outcome = "ended"
+        stop = asyncio.ensure_future(self.stopping.wait())
+        try:
+            async with ws.get(self.path, params=params,
+                              timeout=aiohttp.ClientTimeout(total=None, sock_connect=5,
+                                                            sock_read=timeout + 20)) as r:
+                if r.status != 200:
+                    raw = await r.read()
+                    outcome = f"http {r.status}"
+                    if r.status == 410:
+                        chain.expired = (self.h.now(), frm, raw[:300].decode("replace"))
+                    else:
+                        await asyncio.sleep(0.3 if r.status != 429 else 1.0)
+                    return
+                while True:
+                    read = asyncio.ensure_future(r.content.readline())
+                    await asyncio.wait((read, stop), return_when=asyncio.FIRST_COMPLETED)
+                    if not read.done():
+                        read.cancel()
+                        outcome = "stopped"
+                        return
+                    line = read.result()
+                    if not line:
+                        return
+                    ev = json.loads(line)
+                    typ, obj = ev.get("type"), ev.get("object") or {}
+                    t = self.h.now()
+                    if typ == "ERROR":
+                        code = obj.get("code")
+                        outcome = f"error {code}: {obj.get('message')}"
+                        if code == 410:
+                            chain.expired = (t, frm, obj.get("message"))
+                        else:
+                            await asyncio.sleep(0.3)
+                        return
+                    md = obj.get("metadata") or {}
+                    rv = int(md.get("resourceVersion") or 0)
+                    chain.events.append((t, typ, md.get("name"), rv, (obj.get("data") or {}).get("op")))
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as e:
+            outcome = f"{type(e).__name__}: {e}"
+            await asyncio.sleep(0.3)
+        finally:
+            stop.cancel()
+            chain.sessions.append((t0, self.h.now(), frm, outcome))
+
+    async def probe_readyz(self) -> None:
+        """GET /readyz every 0.25 s (status 0: no answer)."""
+        async with aiohttp.ClientSession(self.base, timeout=aiohttp.ClientTimeout(total=3)) as s:
+            while not self.stopping.is_set():
+                t = self.h.now()
+                try:
+                    async with s.get("/readyz") as r:
+                        await r.read()
+                        st = r.status
+                except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                    st = 0
+                self.h.readyz.append((t, st))
+                await asyncio.sleep(0.25)

@@ -22,6 +22,7 @@ import (
 	"strings"
 
 	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
 	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -47,7 +48,11 @@ var kinds = map[string]any{
 	"apiextensions.k8s.io/v1/CustomResourceDefinition": apiextv1.CustomResourceDefinition{},
 	"meta.k8s.io/v1/DeleteOptions":                     metav1.DeleteOptions{},
 	// review kinds (machinery/resources.py REVIEWS): kubectl sends them as protobuf
-	"authentication.k8s.io/v1/SelfSubjectReview": authnv1.SelfSubjectReview{},
+	"authentication.k8s.io/v1/SelfSubjectReview":       authnv1.SelfSubjectReview{},
+	"authorization.k8s.io/v1/SelfSubjectAccessReview":  authzv1.SelfSubjectAccessReview{},
+	"authorization.k8s.io/v1/SubjectAccessReview":      authzv1.SubjectAccessReview{},
+	"authorization.k8s.io/v1/LocalSubjectAccessReview": authzv1.LocalSubjectAccessReview{},
+	"authorization.k8s.io/v1/SelfSubjectRulesReview":   authzv1.SelfSubjectRulesReview{},
 }
 
 // special types have their own protobuf message and their own JSON form.

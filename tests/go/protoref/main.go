@@ -19,6 +19,7 @@ import (
 	"strconv"
 
 	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
 	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -38,7 +39,7 @@ func main() {
 
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, coordv1.AddToScheme,
-		rbacv1.AddToScheme, apiextv1.AddToScheme, authnv1.AddToScheme} {
+		rbacv1.AddToScheme, apiextv1.AddToScheme, authnv1.AddToScheme, authzv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			panic(err)
 		}
@@ -63,6 +64,10 @@ func main() {
 		"apiextensions.k8s.io/v1/CustomResourceDefinition": func() runtime.Object { return &apiextv1.CustomResourceDefinition{} },
 		"meta.k8s.io/v1/DeleteOptions":                     func() runtime.Object { return &metav1.DeleteOptions{} },
 		"authentication.k8s.io/v1/SelfSubjectReview":       func() runtime.Object { return &authnv1.SelfSubjectReview{} },
+		"authorization.k8s.io/v1/SelfSubjectAccessReview":  func() runtime.Object { return &authzv1.SelfSubjectAccessReview{} },
+		"authorization.k8s.io/v1/SubjectAccessReview":      func() runtime.Object { return &authzv1.SubjectAccessReview{} },
+		"authorization.k8s.io/v1/LocalSubjectAccessReview": func() runtime.Object { return &authzv1.LocalSubjectAccessReview{} },
+		"authorization.k8s.io/v1/SelfSubjectRulesReview":   func() runtime.Object { return &authzv1.SelfSubjectRulesReview{} },
 	}
 	keys := make([]string, 0, len(kinds))
 	for k := range kinds {

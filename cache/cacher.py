@@ -85,11 +85,32 @@ class Decoded:
     __slots__ = ("obj", "uid", "namespace", "labels")
 
     def __init__(self, obj: dict):
-        md = obj.get("metadata") or {}
+        md = meta_of(obj)
         self.obj = obj
-        self.uid = md.get("uid") or ""
-        self.namespace = md.get("namespace") or ""
-        self.labels = md.get("labels") or {}
+        self.uid = _str(md.get("uid"))
+        self.namespace = _str(md.get("namespace"))
+        self.labels = labels_of(md)
+
+
+def meta_of(obj: dict) -> dict:
+    md = obj.get("metadata")
+    return md if isinstance(md, dict) else {}
+
+
+def labels_of(md: dict) -> dict[str, str]:
+    """The labels a selector sees. What etcd holds was not necessarily written by an apiserver that checks
+    types (a custom resource, another writer): a malformed value must not stop the cache ingesting it, so
+    labels that are not a map of strings count as no labels (upstream's typed decoding would refuse them)."""
+    labels = md.get("labels")
+    if not labels or not isinstance(labels, dict):
+        return {}
+    if all(isinstance(v, str) for v in labels.values()):
+        return labels
+    return {k: v for k, v in labels.items() if isinstance(v, str)}
+
+
+def _str(v) -> str:
+    return v if isinstance(v, str) else ""
 
 
 class Cacher:
@@ -352,7 +373,7 @@ class Cacher:
         cur = Decoded(decode_value(key, ev.kv.value))
         prev_labels = None
         if ev.prev is not None and key in self.wc.store:
-            prev_labels = (decode_value(key, ev.prev.value).get("metadata") or {}).get("labels") or {}
+            prev_labels = labels_of(meta_of(decode_value(key, ev.prev.value)))
         data = self._stored_form(self.encode(stamp_rv(cur.obj, rv)))
         if self.observers:
             self._notify("apply", "ADDED" if key not in self.wc.store else "MODIFIED", cur.obj)

@@ -83,7 +83,9 @@ class Residency:
         def keep(key: str, value: bytes) -> bool:
             uid = uid_of(value)
             if uid is None:  # another layout, or protobuf: decode
-                uid = ((decode_value(key, value).get("metadata") or {}).get("uid")) or ""
+                md = decode_value(key, value).get("metadata")
+                uid = md.get("uid") if isinstance(md, dict) else None
+                uid = uid if isinstance(uid, str) else ""
             return sel.matches_hash(ext.fnv1a64(uid))
         return keep
 

@@ -230,3 +230,102 @@ def decode_delete_options(body: bytes) -> dict:
         raise bad_request(f'no kind "{kind}" is registered for version "{version}" in scheme '
                           f'"pkg/runtime/scheme.go:111"')
     return value
+
+
+# --- ObjectMeta as the typed decoder sees it ---------------------------------------------------------------
+
+# meta/v1 ObjectMeta's fields and Go types (sigs.k8s.io/json: case-sensitive). A built-in object's metadata
+# of the wrong shape is a decode error upstream (400 on create/update, 422 on a patch); without this check a
+# `labels: "x"` was stored and every cache of that resource failed to ingest it.
+_OWNER_REFERENCE = ("v1.OwnerReference", "OwnerReference", {
+    "apiVersion": "string", "kind": "string", "name": "string", "uid": "types.UID", "controller": "bool",
+    "blockOwnerDeletion": "bool"})
+_MANAGED_FIELDS_ENTRY = ("v1.ManagedFieldsEntry", "ManagedFieldsEntry", {
+    "manager": "string", "operation": "v1.ManagedFieldsOperationType", "apiVersion": "string", "time": "time",
+    "fieldsType": "string", "subresource": "string"})
+_OBJECT_META = {
+    "name": "string", "generateName": "string", "namespace": "string", "selfLink": "string", "uid": "types.UID",
+    "resourceVersion": "string", "generation": "int64", "creationTimestamp": "time", "deletionTimestamp": "time",
+    "deletionGracePeriodSeconds": "int64", "labels": "map[string]string", "annotations": "map[string]string",
+    "ownerReferences": _OWNER_REFERENCE, "finalizers": "[]string", "managedFields": _MANAGED_FIELDS_ENTRY}
+
+
+class MetaTypeError(Exception):
+    """The first field of a metadata value encoding/json cannot decode: Go's struct name (ObjectMeta,
+    OwnerReference ...), the JSON path, the Go type it wanted and the value it got."""
+
+    def __init__(self, struct: str, path: str, go_type: str, value: Any):
+        super().__init__(path)
+        self.struct, self.path, self.go_type, self.value = struct, path, go_type, value
+
+    def json_error(self) -> str:
+        """encoding/json's UnmarshalTypeError text (create, update, merge and JSON patches)."""
+        word = json_type_word(self.value)
+        if self.go_type == "int64" and word == "number":
+            word = f"number {jsonenc.dumps(self.value).decode()}"
+        return unmarshal_type_error(word, self.go_type, f"{self.struct}.{self.path}")
+
+    def converter_error(self) -> str:
+        """runtime.DefaultUnstructuredConverter's text (a strategic merge patch is converted, not decoded)."""
+        word = json_type_word(self.value)
+        go = {"number": "float64" if isinstance(self.value, float) else "int64", "array": "slice",
+              "object": "map"}.get(word, word)
+        if self.go_type.startswith("map["):
+            return f"cannot restore map from {go}"
+        if self.go_type.startswith("[]"):
+            return f"cannot restore slice from {go}"
+        if self.go_type.startswith("v1."):
+            return f"cannot restore struct from: {go}"
+        return f"cannot convert {go} to {'string' if self.go_type in ('time', 'types.UID') else self.go_type}"
+
+
+def _leaf_ok(value: Any, go_type: str) -> bool:
+    if value is None:
+        return True
+    if go_type == "bool":
+        return isinstance(value, bool)
+    if go_type == "int64":
+        return not isinstance(value, bool) and isinstance(value, int) and -(1 << 63) <= value < (1 << 63)
+    return isinstance(value, str)  # string, types.UID, v1.ManagedFieldsOperationType, time (a string first)
+
+
+def check_object_meta(md: dict) -> None:
+    """Raise MetaTypeError for the first field (in body order, as encoding/json) of the wrong type; map and
+    list values that are null become "" as encoding/json decodes them into strings."""
+    _check_struct(md, "ObjectMeta", "metadata", _OBJECT_META)
+
+
+def _check_struct(obj: dict, struct: str, path: str, fields: dict) -> None:
+    for k, v in obj.items():
+        t = fields.get(k)
+        if t is None or v is None:
+            continue
+        p = f"{path}.{k}"
+        if isinstance(t, tuple):                      # a list of structs
+            list_type, inner, inner_fields = t
+            if not isinstance(v, list):
+                raise MetaTypeError(struct, p, f"[]{list_type}", v)
+            for item in v:
+                if item is None:
+                    continue
+                if not isinstance(item, dict):
+                    raise MetaTypeError(struct, p, list_type, item)
+                _check_struct(item, inner, p, inner_fields)
+        elif t == "map[string]string":
+            if not isinstance(v, dict):
+                raise MetaTypeError(struct, p, t, v)
+            for mk, mv in v.items():
+                if mv is None:
+                    v[mk] = ""
+                elif not isinstance(mv, str):
+                    raise MetaTypeError(struct, p, "string", mv)
+        elif t == "[]string":
+            if not isinstance(v, list):
+                raise MetaTypeError(struct, p, t, v)
+            for i, item in enumerate(v):
+                if item is None:
+                    v[i] = ""
+                elif not isinstance(item, str):
+                    raise MetaTypeError(struct, p, "string", item)
+        elif not _leaf_ok(v, t):
+            raise MetaTypeError(struct, p, "string" if t == "time" else t, v)

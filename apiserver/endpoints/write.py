@@ -49,6 +49,13 @@ async def decode_in_scope(request: web.Request, scope: RequestScope) -> tuple[Ob
         raise errors.bad_request(f'{res.kind} in version "{res.version}" cannot be handled as a {res.kind}: '
                                  + gocompat.unmarshal_type_error(gocompat.json_type_word(md), "v1.ObjectMeta",
                                                                  f"{res.kind}.metadata"))
+    if not scope.resource.custom:
+        try:
+            bodies.check_object_meta(md)
+        except bodies.MetaTypeError as e:
+            res = scope.resource
+            raise errors.bad_request(f'{res.kind} in version "{res.version}" cannot be handled as a {res.kind}: '
+                                     + e.json_error()) from None
     if scope.name is not None:
         if md.get("name") and md["name"] != scope.name:
             raise errors.bad_request(f"the name of the object ({md['name']}) does not match the name on "
@@ -140,6 +147,15 @@ def check_patched(res: Resource, patched: Obj, ctype: str, body: bytes) -> None:
     if md is not None and not isinstance(md, dict):
         bad.append(("metadata", md))
     if not bad:
+        if isinstance(md, dict) and not res.custom:
+            try:
+                bodies.check_object_meta(md)
+            except bodies.MetaTypeError as e:
+                smp = ctype.split(";", 1)[0].strip() == patchmod.STRATEGIC_MERGE_PATCH
+                detail = e.converter_error() if smp else e.json_error()
+                shown = gocompat.format_v(jsonenc.loads(body)) if smp else jsonenc.dumps(patched).decode()
+                raise errors.invalid("", "", "", [errors.field_error("FieldValueInvalid", "patch", detail, shown)]) \
+                    from None
         return
     field, value = bad[0]
     word = gocompat.json_type_word(value)

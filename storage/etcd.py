@@ -297,6 +297,7 @@ class EtcdWatch:
                 # etcd went away (or ended the stream): re-create it where this one stopped.
                 self.resumes += 1
                 self._call = None
+                self._requests.put_nowait(None)   # ends the failed call's request iterator
                 await asyncio.sleep(self.RESUME_DELAY)
                 self._requests = self._new_requests()
         except asyncio.CancelledError:

@@ -3,6 +3,7 @@ fault injected at a moment the seed chooses, then the final reads and every chec
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import random
 import time
@@ -100,8 +101,9 @@ async def fault_compaction(run: Run) -> None:
         while True:
             rev = await client.current_revision(b"/registry/")
             if prev:
-                await compact_now(client, prev)
+                # recorded as the call starts: a read may see the compaction before the call returns
                 run.compactions.append((run.h.now(), prev))
+                await compact_now(client, prev)
             prev = rev
             await asyncio.sleep(1.0)
     finally:
@@ -229,6 +231,11 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
             "writes": len(writes),
             "acknowledged": sum(1 for op in writes if checkers.ok(op)),
             "conflicts": sum(1 for op in writes if op.status == 409),
+            "statuses": dict(sorted(collections.Counter(str(op.status) for op in h.ops).items())),
+            "watch_expired": sum(1 for c in h.chains if c.expired is not None),
+            "errors": dict(collections.Counter(f"{op.kind} {op.status}" for op in h.ops
+                                               if not checkers.ok(op) and op.status != 409).most_common()),
+            "watch_outcomes": dict(collections.Counter(s[3][:60] for c in h.chains for s in c.sessions).most_common(8)),
             "lists": sum(1 for op in h.ops if op.kind in checkers.LISTS),
             "watch_events": sum(sum(1 for e in c.events if e[1] != "BOOKMARK") for c in h.chains),
             "watch_chains": len(h.chains),

@@ -242,7 +242,8 @@ class Traffic:
                     op = Op(cid, "list_rv0", t)
                     doc = await self.call(s, op, "GET", self.path, params={"resourceVersion": "0"})
                 else:
-                    op = await self.paged(s, cid, rng.randint(3, 8))
+                    # a slow reader now and then: pages apart in time, so compaction can pass them
+                    op = await self.paged(s, cid, rng.randint(3, 8), rng.uniform(0.2, 0.8) if rng.random() < 0.3 else 0.0)
                     doc = None
                 if doc is not None:
                     op.rv = int(doc["metadata"]["resourceVersion"])
@@ -250,9 +251,9 @@ class Traffic:
                 await self.backoff(op)
                 await self.pace(t, active)
 
-    async def paged(self, s: aiohttp.ClientSession, cid: str, limit: int) -> Op:
-        """A consistent paged list followed to the end; one Op for the whole (its status is the last
-        page's); `pages` holds every page's RV."""
+    async def paged(self, s: aiohttp.ClientSession, cid: str, limit: int, pause: float) -> Op:
+        """A consistent paged list followed to the end, `pause` s between pages; one Op for the whole (its
+        status is the last page's); `pages` holds every page's RV."""
         op = Op(cid, "list_paged", self.h.now(), items=[], pages=[])
         params = {"limit": str(limit)}
         while True:
@@ -271,6 +272,8 @@ class Traffic:
                 op.rv = op.pages[0]
                 break
             params = {"limit": str(limit), "continue": cont}
+            if pause:
+                await asyncio.sleep(pause)
         op.end = self.h.now()
         self.h.ops.append(op)
         return op
@@ -290,7 +293,9 @@ class Traffic:
                 chain = WatchChain(cid, self._chain_ids, op.rv, self.h.now())
                 self.h.chains.append(chain)
                 while not self.stopping.is_set() and chain.expired is None:
-                    await self.watch_session(ws, chain, rng.randint(2, 6))
+                    await self.watch_session(ws, chain, rng.randint(2, 5))
+                    if rng.random() < 0.5:   # a client that takes its time to come back
+                        await asyncio.sleep(rng.uniform(0.5, 2.5))
 
     async def watch_session(self, ws: aiohttp.ClientSession, chain: WatchChain, timeout: int) -> None:
         t0 = self.h.now()

@@ -55,6 +55,16 @@ class Recorder:
         self._watch = None
         self._task: asyncio.Task | None = None
 
+    @classmethod
+    def offline(cls, events: list[TEvent], initial: dict | None = None, start_rev: int = 1) -> "Recorder":
+        """A recorder holding a given history, without etcd (the checkers' own tests)."""
+        r = cls.__new__(cls)
+        r.prefix, r.events, r.revs = "", list(events), [e.rev for e in events]
+        r.initial, r.start_rev = dict(initial or {}), start_rev
+        r.progress = max([start_rev] + r.revs)
+        r.reconnects, r.broken = 0, None
+        return r
+
     def name_of(self, key: str) -> str:
         return key[len(self.prefix):]
 

@@ -1,0 +1,142 @@
+"""The robustness suite (tests/robustness, issue 10): every scenario once in its short form (a few seconds of
+traffic from 10 clients against a real apiserver over a real etcd, one fault, every checker), and the
+checkers themselves on small recorded histories with one violation each, so a passing scenario means
+something. The long form: `python -m tests.robustness --seeds 20 --duration 60` (see the README)."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.robustness import checkers
+from tests.robustness.scenarios import SCENARIOS, explain, run_scenario, table
+from tests.robustness.traffic import History, Op, WatchChain
+from tests.robustness.truth import Recorder, TEvent
+
+# --- every scenario, short form ----------------------------------------------------------------------------
+
+SHORT = [(name, True) for name in SCENARIOS] + [("none", False), ("etcd-kill", False)]
+
+
+@pytest.mark.parametrize("name,watch_cache", SHORT, ids=[f"{n}-{'cache' if c else 'nocache'}" for n, c in SHORT])
+def test_scenario_short(name, watch_cache):
+    r = asyncio.run(run_scenario(name, seed=1, duration=5.0, rate=60.0, watch_cache=watch_cache))
+    print(table([r]))
+    assert r["passed"], explain(r, limit=10)
+    assert r["acknowledged"] > 20 and r["lists"] > 5 and r["watch_events"] > 0, r
+
+
+# --- the checkers catch what they should -------------------------------------------------------------------
+
+def put(rev, name, op, created=False):
+    return TEvent(rev, "PUT", f"/r/{name}", name, op, rev if created else 0, created)
+
+
+def delete(rev, name, op):
+    return TEvent(rev, "DELETE", f"/r/{name}", name, op, 0, False)
+
+
+TRUTH = [put(2, "a", "w-1", True), put(3, "a", "w-2"), put(4, "b", "w-3", True), delete(5, "b", "w-3")]
+
+
+def write(kind, name, opid, rv, t, read_rv=None, status=None):
+    return Op("w", kind, t, t + 0.1, status or {"create": 201}.get(kind, 200), rv=rv, name=name, opid=opid,
+              read_rv=read_rv)
+
+
+def good_history() -> History:
+    h = History()
+    h.ops = [write("create", "a", "w-1", 2, 0.0), write("update", "a", "w-2", 3, 0.2, read_rv=2),
+             write("create", "b", "w-3", 4, 0.4), write("delete", "b", None, None, 0.6),
+             Op("l", "list_consistent", 0.55, 0.6, 200, rv=4, items=[("a", 3, "w-2"), ("b", 4, "w-3")]),
+             Op("l", "list_rv0", 0.1, 0.2, 200, rv=2, items=[("a", 2, "w-1")]),
+             Op("w", "get", 0.3, 0.35, 200, rv=3, name="a", opid="w-2")]
+    ch = WatchChain("x", 1, 1, 0.0)
+    ch.events = [(0.1, "ADDED", "a", 2, "w-1"), (0.2, "MODIFIED", "a", 3, "w-2"), (0.3, "BOOKMARK", None, 3, None),
+                 (0.4, "ADDED", "b", 4, "w-3"), (0.6, "DELETED", "b", 5, "w-3"), (0.9, "BOOKMARK", None, 5, None)]
+    h.chains = [ch]
+    return h
+
+
+def violations(h: History, events=TRUTH, compactions=()) -> list[checkers.Violation]:
+    truth = Recorder.offline(events)
+    final_state = truth.states_at([truth.progress])[truth.progress]
+    return (checkers.check_writes(h, truth, {"rev": truth.progress, "state": final_state})
+            + checkers.check_reads(h, truth, list(compactions))
+            + checkers.check_watches(h, truth, list(compactions)))
+
+
+def test_checkers_pass_a_good_history():
+    assert violations(good_history()) == []
+
+
+def test_checkers_find_a_lost_write():
+    h = good_history()
+    h.ops.append(write("update", "a", "w-9", 6, 1.0, read_rv=3))
+    v = violations(h)
+    assert [x.checker for x in v] == ["writes"] and "not in etcd's history" in v[0].message
+
+
+def test_checkers_find_a_lost_update():
+    h = good_history()
+    h.ops.append(write("update", "a", "w-4", 6, 1.0, read_rv=2))   # conditioned on rv 2, but 3 was current
+    v = violations(h, TRUTH + [put(6, "a", "w-4")])
+    assert [x.checker for x in v] == ["writes"] and "lost update" in v[0].message
+
+
+def test_checkers_find_an_unexplained_write():
+    v = violations(good_history(), TRUTH + [put(6, "a", "nobody")])
+    assert any("nobody issued" in x.message for x in v)
+
+
+def test_checkers_find_a_stale_and_an_inconsistent_list():
+    h = good_history()
+    h.ops.append(Op("l", "list_consistent", 0.52, 0.6, 200, rv=3, items=[("a", 3, "w-2")]))  # b acked at 0.5
+    h.ops.append(Op("l", "list_consistent", 2.0, 2.1, 200, rv=5, items=[("a", 3, "w-2"), ("b", 4, "w-3")]))
+    v = violations(h)
+    assert [x.checker for x in v] == ["reads", "reads"]
+    assert "stale" in v[0].message and "differs from etcd" in v[1].message
+    assert v[1].excerpt[1] == {"name": "b", "etcd": None, "list": (4, "w-3")}
+
+
+def test_checkers_find_a_stale_get():
+    h = good_history()
+    h.ops.append(Op("w", "get", 1.0, 1.1, 200, rv=2, name="a", opid="w-1"))
+    assert [x.message for x in violations(h)] == ["stale GET a: rv 2 < acknowledged 3"]
+
+
+@pytest.mark.parametrize("mutate,expect", [
+    (lambda ev: ev.pop(1), "missing (3, 'MODIFIED', 'a', 'w-2')"),
+    (lambda ev: ev.insert(2, ev[1]), "not after 3"),
+    (lambda ev: ev.insert(4, (0.35, "BOOKMARK", None, 2, None)), "bookmark went backwards"),
+    (lambda ev: ev.append((1.0, "BOOKMARK", None, 9, None)), "beyond what etcd had"),
+])
+def test_checkers_find_watch_violations(mutate, expect):
+    h = good_history()
+    mutate(h.chains[0].events)
+    v = violations(h)
+    assert v and all(x.checker == "watch" for x in v)
+    assert any(expect in x.message for x in v), [x.message for x in v]
+
+
+def test_checkers_allow_410_only_after_a_compaction():
+    h = good_history()
+    h.chains[0].expired = (1.0, 5, "too old resource version")
+    v = violations(h)
+    assert [x.checker for x in v] == ["watch"] and "not compacted" in v[0].message
+    assert violations(h, compactions=[(0.8, 6)]) == []
+    assert len(violations(h, compactions=[(1.5, 6)])) == 1   # compacted only after the 410
+
+
+def test_outage_checker():
+    h = History()
+    h.ops = [Op("w", "create", 0.0, 20.0, 504), Op("w", "get", 1.0, 1.1, 0, error="reset"),
+             Op("w", "get", 5.0, 5.1, 0, error="reset"), Op("w", "get", 6.0, 6.1, 502, status_kind=False)]
+    h.readyz = [(0.0, 200), (3.0, 200), (3.5, 500), (9.0, 200)]
+    v, info = checkers.check_outage(h, 10.0, 5.0, [(4.0, 5.5)], (2.0, 8.0))
+    assert [x.message for x in v] == ["create ran 20.0 s (request timeout 10 s)", "get got no answer (reset)",
+                                      "get answered 502"]
+    assert info == {"readyz_failed_after": 1.5}
+    h.readyz = [(0.0, 200), (3.0, 200), (7.5, 500)]
+    v, _ = checkers.check_outage(h, 10.0, 5.0, [], (2.0, 8.0))
+    assert any("did not fail within 5 s" in x.message for x in v)

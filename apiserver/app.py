@@ -168,9 +168,11 @@ class APIServer:
             filters.max_in_flight(c.max_requests_inflight, c.max_mutating_requests_inflight),
             # Authentication before the path checks: upstream answers an unauthenticated request 401 whatever
             # its path names (only Go's HTTP server refuses a malformed escape before it).
-            authentication(c), filters.path_guard, status_and_metrics,
+            authentication(c),
+            # Authorization right after authentication, on the path as the client sent it (upstream: a
+            # refused request is 403 whatever names its path holds).
             *([] if self.authorizer.always_allow else [authz.middleware(self.authorizer)]),
-            filters.request_timeout(c.request_timeout),
+            filters.path_guard, status_and_metrics, filters.request_timeout(c.request_timeout),
         ], client_max_size=8 * 1024 * 1024)
         app[authz.AUTHORIZER] = self.authorizer
         app.router.add_route("*", "/{tail:.*}", self.routes.dispatch)

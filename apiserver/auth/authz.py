@@ -27,8 +27,12 @@ from typing import Any, Callable, Iterable
 
 from aiohttp import web
 
+from urllib.parse import unquote
+
 from machinery import errors
 from machinery.gocompat import quote
+
+from ..status import status_response
 
 from .attributes import Attributes, Decision
 from .requestinfo import RequestInfo, RequestInfoError, new_request_info
@@ -152,11 +156,13 @@ def _internal_error(request: web.Request, err: str) -> web.Response:
 
 
 def request_info(request: web.Request) -> RequestInfo:
-    """The request's RequestInfo, resolved once per request."""
+    """The request's RequestInfo, resolved once per request from the path as Go's URL.Path has it: decoded
+    once, its `.` and `..` segments kept (aiohttp's request.path has them resolved away)."""
     info = request.get("request_info")
     if info is None:
-        info = request["request_info"] = new_request_info(request.method, request.path, request.query,
-                                                         request.raw_path)
+        raw = request.raw_path.split("?", 1)[0]
+        path = unquote(raw, errors="surrogateescape") if "%" in raw else raw
+        info = request["request_info"] = new_request_info(request.method, path, request.query, request.raw_path)
     return info
 
 
@@ -175,7 +181,9 @@ def middleware(authorizer: Authorizer) -> Callable:
         if decision == ALLOW:
             return await handler(request)
         log.debug("forbidden uri=%s reason=%s", request.raw_path, reason)
-        raise forbidden(attrs, reason)
+        resp = status_response(forbidden(attrs, reason))
+        resp.headers["X-Content-Type-Options"] = "nosniff"
+        return resp
     return authorization
 
 

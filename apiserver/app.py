@@ -134,7 +134,7 @@ class APIServer:
             for r in self.registry.all():
                 self.storage_for(r)
         if self.rbac is not None:
-            self._feed_rbac()
+            await self._feed_rbac()
         self._tasks.append(asyncio.create_task(self.controllers.sync_crds_forever()))
         if self.config.compaction_interval > 0 and not self.config.read_only:
             from storage.compact import run_compactor
@@ -142,7 +142,7 @@ class APIServer:
                 run_compactor(self.router.default_client(), self.config.compaction_interval)))
         self._tasks.append(asyncio.create_task(self.controllers.count_objects_forever()))
 
-    def _feed_rbac(self) -> None:
+    async def _feed_rbac(self) -> None:
         """The RBAC authorizer reads the four RBAC kinds from their watch caches (fully resident by default),
         else from its own list + watch on etcd."""
         for plural in authz.RBAC_KINDS:
@@ -150,8 +150,8 @@ class APIServer:
             if self.config.watch_cache and not self.residency.partial(plural):
                 authz.observe_cache(self.rbac, plural, self.storage_for(res).cacher)
             else:
-                self._tasks.append(asyncio.create_task(authz.reflect_from_etcd(
-                    self.rbac, plural, self.store_for(res), res.prefix(self.etcd_prefix))))
+                self._tasks.append(await authz.reflect_from_etcd(
+                    self.rbac, plural, self.store_for(res), res.prefix(self.etcd_prefix)))
 
     async def stop(self) -> None:
         for d in self._storage.values():

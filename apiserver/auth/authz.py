@@ -207,19 +207,28 @@ def observe_cache(rbac: Any, plural: str, cacher: Any) -> None:
     cacher.add_observer(_KindObserver(rbac, RBAC_KINDS[plural]))
 
 
-async def reflect_from_etcd(rbac: Any, plural: str, store: Any, prefix: str, retry: float = 1.0) -> None:
-    """Feed `rbac` from etcd: list, then watch from the list's revision; again from a fresh list after any
-    failure (a compacted watch included). Runs until cancelled."""
+async def reflect_from_etcd(rbac: Any, plural: str, store: Any, prefix: str, retry: float = 1.0) -> asyncio.Task:
+    """Feed `rbac` from etcd: the first list now (the authorizer has its data before the server answers),
+    then a task that watches from the list's revision, and lists again after any failure (a compacted
+    watch included) until cancelled."""
     kind = RBAC_KINDS[plural]
-    while True:
-        try:
-            res = await store.list(prefix)
-            rbac.replace(kind, res.items)
-            async for ev in store.watch(prefix, res.resource_version):
-                if ev.type in ("ADDED", "MODIFIED", "DELETED"):
-                    rbac.apply(kind, ev.type, ev.obj)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            log.warning("rbac reflector restarting resource=%s error=%r", plural, e)
-        await asyncio.sleep(retry)
+    res = await store.list(prefix)
+    rbac.replace(kind, res.items)
+
+    async def run(rv: int) -> None:
+        while True:
+            try:
+                if rv == 0:
+                    res = await store.list(prefix)
+                    rbac.replace(kind, res.items)
+                    rv = res.resource_version
+                async for ev in store.watch(prefix, rv):
+                    if ev.type in ("ADDED", "MODIFIED", "DELETED"):
+                        rbac.apply(kind, ev.type, ev.obj)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("rbac reflector restarting resource=%s error=%r", plural, e)
+            rv = 0
+            await asyncio.sleep(retry)
+    return asyncio.create_task(run(res.resource_version))

@@ -15,13 +15,34 @@ from tests.robustness.truth import Recorder, TEvent
 
 # --- every scenario, short form ----------------------------------------------------------------------------
 
+class KnownProblem(Exception):
+    """Every violation a scenario found is the known problem its xfail names (anything else fails)."""
+
+
+# Scenarios that fail because of a known problem not fixed yet (reported on issue 10): (reason, the text
+# every violation's message must contain).
+KNOWN = {
+    ("apiserver-kill-ha", True): (
+        "a restarted apiserver's watch cache starts its event window at its re-list revision, so a client "
+        "resuming its watch from the last resourceVersion it saw (older, but not compacted in etcd: the other "
+        "apiserver kept writing) gets 410 'too old resource version: N (M)' and must re-list; kube-apiserver "
+        "does the same (S1.30). Fixed only by the warm restart of issue 10 (cache snapshot, watch resumed from "
+        "its RV)", "that etcd has not compacted"),
+}
 SHORT = [(name, True) for name in SCENARIOS] + [("none", False), ("etcd-kill", False)]
+PARAMS = [pytest.param(n, c, id=f"{n}-{'cache' if c else 'nocache'}",
+                       marks=[pytest.mark.xfail(reason=KNOWN[(n, c)][0], raises=KnownProblem, strict=True)]
+                       if (n, c) in KNOWN else [])
+          for n, c in SHORT]
 
 
-@pytest.mark.parametrize("name,watch_cache", SHORT, ids=[f"{n}-{'cache' if c else 'nocache'}" for n, c in SHORT])
+@pytest.mark.parametrize("name,watch_cache", PARAMS)
 def test_scenario_short(name, watch_cache):
     r = asyncio.run(run_scenario(name, seed=1, duration=5.0, rate=60.0, watch_cache=watch_cache))
     print(table([r]))
+    known = KNOWN.get((name, watch_cache))
+    if known and not r["passed"] and all(known[1] in v["message"] for v in r["violations"]):
+        raise KnownProblem(explain(r, limit=3))
     assert r["passed"], explain(r, limit=10)
     assert r["acknowledged"] > 20 and r["lists"] > 5 and r["watch_events"] > 0, r
 

@@ -114,3 +114,88 @@ def wait_until(pred, timeout: float, step: float = 0.1) -> bool:
             return True
         time.sleep(step)
     return pred()
+
+
+class Proxy:
+    """A TCP proxy we own between the apiserver and etcd, on its own thread and event loop. `blackhole()`
+    holds every byte in both directions and every new connection (nothing is refused or reset: the link
+    just goes silent, as a dropped route would), `restore()` lets them through again."""
+
+    def __init__(self, target_port: int):
+        import asyncio
+        import threading
+        from storage.embedded import free_port
+        self.target_port = target_port
+        self.port = free_port()
+        self._asyncio = asyncio
+        self._holding = threading.Event()
+        self._ready = threading.Event()
+        self._loop = None
+        self._server = None
+        self._thread = threading.Thread(target=self._main, name="robust-proxy", daemon=True)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "Proxy":
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def blackhole(self) -> None:
+        self._holding.set()
+
+    def restore(self) -> None:
+        self._holding.clear()
+
+    def stop(self) -> None:
+        self.restore()
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def _main(self) -> None:
+        asyncio = self._asyncio
+        self._loop = loop = asyncio.new_event_loop()
+        self._server = loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", self.port))
+        self._ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            self._server.close()
+            for t in asyncio.all_tasks(loop):
+                t.cancel()
+            loop.run_until_complete(asyncio.sleep(0))
+            loop.close()
+
+    async def _gate(self) -> None:
+        while self._holding.is_set():
+            await self._asyncio.sleep(0.02)
+
+    async def _handle(self, reader, writer) -> None:
+        asyncio = self._asyncio
+        try:
+            await self._gate()
+            up_r, up_w = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            writer.close()
+            return
+
+        async def pipe(r, w):
+            try:
+                while True:
+                    data = await r.read(65536)
+                    if not data:
+                        break
+                    await self._gate()
+                    w.write(data)
+                    await w.drain()
+            except (OSError, asyncio.CancelledError):
+                pass
+            finally:
+                try:
+                    w.close()
+                except OSError:
+                    pass
+        await asyncio.gather(pipe(reader, up_w), pipe(up_r, writer))

@@ -15,7 +15,7 @@ import aiohttp
 from storage.compact import compact_now
 from storage.etcd import EtcdClient
 from tests.robustness import checkers
-from tests.robustness.cluster import Apiserver, Etcd
+from tests.robustness.cluster import Apiserver, Etcd, Proxy
 from tests.robustness.traffic import NAMESPACE, History, Traffic
 from tests.robustness.truth import Recorder
 
@@ -39,6 +39,7 @@ class Run:
     fault_end: float | None = None
     compactions: list = field(default_factory=list)   # (t, rev)
     notes: list = field(default_factory=list)
+    proxy: Proxy | None = None                       # between the apiserver and etcd (etcd-blackhole)
 
 
 async def sleep_until(h: History, t: float) -> None:
@@ -92,6 +93,34 @@ async def fault_apiserver_kill(run: Run) -> None:
         run.notes.append("apiserver not ready 60 s after its restart")
 
 
+async def fault_etcd_blackhole(run: Run) -> None:
+    """(4) the apiserver's link to etcd blackholed for several seconds (a TCP proxy we own holds every byte
+    and every new connection), then restored; etcd itself runs on. Longer than the request timeout
+    (sometimes), so requests stuck on the link must be answered 504 in time."""
+    await sleep_until(run.h, run.fault_at)
+    down = run.rng.uniform(6.0, 12.0)
+    a = run.h.now()
+    run.proxy.blackhole()
+    await asyncio.sleep(down)
+    run.proxy.restore()
+    run.etcd_fault = (a, run.h.now())
+    run.fault_end = run.h.now()
+
+
+async def fault_defrag(run: Run) -> None:
+    """(8) etcd defragmented three times in a row during the traffic."""
+    from aetcd.rpc import rpc_pb2 as pb
+    await sleep_until(run.h, run.fault_at)
+    client = EtcdClient([run.etcd.endpoint], timeout=30.0)
+    try:
+        for _ in range(3):
+            await client.maintenance.Defragment(pb.DefragmentRequest(), timeout=30.0)
+            await asyncio.sleep(0.3)
+    finally:
+        await client.close()
+    run.fault_end = run.h.now()
+
+
 async def fault_compaction(run: Run) -> None:
     """(6) compaction every second, as kube's compactor does it (compact_rev_key, then Compact) at the
     revision seen one interval earlier, for the whole traffic."""
@@ -114,9 +143,15 @@ FAULTS = {
     "none": fault_none,
     "etcd-kill": fault_etcd_kill,
     "etcd-pause": fault_etcd_pause,
+    "etcd-blackhole": fault_etcd_blackhole,
     "apiserver-kill": fault_apiserver_kill,
+    "apiserver-kill-ha": fault_apiserver_kill,
     "compaction": fault_compaction,
+    "defrag": fault_defrag,
 }
+# What a scenario needs beyond one apiserver over etcd: a proxy on the apiserver's etcd link, a second
+# apiserver over the same etcd (half the writers write through it, so writes go on while the first is down).
+SETUPS = {"etcd-blackhole": {"proxy": True}, "apiserver-kill-ha": {"second": True}}
 SCENARIOS = list(FAULTS)
 
 
@@ -149,22 +184,30 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
     result: dict = {"scenario": label, "seed": seed, "duration": duration, "rate": rate,
                     "watch_cache": watch_cache}
     etcd = Etcd()
-    api = None
+    api = api2 = proxy = None
     truth = None
+    spec = SETUPS.get(name, {})
     t_start = time.monotonic()
     try:
         await asyncio.to_thread(etcd.start)
-        api = Apiserver(etcd.endpoint, f"--watch-cache={'true' if watch_cache else 'false'}",
-                        "--request-timeout", f"{REQUEST_TIMEOUT:.0f}s", "--etcd-compaction-interval", "0")
+        if spec.get("proxy"):
+            proxy = Proxy(etcd.member.client_port).start()
+        flags = (f"--watch-cache={'true' if watch_cache else 'false'}", "--request-timeout",
+                 f"{REQUEST_TIMEOUT:.0f}s", "--etcd-compaction-interval", "0")
+        api = Apiserver(proxy.endpoint if proxy else etcd.endpoint, *flags)
         await asyncio.to_thread(api.start)
+        if spec.get("second"):
+            api2 = Apiserver(etcd.endpoint, *flags)
+            await asyncio.to_thread(api2.start)
         async with aiohttp.ClientSession(api.base) as s:
             async with s.post("/api/v1/namespaces", json={"metadata": {"name": NAMESPACE}}) as r:
                 assert r.status == 201, await r.text()
         truth = Recorder(etcd.endpoint, PREFIX)
         await truth.start()
         h = History()
-        run = Run(etcd, api, h, rng, duration, fault_at=rng.uniform(0.25, 0.45) * duration)
-        traffic = Traffic(api.base, h, seed=rng.randrange(1 << 30), rate=rate, request_timeout=REQUEST_TIMEOUT)
+        run = Run(etcd, api, h, rng, duration, fault_at=rng.uniform(0.25, 0.45) * duration, proxy=proxy)
+        traffic = Traffic(api.base, h, seed=rng.randrange(1 << 30), rate=rate, request_timeout=REQUEST_TIMEOUT,
+                          write_bases=[api.base, api2.base] if api2 else None)
         await traffic.setup()
         tasks = [asyncio.create_task(traffic.run()), asyncio.create_task(traffic.probe_readyz())]
         fault_task = asyncio.create_task(fault(run))
@@ -191,7 +234,7 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
         state, _ = await truth.etcd_state(final_rev)
         final = {"rev": final_rev, "state": state}
         reads = await _final_reads(api.base, h) if ready else {}
-        alive = api.alive() and etcd.alive()
+        alive = api.alive() and etcd.alive() and (api2 is None or api2.alive())
 
         v: list[checkers.Violation] = []
         if truth.broken:
@@ -247,6 +290,7 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
             "other_violations": sum(1 for x in v if x.checker not in ("writes", "reads", "watch")),
             "recover_s": None if recover is None else round(recover, 2),
             "fault_at": round(run.fault_at, 2) if name not in ("none", "compaction") else None,
+            "fault_window": None if run.etcd_fault is None else [round(x, 2) for x in run.etcd_fault],
             "fault_end": None if run.fault_end is None else round(run.fault_end, 2),
             "apiserver_restarts": api.restarts,
             "truth_reconnects": truth.reconnects,
@@ -263,8 +307,11 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
     finally:
         if truth is not None:
             await truth.stop()
-        if api is not None:
-            await asyncio.to_thread(api.stop)
+        for a in (api, api2):
+            if a is not None:
+                await asyncio.to_thread(a.stop)
+        if proxy is not None:
+            proxy.stop()
         await asyncio.to_thread(etcd.stop)
     result["wall_s"] = round(time.monotonic() - t_start, 1)
     result["passed"] = not result["violations"]

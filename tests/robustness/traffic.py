@@ -85,8 +85,9 @@ def _items(body: dict) -> list:
 
 class Traffic:
     def __init__(self, base: str, history: History, *, seed: int, rate: float, request_timeout: float,
-                 writers: int = 5, listers: int = 3, watchers: int = 2):
+                 writers: int = 5, listers: int = 3, watchers: int = 2, write_bases: list[str] | None = None):
         self.base = base
+        self.write_bases = write_bases or [base]   # writer i writes through write_bases[i % n]
         self.h = history
         self.rng = random.Random(seed)
         self.rate = rate
@@ -103,10 +104,10 @@ class Traffic:
 
     # --- plumbing ----------------------------------------------------------------------------------
 
-    def session(self, watch: bool = False) -> aiohttp.ClientSession:
+    def session(self, watch: bool = False, base: str | None = None) -> aiohttp.ClientSession:
         t = (aiohttp.ClientTimeout(total=None, sock_connect=5) if watch
              else aiohttp.ClientTimeout(total=self.request_timeout + 10))
-        return aiohttp.ClientSession(self.base, timeout=t)
+        return aiohttp.ClientSession(base or self.base, timeout=t)
 
     async def call(self, s: aiohttp.ClientSession, op: Op, method: str, path: str, *, params=None,
                    body=None) -> dict | None:
@@ -169,7 +170,8 @@ class Traffic:
     # --- clients --------------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        tasks = [asyncio.create_task(self.writer(f"w{i}", random.Random(self.rng.random())))
+        tasks = [asyncio.create_task(self.writer(f"w{i}", random.Random(self.rng.random()),
+                                                 self.write_bases[i % len(self.write_bases)]))
                  for i in range(self.n_writers)]
         tasks += [asyncio.create_task(self.lister(f"l{i}", random.Random(self.rng.random())))
                   for i in range(self.n_listers)]
@@ -185,11 +187,11 @@ class Traffic:
             except asyncio.CancelledError:
                 pass
 
-    async def writer(self, cid: str, rng: random.Random) -> None:
+    async def writer(self, cid: str, rng: random.Random, base: str) -> None:
         mine: list[str] = []
         seq = 0
         active = self.n_writers + self.n_listers
-        async with self.session() as s:
+        async with self.session(base=base) as s:
             while not self.stopping.is_set():
                 t = self.h.now()
                 seq += 1

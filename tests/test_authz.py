@@ -727,3 +727,72 @@ def test_rbac_not_resident_reads_etcd(current_etcd, token_file):
         _bind(c, ns, "dev-view", "ClusterRole", "view", [{"kind": "Group", "name": "dev",
                                                           "apiGroup": "rbac.authorization.k8s.io"}])
         assert _wait(lambda: bob.req("GET", path).status_code == 200, 5) < 1.0
+
+
+# ============================================================ bootstrap reconciliation
+
+def test_reconcile_role_and_binding_units():
+    from apiserver.auth import bootstrap as b
+    expected = {"metadata": {"name": "r", "labels": {"l": "1"}, "annotations": {b.AUTOUPDATE: "true"}},
+                "rules": [{"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods", "pods/log"]},
+                          {"verbs": ["get"], "nonResourceURLs": ["/healthz"]}]}
+    assert b.reconciled_role(expected, expected) is None
+    existing = {"metadata": {"name": "r", "labels": {"l": "mine", "x": "y"}},
+                "rules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["pods", "*/log"]},
+                          {"verbs": ["*"], "nonResourceURLs": ["/health*"]}]}
+    new = b.reconciled_role(existing, expected)
+    assert new["metadata"] == {"name": "r", "labels": {"l": "mine", "x": "y"}, "annotations": {b.AUTOUPDATE: "true"}}
+    assert new["rules"] == existing["rules"] + [  # broken down, only what is not covered
+        {"verbs": ["list"], "apiGroups": [""], "resources": ["pods"]},
+        {"verbs": ["list"], "apiGroups": [""], "resources": ["pods/log"]}]
+    agg = {"metadata": {"name": "v"}, "rules": None, "aggregationRule": {"clusterRoleSelectors": [
+        {"matchLabels": {"a": "1"}}, {"matchLabels": {"b": "1"}}]}}
+    filled = {"metadata": {"name": "v"}, "rules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["x"]}],
+              "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"a": "1"}}]}}
+    assert b.reconciled_role(filled, agg)["aggregationRule"] == agg["aggregationRule"]
+    assert b.reconciled_role({**agg, "metadata": {"name": "v"}}, {k: v for k, v in agg.items() if k != "aggregationRule"}
+                             ).get("aggregationRule") is None
+    binding = {"metadata": {"name": "b"}, "roleRef": {"kind": "ClusterRole", "name": "r"},
+               "subjects": [{"kind": "Group", "name": "g1"}, {"kind": "Group", "name": "g2"}]}
+    got = b.reconciled_binding({**binding, "subjects": [{"kind": "User", "name": "u"}, {"kind": "Group", "name": "g2"}]},
+                               binding)
+    assert got["subjects"] == [{"kind": "User", "name": "u"}, {"kind": "Group", "name": "g2"},
+                               {"kind": "Group", "name": "g1"}]
+    assert b.reconciled_binding(binding, binding) is None
+
+
+def test_bootstrap_reconciles_on_restart(current_etcd, token_file):
+    """A restart restores what was taken from the default roles and bindings (rules, subjects, a changed
+    roleRef), and leaves alone those annotated autoupdate "false"."""
+    prefix = f"/registry-authz-rec{os.getpid()}"
+
+    def start():
+        return ApiserverProcess("--authorization-mode=RBAC", f"--token-auth-file={token_file}",
+                                etcd_servers=current_etcd.endpoint, etcd_prefix=prefix, name="authz-rec",
+                                ready_token=TOKENS["admin"])
+    with start() as p:
+        c = Client(p.base, TOKENS["admin"])
+        basic = c.req("GET", f"{RBAC_API}/clusterroles/system:basic-user").json()
+        want_rules = basic["rules"]
+        assert c.req("PUT", f"{RBAC_API}/clusterroles/system:basic-user", {**basic, "rules": want_rules[:1]}
+                     ).status_code == 200
+        disc = c.req("GET", f"{RBAC_API}/clusterrolebindings/system:discovery").json()
+        assert c.req("PUT", f"{RBAC_API}/clusterrolebindings/system:discovery", {**disc, "subjects": [
+            _user("someone")]}).status_code == 200
+        assert c.req("DELETE", f"{RBAC_API}/clusterrolebindings/system:basic-user").status_code == 200
+        assert c.req("POST", f"{RBAC_API}/clusterrolebindings", {**c.req(
+            "GET", f"{RBAC_API}/clusterrolebindings/cluster-admin").json(), "metadata": {
+            "name": "system:basic-user", "annotations": {"x": "y"}}, "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"}}).status_code == 201
+        view = c.req("GET", f"{RBAC_API}/clusterroles/system:public-info-viewer").json()
+        view["metadata"]["annotations"]["rbac.authorization.kubernetes.io/autoupdate"] = "false"
+        assert c.req("PUT", f"{RBAC_API}/clusterroles/system:public-info-viewer", {**view, "rules": []}
+                     ).status_code == 200
+    with start() as p:
+        c = Client(p.base, TOKENS["admin"])
+        assert c.req("GET", f"{RBAC_API}/clusterroles/system:basic-user").json()["rules"] == want_rules
+        assert c.req("GET", f"{RBAC_API}/clusterrolebindings/system:discovery").json()["subjects"] == [
+            _user("someone"), {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "system:authenticated"}]
+        rb = c.req("GET", f"{RBAC_API}/clusterrolebindings/system:basic-user").json()
+        assert rb["roleRef"]["name"] == "system:basic-user" and "x" not in rb["metadata"].get("annotations", {})
+        assert c.req("GET", f"{RBAC_API}/clusterroles/system:public-info-viewer").json()["rules"] == []

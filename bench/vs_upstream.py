@@ -8,7 +8,7 @@ through kube-apiserver (so they are stored as protobuf, as in a real cluster) an
 them. Load comes from client *processes* (aiohttp, forked), one per concurrent client, so that the client is
 not one Python event loop; the machine's cores are shared by client and server, alike for both servers.
 
-Sections (`--sections`, default both):
+Sections (`--sections`, default all five):
 
 * `memory`: per kind (1 KB ConfigMaps, 4 KB Pods, 0.4 KB RoleBindings, 100 KB Pods), bytes per cached
   object = growth / N once both caches hold the N objects. Heap: kube's `go_memstats_heap_alloc_bytes` after
@@ -17,15 +17,33 @@ Sections (`--sections`, default both):
 * `lists`: 1,000 x 100 KB ConfigMaps (the KubeCon demo shape at 1/10 scale): consistent, `resourceVersion=0`,
   paged (limit 500, followed to the end), label-selected (1/10 of the objects); 1 client (sequential
   requests) and 20 concurrent clients: p50 / p99 per shape.
-
-Not measured yet (issue 12 asks for them too): watch fan-out, creates/updates/GETs per second, and time to
-ready after a restart.
+* `fanout`: 100 and 1,000 watchers (HTTPS, from the current RV, on a namespace of 100 x 1 KB ConfigMaps)
+  spread over `--watch-procs` (4) forked client processes, each holding its share of the watches on one
+  aiohttp session and counting updates by the sequence number in the raw bytes (no JSON decoding). A forked
+  writer process then PUTs 2,000 (100 watchers) / 500 (1,000 watchers) updates on 16 keep-alive connections,
+  always through kube-apiserver (the same writer for both sides, so the watched server only ingests and fans
+  out). deliveries/s = updates received by all watchers / (last receipt - first write); write-to-delivery =
+  receipt time of the chunk - ack time of the PUT (same host clock), p99 over every delivery. Also: the
+  CPU-seconds each server used, deliveries per CPU-second of the watched server, and watches the server
+  closed before they saw every update (kube-apiserver closes a watcher that stays unresponsive; the
+  deliveries/s ratio is then n/a).
+* `throughput`: creates/s, updates/s (unconditional PUT of a changed object) and GETs/s (2 per object) of 1 KB
+  ConfigMaps from `--tp-clients` (16) forked client processes, one keep-alive HTTPS connection each; 4,000
+  objects per server, each server in its own namespace, ours then kube per verb.
+* `restart`: its own etcd and servers: 100,000 ConfigMaps (~0.9 KB as served) in one namespace, loaded once
+  through kube; then each server in turn is stopped (SIGTERM) and started again over the same etcd,
+  `--restart-reps` (2) times each. Time to ready = from spawning the process until /readyz is 200 AND a
+  consistent list of the namespace (no limit, no resourceVersion) returns all 100,000 objects (probes every
+  50 ms, each a new HTTPS connection); the same definition for both; the fastest start of each is
+  reported. Peak RSS = VmHWM of the new process once ready (the start and that first list).
 
     .venv/bin/python -m bench.vs_upstream             # the full run (figures in the README)
-    .venv/bin/python -m bench.vs_upstream --quick     # small sizes, for CI smoke (< 1 min)
+    .venv/bin/python -m bench.vs_upstream --quick     # small sizes, for CI smoke (~1.5 min)
+    .venv/bin/python -m bench.vs_upstream --sections fanout,restart
 
 Targets (issue 12), ours/kube: heap per object <= 0.3 for every kind; list p50 and p99 <= 1.0 for every
-shape. Printed beside the figures, never asserted.
+shape; fan-out deliveries/s >= 0.8; creates/s >= 1.0; restart time <= 1.0. Printed beside the figures, never
+asserted.
 """
 from __future__ import annotations
 
@@ -410,6 +428,7 @@ def _watch_client_main(conf: dict, path: str, rv: str, n: int, expected: int, ti
     async def run():
         seqs, times = array("q"), array("q")
         counts, ends = [0] * n, [0.0] * n
+        closed = [0]  # watches the server ended before they saw every update
         opened, all_open = [0], asyncio.Event()
         params = {"watch": "true", "resourceVersion": rv, "timeoutSeconds": str(int(timeout) + 120)}
         async with session(conf, limit=0, timeout=timeout + 300) as s:
@@ -436,6 +455,7 @@ def _watch_client_main(conf: dict, path: str, rv: str, n: int, expected: int, ti
                             counts[i], ends[i] = seen, time.time()
                             if seen >= expected:
                                 return
+                    closed[0] += 1
             tasks = [asyncio.create_task(watcher(i)) for i in range(n)]
             try:
                 await asyncio.wait_for(all_open.wait(), 120)
@@ -448,7 +468,7 @@ def _watch_client_main(conf: dict, path: str, rv: str, n: int, expected: int, ti
             pending = await wait_tasks(tasks, timeout)
         ru = resource.getrusage(resource.RUSAGE_SELF)
         return {"counts": counts, "ends": ends, "seqs": seqs, "times": times,
-                "cpu_s": ru.ru_utime + ru.ru_stime, "incomplete": len(pending)}
+                "cpu_s": ru.ru_utime + ru.ru_stime, "incomplete": len(pending), "closed": closed[0]}
     try:
         q.put(("done", idx, asyncio.run(run())))
     except BaseException as e:  # report instead of hanging the parent
@@ -534,11 +554,15 @@ def fanout_run(sv: Servers, side: Side, writer: Side, watchers: int, updates: in
     return {"watchers": watchers, "updates": updates, "client_processes": len(ps), "writer": writer.name,
             "deliveries": delivered, "deliveries_expected": watchers * updates,
             "incomplete_watchers": sum(r["incomplete"] for r in results),
+            "watches_closed_by_server": sum(r["closed"] for r in results),
             "deliveries_per_s": delivered / wall if wall > 0 else 0.0, "wall_s": wall,
             "writes_per_s": updates / (wres["t1"] - wres["t0"]),
             "latency_p50_ms": pct(lat, 50) if lat else None, "latency_p99_ms": pct(lat, 99) if lat else None,
             "latency_max_ms": max(lat) if lat else None,
             "cpu_cores": {k: (cpu1[k] - cpu0[k]) / wall for k in cpu0} if wall > 0 else {},
+            # deliveries per CPU-second of the watched server (its share of 2 busy cores differs: ours is one
+            # thread, kube up to GOMAXPROCS=2; kube's CPU also serves the writes when it is the one watched)
+            "deliveries_per_server_cpu_s": delivered / max(1e-9, cpu1[side.name] - cpu0[side.name]),
             "client_cpu_s": sum(r["cpu_s"] for r in results)}
 
 
@@ -558,10 +582,14 @@ def section_fanout(sv: Servers, counts: list[int], updates: dict[int, int], proc
         for side in (sv.ours_side, sv.kube_side):
             log(f"fan-out: {w} watchers on {side.name}, {updates[w]} updates written through kube")
             r = row[side.name] = fanout_run(sv, side, sv.kube_side, w, updates[w], procs, conns, timeout)
-            log(f"  {r['deliveries']:,}/{r['deliveries_expected']:,} delivered, {r['deliveries_per_s']:,.0f}/s, "
+            log(f"  {r['deliveries']:,}/{r['deliveries_expected']:,} delivered ({r['watches_closed_by_server']} watches "
+                f"closed by the server), {r['deliveries_per_s']:,.0f}/s ({r['deliveries_per_server_cpu_s']:,.0f} per "
+                f"server CPU-s), "
                 f"p99 {r['latency_p99_ms']} ms, writes {r['writes_per_s']:,.0f}/s, CPU cores "
                 + ", ".join(f"{k} {v:.2f}" for k, v in r["cpu_cores"].items()))
         row["deliveries_ratio"] = ratio(row["ours"]["deliveries_per_s"], row["kube"]["deliveries_per_s"])
+        row["deliveries_per_cpu_ratio"] = ratio(row["ours"]["deliveries_per_server_cpu_s"],
+                                                row["kube"]["deliveries_per_server_cpu_s"])
         row["p99_ratio"] = (ratio(row["ours"]["latency_p99_ms"], row["kube"]["latency_p99_ms"])
                             if row["ours"]["latency_p99_ms"] and row["kube"]["latency_p99_ms"] else None)
         out[f"{w} watchers"] = row
@@ -729,11 +757,19 @@ def table(doc: dict) -> str:
                          f"{r[q + '_ratio']:.2f}", verdict(r[q + "_ratio"], f"list_{q}")))
     for name, r in doc.get("fanout", {}).items():
         o, k = r["ours"], r["kube"]
+        complete = all(x["deliveries"] == x["deliveries_expected"] for x in (o, k))
         rows.append((f"watch fan-out deliveries/s, {name} ({o['updates']:,} updates)", f"{o['deliveries_per_s']:,.0f}",
                      f"{k['deliveries_per_s']:,.0f}", fmt(r["deliveries_ratio"]),
-                     verdict(r["deliveries_ratio"], "fanout_deliveries")))
+                     verdict(r["deliveries_ratio"], "fanout_deliveries") if complete else "n/a (not all delivered)"))
         p99 = lambda x: "-" if x["latency_p99_ms"] is None else f"{x['latency_p99_ms']:,.0f} ms"  # noqa: E731
         rows.append((f"watch write-to-delivery p99, {name}", p99(o), p99(k), fmt(r["p99_ratio"]), ""))
+        rows.append((f"  deliveries per CPU-second of the watched server, {name}",
+                     f"{o['deliveries_per_server_cpu_s']:,.0f}", f"{k['deliveries_per_server_cpu_s']:,.0f}",
+                     fmt(r["deliveries_per_cpu_ratio"]), ""))
+        for side, x in (("ours", o), ("kube", k)):
+            if x["deliveries"] != x["deliveries_expected"]:
+                rows.append((f"  NOT ALL DELIVERED ({side}, {name}): {x['deliveries']:,} of {x['deliveries_expected']:,}, "
+                             f"{x['watches_closed_by_server']} watches closed by the server", "", "", "", ""))
     for verb, r in doc.get("throughput", {}).items():
         rows.append((f"{'GET' if verb == 'get' else verb}s/s, {doc['args']['tp_clients']} keep-alive clients (1 KB ConfigMaps)",
                      f"{r['ours']['per_s']:,.0f}", f"{r['kube']['per_s']:,.0f}", fmt(r["ratio"]),

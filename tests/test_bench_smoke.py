@@ -35,8 +35,8 @@ def test_etcd_path_quick(tmp_path):
 
 # --- the watch-cache benchmarks (issue 3): --quick runs, figures present and sane, no timing thresholds ----
 
-def _run_quick(module: str, out, timeout: int = 120) -> dict:
-    r = subprocess.run([sys.executable, "-m", f"bench.{module}", "--quick", "--out", str(out)],
+def _run_quick(module: str, out, timeout: int = 120, extra: tuple[str, ...] = ()) -> dict:
+    r = subprocess.run([sys.executable, "-m", f"bench.{module}", "--quick", "--out", str(out), *extra],
                        cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip(), "no table on stdout"
@@ -107,7 +107,7 @@ def test_all_lists_every_benchmark():
 
 def test_vs_upstream_quick(tmp_path):
     from bench.vs_upstream import KINDS, LIST_SHAPES
-    doc = _run_quick("vs_upstream", tmp_path / "vs_upstream.json", timeout=300)
+    doc = _run_quick("vs_upstream", tmp_path / "vs_upstream.json", timeout=300, extra=("--sections", "memory,lists"))
     assert doc["versions"]["kube_apiserver"] == "v1.37.2"
     assert set(doc["memory"]) == set(KINDS)
     for name, row in doc["memory"].items():
@@ -121,6 +121,31 @@ def test_vs_upstream_quick(tmp_path):
         # both servers returned the same bytes for the same list (same objects, same RV semantics)
         if "label" not in name:
             assert row["ours"]["bytes"] > 0 and abs(row["ours"]["bytes"] - row["kube"]["bytes"]) < 0.01 * row["kube"]["bytes"]
+
+
+def test_vs_upstream_fanout_throughput_restart_quick(tmp_path):
+    """The other three sections of issue 12 in quick mode (~1 min): every watcher got every update from both
+    servers, both served every create/update/GET, both came back with every object after a restart."""
+    doc = _run_quick("vs_upstream", tmp_path / "vs_upstream.json", timeout=300,
+                     extra=("--sections", "fanout,throughput,restart"))
+    assert doc["versions"]["kube_apiserver"] == "v1.37.2" and doc["versions"]["git_commit"]
+    assert set(doc) >= {"fanout", "throughput", "restart"} and "memory" not in doc
+    for name, row in doc["fanout"].items():
+        for side in ("ours", "kube"):
+            r = row[side]
+            assert r["deliveries"] == r["deliveries_expected"] > 0 and r["incomplete_watchers"] == 0, (name, side, r)
+            assert _positive(r["deliveries_per_s"]) and _positive(r["latency_p99_ms"]), (name, side, r)
+        assert _positive(row["deliveries_ratio"]), row
+    assert set(doc["throughput"]) == {"create", "update", "get"}
+    for verb, row in doc["throughput"].items():
+        for side in ("ours", "kube"):
+            assert row[side]["n"] > 0 and _positive(row[side]["per_s"]), (verb, side, row)
+    rs = doc["restart"]
+    assert rs["objects"] > 0 and _positive(rs["json_bytes_per_object"])
+    for side in ("ours", "kube"):
+        assert 0 < rs[side]["readyz_s"] <= rs[side]["ready_s"], (side, rs[side])
+        assert _positive(rs[side]["peak_rss"]), (side, rs[side])
+    assert _positive(rs["ready_ratio"]) and _positive(rs["peak_rss_ratio"])
 
 
 # --- the HTTP fuzz run (issue 14), short form: the same criteria as the long run -------------------------------

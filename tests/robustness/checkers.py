@@ -13,6 +13,8 @@ WRITES = ("create", "update", "delete")
 LISTS = ("list_consistent", "list_rv0", "list_paged")
 # Non-2xx answers a client may see: normal ones (404, 409), compaction (410), outages (429, 500, 504).
 ALLOWED_ERRORS = {404, 409, 410, 429, 500, 504}
+# A watch must end this soon after its timeoutSeconds (a loaded machine).
+WATCH_MARGIN = 10.0
 
 
 @dataclass
@@ -221,6 +223,10 @@ def check_chain(ch: WatchChain, truth: Recorder, compactions) -> list[Violation]
                                       f"{'missing ' + str(want[i]) if i < len(want) and (i >= len(got) or want[i] < got[i]) else 'unexpected ' + str(got[i] if i < len(got) else None)})",
                              [{"etcd": list(want[max(0, i - 2):i + 3])}, {"watch": list(got[max(0, i - 2):i + 3])},
                               {"sessions": [list(s) for s in ch.sessions if s[2] <= (want[i][0] if i < len(want) else upto)][-2:]}]))
+    for s in ch.sessions:
+        if s[1] - s[0] > s[4] + WATCH_MARGIN:
+            out.append(Violation("watch", f"{where}: a watch with timeoutSeconds={s[4]} ran {s[1] - s[0]:.1f} s "
+                                          f"({s[3]})", [list(s)]))
     if ch.expired is not None:
         t, frm, msg = ch.expired
         if not compacted_before(compactions, frm, t):

@@ -16,13 +16,12 @@ from storage.compact import compact_now
 from storage.etcd import EtcdClient
 from tests.robustness import checkers
 from tests.robustness.cluster import Apiserver, Etcd, Proxy
-from tests.robustness.traffic import NAMESPACE, History, Traffic
+from tests.robustness.traffic import CONFIGMAPS, NAMESPACE, History, Kind, Traffic
 from tests.robustness.truth import Recorder
 
 REQUEST_TIMEOUT = 10.0    # the apiserver's --request-timeout in every scenario
 TIMEOUT_MARGIN = 5.0      # a loaded 2-core machine: answers may come this late after the timeout
 RECOVERY_LIMIT = 30.0     # /readyz must pass this soon after etcd returns
-PREFIX = f"/registry/configmaps/{NAMESPACE}/"
 
 
 @dataclass
@@ -157,13 +156,13 @@ SCENARIOS = list(FAULTS)
 
 # --- one scenario ---------------------------------------------------------------------------------------------
 
-async def _final_reads(base: str, h: History) -> dict:
+async def _final_reads(base: str, path: str) -> dict:
     """After the traffic: a consistent list and a resourceVersion=0 list (the cache, when it is on)."""
     out = {}
     async with aiohttp.ClientSession(base, timeout=aiohttp.ClientTimeout(total=30)) as s:
         for kind, params in (("consistent", {}), ("rv0", {"resourceVersion": "0"})):
             for _ in range(60):
-                async with s.get(f"/api/v1/namespaces/{NAMESPACE}/configmaps", params=params) as r:
+                async with s.get(path, params=params) as r:
                     if r.status == 200:
                         doc = await r.json()
                         out[kind] = (int(doc["metadata"]["resourceVersion"]),
@@ -176,13 +175,29 @@ async def _final_reads(base: str, h: History) -> dict:
     return out
 
 
+async def _create_crd(s: aiohttp.ClientSession, kind: Kind, apis: list[Apiserver]) -> None:
+    """Create the CRD and wait until every apiserver serves its resource."""
+    async with s.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=kind.crd()) as r:
+        assert r.status == 201, await r.text()
+    for a in apis:
+        async with aiohttp.ClientSession(a.base) as c:
+            for _ in range(100):
+                async with c.get(kind.path) as r:
+                    await r.read()
+                    if r.status == 200:
+                        break
+                await asyncio.sleep(0.1)
+            else:
+                raise RuntimeError(f"{kind.plural} not served by {a.base} 10 s after its CRD")
+
+
 async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate: float = 100.0,
-                       watch_cache: bool = True, log=print) -> dict:
+                       watch_cache: bool = True, kind: Kind = CONFIGMAPS) -> dict:
     fault = FAULTS[name]
     rng = random.Random(f"{name}/{seed}")
-    label = name if watch_cache else f"{name} (no cache)"
+    label = name + ("" if kind is CONFIGMAPS else f" {kind.plural}") + ("" if watch_cache else " (no cache)")
     result: dict = {"scenario": label, "seed": seed, "duration": duration, "rate": rate,
-                    "watch_cache": watch_cache}
+                    "watch_cache": watch_cache, "kind": kind.plural}
     etcd = Etcd()
     api = api2 = proxy = None
     truth = None
@@ -202,12 +217,14 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
         async with aiohttp.ClientSession(api.base) as s:
             async with s.post("/api/v1/namespaces", json={"metadata": {"name": NAMESPACE}}) as r:
                 assert r.status == 201, await r.text()
-        truth = Recorder(etcd.endpoint, PREFIX)
+            if kind.crd() is not None:
+                await _create_crd(s, kind, [a for a in (api, api2) if a is not None])
+        truth = Recorder(etcd.endpoint, kind.etcd_prefix)
         await truth.start()
         h = History()
         run = Run(etcd, api, h, rng, duration, fault_at=rng.uniform(0.25, 0.45) * duration, proxy=proxy)
         traffic = Traffic(api.base, h, seed=rng.randrange(1 << 30), rate=rate, request_timeout=REQUEST_TIMEOUT,
-                          write_bases=[api.base, api2.base] if api2 else None)
+                          write_bases=[api.base, api2.base] if api2 else None, kind=kind)
         await traffic.setup()
         tasks = [asyncio.create_task(traffic.run()), asyncio.create_task(traffic.probe_readyz())]
         fault_task = asyncio.create_task(fault(run))
@@ -233,7 +250,7 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
         final_rev = await truth.catch_up()
         state, _ = await truth.etcd_state(final_rev)
         final = {"rev": final_rev, "state": state}
-        reads = await _final_reads(api.base, h) if ready else {}
+        reads = await _final_reads(api.base, kind.path) if ready else {}
         alive = api.alive() and etcd.alive() and (api2 is None or api2.alive())
 
         v: list[checkers.Violation] = []

@@ -20,6 +20,36 @@ NAMESPACE = "robust"
 HOT_KEYS = 3
 
 
+@dataclass(frozen=True)
+class Kind:
+    """The resource the traffic writes: a built-in kind or a custom resource (served once its CRD exists)."""
+    plural: str
+    api_version: str
+    kind: str
+    group_path: str        # /api/v1, /apis/<group>/<version>
+    key_resource: str      # the etcd key segment: configmaps, <group>/<plural>
+
+    @property
+    def path(self) -> str:
+        return f"{self.group_path}/namespaces/{NAMESPACE}/{self.plural}"
+
+    @property
+    def etcd_prefix(self) -> str:
+        return f"/registry/{self.key_resource}/{NAMESPACE}/"
+
+    def crd(self) -> dict | None:
+        if "/" not in self.api_version:
+            return None
+        from tests.helpers import crd
+        return crd(self.api_version.split("/")[0], self.plural, self.kind, status=False, short_names=False)
+
+
+CONFIGMAPS = Kind("configmaps", "v1", "ConfigMap", "/api/v1", "configmaps")
+WIDGETS = Kind("widgets", "robust.example.com/v1", "Widget", "/apis/robust.example.com/v1",
+               "robust.example.com/widgets")
+KINDS = {"configmaps": CONFIGMAPS, "widgets": WIDGETS}
+
+
 @dataclass
 class Op:
     client: str
@@ -53,7 +83,7 @@ class WatchChain:
     start_rv: int
     start: float
     events: list = field(default_factory=list)      # (t, type, name, rv, opid), BOOKMARKs included
-    sessions: list = field(default_factory=list)    # (t0, t1, from_rv, outcome)
+    sessions: list = field(default_factory=list)    # (t0, t1, from_rv, outcome, timeoutSeconds)
     expired: tuple | None = None                    # (t, from_rv, message)
 
     def last_rv(self) -> int:
@@ -85,8 +115,10 @@ def _items(body: dict) -> list:
 
 class Traffic:
     def __init__(self, base: str, history: History, *, seed: int, rate: float, request_timeout: float,
-                 writers: int = 5, listers: int = 3, watchers: int = 2, write_bases: list[str] | None = None):
+                 writers: int = 5, listers: int = 3, watchers: int = 2, write_bases: list[str] | None = None,
+                 kind: Kind = CONFIGMAPS):
         self.base = base
+        self.kind = kind
         self.write_bases = write_bases or [base]   # writer i writes through write_bases[i % n]
         self.h = history
         self.rng = random.Random(seed)
@@ -94,7 +126,7 @@ class Traffic:
         self.request_timeout = request_timeout
         self.n_writers, self.n_listers, self.n_watchers = writers, listers, watchers
         self.stopping = asyncio.Event()
-        self.path = f"/api/v1/namespaces/{NAMESPACE}/configmaps"
+        self.path = kind.path
         self.hot = [f"hot-{i}" for i in range(HOT_KEYS)]
         self._chain_ids = 0
 
@@ -155,17 +187,16 @@ class Traffic:
         async with self.session() as s:
             for name in self.hot:
                 op = Op("setup", "create", self.h.now(), name=name, opid=f"setup-{name}")
-                doc = await self.call(s, op, "POST", self.path, body=self._obj(name, op.opid))
+                doc = await self.call(s, op, "POST", self.path, body=self.obj(name, op.opid))
                 if doc is None:
                     raise RuntimeError(f"setup create {name}: {op.status} {op.error}")
                 op.rv = int(doc["metadata"]["resourceVersion"])
 
-    @staticmethod
-    def _obj(name: str, opid: str, rv: str | None = None) -> dict:
+    def obj(self, name: str, opid: str, rv: str | None = None) -> dict:
         md = {"name": name, "namespace": NAMESPACE}
         if rv is not None:
             md["resourceVersion"] = rv
-        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": md, "data": {"op": opid}}
+        return {"apiVersion": self.kind.api_version, "kind": self.kind.kind, "metadata": md, "data": {"op": opid}}
 
     # --- clients --------------------------------------------------------------------------------------
 
@@ -200,7 +231,7 @@ class Traffic:
                 if r < 0.3 or (r >= 0.75 and not mine):
                     name = f"c{cid}-{seq}"
                     op = Op(cid, "create", t, name=name, opid=opid)
-                    doc = await self.call(s, op, "POST", self.path, body=self._obj(name, opid))
+                    doc = await self.call(s, op, "POST", self.path, body=self.obj(name, opid))
                     if doc is not None:
                         op.rv = int(doc["metadata"]["resourceVersion"])
                     if doc is not None or op.status == 0 or op.status >= 500:
@@ -216,7 +247,7 @@ class Traffic:
                     g.opid = (cur.get("data") or {}).get("op")
                     op = Op(cid, "update", self.h.now(), name=name, opid=opid, read_rv=g.rv)
                     doc = await self.call(s, op, "PUT", f"{self.path}/{name}",
-                                          body=self._obj(name, opid, cur["metadata"]["resourceVersion"]))
+                                          body=self.obj(name, opid, cur["metadata"]["resourceVersion"]))
                     if doc is not None:
                         op.rv = int(doc["metadata"]["resourceVersion"])
                 else:
@@ -347,7 +378,7 @@ class Traffic:
             await asyncio.sleep(0.3)
         finally:
             stop.cancel()
-            chain.sessions.append((t0, self.h.now(), frm, outcome))
+            chain.sessions.append((t0, self.h.now(), frm, outcome, timeout))
 
     async def probe_readyz(self) -> None:
         """GET /readyz every 0.25 s (status 0: no answer)."""

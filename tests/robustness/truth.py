@@ -97,6 +97,7 @@ class Recorder:
                 self.reconnects += 1
             finally:
                 self._watch = None
+                self.reconnects += w.resumes   # the stream resumed by itself after etcd went away
                 w.close()
             await asyncio.sleep(0.2)
 

@@ -250,9 +250,9 @@ _OBJECT_META = {
     "ownerReferences": _OWNER_REFERENCE, "finalizers": "[]string", "managedFields": _MANAGED_FIELDS_ENTRY}
 
 
-class MetaTypeError(Exception):
-    """The first field of a metadata value encoding/json cannot decode: Go's struct name (ObjectMeta,
-    OwnerReference ...), the JSON path, the Go type it wanted and the value it got."""
+class TypedDecodeError(Exception):
+    """The first field encoding/json cannot decode into a typed object: Go's struct name (ObjectMeta,
+    OwnerReference, PodSpec ...), the JSON path, the Go type it wanted and the value it got."""
 
     def __init__(self, struct: str, path: str, go_type: str, value: Any):
         super().__init__(path)
@@ -261,7 +261,7 @@ class MetaTypeError(Exception):
     def json_error(self) -> str:
         """encoding/json's UnmarshalTypeError text (create, update, merge and JSON patches)."""
         word = json_type_word(self.value)
-        if self.go_type == "int64" and word == "number":
+        if self.go_type in ("int32", "int64", "uint32", "uint64") and word == "number":
             word = f"number {jsonenc.dumps(self.value).decode()}"
         return unmarshal_type_error(word, self.go_type, f"{self.struct}.{self.path}")
 
@@ -290,7 +290,7 @@ def _leaf_ok(value: Any, go_type: str) -> bool:
 
 
 def check_object_meta(md: dict) -> None:
-    """Raise MetaTypeError for the first field (in body order, as encoding/json) of the wrong type; map and
+    """Raise TypedDecodeError for the first field (in body order, as encoding/json) of the wrong type; map and
     list values that are null become "" as encoding/json decodes them into strings."""
     _check_struct(md, "ObjectMeta", "metadata", _OBJECT_META)
 
@@ -304,28 +304,28 @@ def _check_struct(obj: dict, struct: str, path: str, fields: dict) -> None:
         if isinstance(t, tuple):                      # a list of structs
             list_type, inner, inner_fields = t
             if not isinstance(v, list):
-                raise MetaTypeError(struct, p, f"[]{list_type}", v)
+                raise TypedDecodeError(struct, p, f"[]{list_type}", v)
             for item in v:
                 if item is None:
                     continue
                 if not isinstance(item, dict):
-                    raise MetaTypeError(struct, p, list_type, item)
+                    raise TypedDecodeError(struct, p, list_type, item)
                 _check_struct(item, inner, p, inner_fields)
         elif t == "map[string]string":
             if not isinstance(v, dict):
-                raise MetaTypeError(struct, p, t, v)
+                raise TypedDecodeError(struct, p, t, v)
             for mk, mv in v.items():
                 if mv is None:
                     v[mk] = ""
                 elif not isinstance(mv, str):
-                    raise MetaTypeError(struct, p, "string", mv)
+                    raise TypedDecodeError(struct, p, "string", mv)
         elif t == "[]string":
             if not isinstance(v, list):
-                raise MetaTypeError(struct, p, t, v)
+                raise TypedDecodeError(struct, p, t, v)
             for i, item in enumerate(v):
                 if item is None:
                     v[i] = ""
                 elif not isinstance(item, str):
-                    raise MetaTypeError(struct, p, "string", item)
+                    raise TypedDecodeError(struct, p, "string", item)
         elif not _leaf_ok(v, t):
-            raise MetaTypeError(struct, p, "string" if t == "time" else t, v)
+            raise TypedDecodeError(struct, p, "string" if t == "time" else t, v)

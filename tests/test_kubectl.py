@@ -18,7 +18,7 @@ metadata:
   labels:
     app: demo
 data:
-  key: {value}
+  key: "{value}"  # quoted: a YAML number is refused as kube-apiserver refuses it (data is map[string]string)
 """
 
 POD = """apiVersion: v1

@@ -7,7 +7,7 @@ from typing import Callable
 
 from aiohttp import web
 
-from machinery import bodies, errors, gocompat, jsonenc, objects, patch as patchmod, protobuf, validation
+from machinery import bodies, errors, gocompat, jsonenc, objects, patch as patchmod, protobuf, typed, validation
 from machinery.encoding import encode_list_item
 from machinery.listoptions import parse_resource_version
 from machinery.resources import Resource
@@ -51,8 +51,8 @@ async def decode_in_scope(request: web.Request, scope: RequestScope) -> tuple[Ob
                                                                  f"{res.kind}.metadata"))
     if not scope.resource.custom:
         try:
-            bodies.check_object_meta(md)
-        except bodies.MetaTypeError as e:
+            typed.check_object(obj, scope.resource.api_version, scope.resource.kind)
+        except bodies.TypedDecodeError as e:
             res = scope.resource
             raise errors.bad_request(f'{res.kind} in version "{res.version}" cannot be handled as a {res.kind}: '
                                      + e.json_error()) from None
@@ -147,10 +147,10 @@ def check_patched(res: Resource, patched: Obj, ctype: str, body: bytes) -> None:
     if md is not None and not isinstance(md, dict):
         bad.append(("metadata", md))
     if not bad:
-        if isinstance(md, dict) and not res.custom:
+        if not res.custom:
             try:
-                bodies.check_object_meta(md)
-            except bodies.MetaTypeError as e:
+                typed.check_object(patched, res.api_version, res.kind)
+            except bodies.TypedDecodeError as e:
                 smp = ctype.split(";", 1)[0].strip() == patchmod.STRATEGIC_MERGE_PATCH
                 detail = e.converter_error() if smp else e.json_error()
                 shown = gocompat.format_v(jsonenc.loads(body)) if smp else jsonenc.dumps(patched).decode()

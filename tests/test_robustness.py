@@ -171,3 +171,23 @@ def test_outage_checker():
     h.readyz = [(0.0, 200), (3.0, 200), (7.5, 500)]
     v, _ = checkers.check_outage(h, 10.0, 5.0, [], (2.0, 8.0))
     assert any("did not fail within 5 s" in x.message for x in v)
+
+
+def test_status_shapes():
+    from tests.robustness.traffic import is_status
+    assert is_status({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 500})
+    # upstream's request-timeout 504 is written from ErrStatus without its TypeMeta
+    assert is_status({"metadata": {}, "status": "Failure", "message": "Timeout: request did not complete within "
+                      "the allotted timeout", "reason": "Timeout", "details": {}, "code": 504})
+    assert not is_status({"message": "oops"}) and not is_status(None) and not is_status([])
+
+
+def test_exact_list_checks():
+    h = good_history()
+    h.ops.append(Op("l", "list_exact", 1.0, 1.1, 200, rv=2, read_rv=2, items=[("a", 2, "w-1")]))
+    assert violations(h) == []
+    h.ops.append(Op("l", "list_exact", 1.0, 1.1, 200, rv=3, read_rv=2, items=[("a", 3, "w-2")]))
+    h.ops.append(Op("l", "list_exact", 1.0, 1.1, 410, read_rv=2))
+    assert [x.message for x in violations(h)] == ["Exact list at rv 2 answered at rv 3",
+                                                  "list_exact at rv 2 got 410 without a compaction past it"]
+    assert len(violations(h, compactions=[(0.5, 3)])) == 1

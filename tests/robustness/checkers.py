@@ -10,7 +10,8 @@ from tests.robustness.traffic import History, Op, WatchChain
 from tests.robustness.truth import Recorder
 
 WRITES = ("create", "update", "delete")
-LISTS = ("list_consistent", "list_rv0", "list_paged")
+LISTS = ("list_consistent", "list_rv0", "list_exact", "list_paged", "list_watchlist")
+CONSISTENT = ("list_consistent", "list_paged", "list_watchlist")   # no older than what was acknowledged
 # Non-2xx answers a client may see: normal ones (404, 409), compaction (410), outages (429, 500, 504).
 ALLOWED_ERRORS = {404, 409, 410, 429, 500, 504}
 # A watch must end this soon after its timeoutSeconds (a loaded machine).
@@ -133,7 +134,10 @@ def check_reads(h: History, truth: Recorder, compactions: list[tuple[float, int]
     lists = [op for op in h.ops if op.kind in LISTS and ok(op) and op.items is not None]
     states = truth.states_at([op.rv for op in lists])
     for op in lists:
-        if op.kind != "list_rv0":
+        if op.kind == "list_exact" and op.rv != op.read_rv:
+            out.append(Violation("reads", f"Exact list at rv {op.read_rv} answered at rv {op.rv}", [op.brief()]))
+            continue
+        if op.kind in CONSISTENT:
             i = bisect.bisect_left(ends, op.start) - 1   # writes acknowledged before the list was sent
             if i >= 0 and op.rv < run_max[i]:
                 w = max(acked[:i + 1], key=lambda a: a[1])[2]
@@ -166,12 +170,12 @@ def check_reads(h: History, truth: Recorder, compactions: list[tuple[float, int]
         if before and op.rv < max(before):
             out.append(Violation("reads", f"stale GET {op.name}: rv {op.rv} < acknowledged {max(before)}",
                                  [op.brief()]))
-    # 410 on a paged list: only when its RV was really compacted
+    # 410 on a paged list's continuation or an Exact list: only when its RV was really compacted
     for op in h.ops:
-        if op.kind == "list_paged" and op.status == 410:
-            rv = op.pages[0] if op.pages else None
+        if op.status == 410 and op.kind in ("list_paged", "list_exact"):
+            rv = (op.pages[0] if op.pages else None) if op.kind == "list_paged" else op.read_rv
             if rv is not None and not compacted_before(compactions, rv, op.end):
-                out.append(Violation("reads", f"paged list at rv {rv} got 410 without a compaction past it",
+                out.append(Violation("reads", f"{op.kind} at rv {rv} got 410 without a compaction past it",
                                      [op.brief()]))
     return out
 

@@ -224,7 +224,7 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
         h = History()
         run = Run(etcd, api, h, rng, duration, fault_at=rng.uniform(0.25, 0.45) * duration, proxy=proxy)
         traffic = Traffic(api.base, h, seed=rng.randrange(1 << 30), rate=rate, request_timeout=REQUEST_TIMEOUT,
-                          write_bases=[api.base, api2.base] if api2 else None, kind=kind)
+                          write_bases=[api.base, api2.base] if api2 else None, kind=kind, watch_list=watch_cache)
         await traffic.setup()
         tasks = [asyncio.create_task(traffic.run()), asyncio.create_task(traffic.probe_readyz())]
         fault_task = asyncio.create_task(fault(run))
@@ -291,6 +291,7 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
             "writes": len(writes),
             "acknowledged": sum(1 for op in writes if checkers.ok(op)),
             "conflicts": sum(1 for op in writes if op.status == 409),
+            "requests": dict(sorted(collections.Counter(op.kind for op in h.ops).items())),
             "statuses": dict(sorted(collections.Counter(str(op.status) for op in h.ops).items())),
             "watch_expired": sum(1 for c in h.chains if c.expired is not None),
             "errors": dict(collections.Counter(f"{op.kind} {op.status}" for op in h.ops

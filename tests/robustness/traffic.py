@@ -53,7 +53,7 @@ KINDS = {"configmaps": CONFIGMAPS, "widgets": WIDGETS}
 @dataclass
 class Op:
     client: str
-    kind: str            # create update delete get list_consistent list_rv0 list_paged
+    kind: str            # create update delete get list_consistent list_rv0 list_exact list_paged list_watchlist
     start: float
     end: float = 0.0
     status: int = 0      # HTTP status; 0: no answer (connection error or client timeout)
@@ -105,6 +105,13 @@ class History:
         self.marks[name] = self.now()
 
 
+def is_status(doc) -> bool:
+    """A metav1.Status: with its kind, or (upstream's request-timeout 504, written from ErrStatus without its
+    TypeMeta) a Failure with a code."""
+    return isinstance(doc, dict) and (doc.get("kind") == "Status" or
+                                      (doc.get("status") == "Failure" and isinstance(doc.get("code"), int)))
+
+
 def _items(body: dict) -> list:
     out = []
     for it in body.get("items") or []:
@@ -116,8 +123,9 @@ def _items(body: dict) -> list:
 class Traffic:
     def __init__(self, base: str, history: History, *, seed: int, rate: float, request_timeout: float,
                  writers: int = 5, listers: int = 3, watchers: int = 2, write_bases: list[str] | None = None,
-                 kind: Kind = CONFIGMAPS):
+                 kind: Kind = CONFIGMAPS, watch_list: bool = True):
         self.base = base
+        self.watch_list_ok = watch_list   # watch-list is served by the watch cache only (422 without it)
         self.kind = kind
         self.write_bases = write_bases or [base]   # writer i writes through write_bases[i % n]
         self.h = history
@@ -153,8 +161,8 @@ class Traffic:
                 except ValueError:
                     doc = None
                 if r.status >= 300:
-                    op.status_kind = isinstance(doc, dict) and doc.get("kind") == "Status"
-                    op.error = (doc or {}).get("message") if isinstance(doc, dict) else raw[:200].decode("replace")
+                    op.status_kind = is_status(doc)
+                    op.error = (doc or {}).get("message") if isinstance(doc, dict) else raw[:200].decode("utf-8", "replace")
                     if r.status == 429:
                         op.error = f"{op.error} (Retry-After {r.headers.get('Retry-After')})"
                     return None
@@ -264,16 +272,22 @@ class Traffic:
 
     async def lister(self, cid: str, rng: random.Random) -> None:
         active = self.n_writers + self.n_listers
+        seen_rvs: list[int] = []
         async with self.session() as s:
             while not self.stopping.is_set():
                 t = self.h.now()
                 r = rng.random()
-                if r < 0.4:
+                if r < 0.3 or (r < 0.7 and not seen_rvs):
                     op = Op(cid, "list_consistent", t)
                     doc = await self.call(s, op, "GET", self.path)
-                elif r < 0.7:
+                elif r < 0.5:
                     op = Op(cid, "list_rv0", t)
                     doc = await self.call(s, op, "GET", self.path, params={"resourceVersion": "0"})
+                elif r < 0.7:
+                    # Exact at an RV this client saw earlier (a snapshot of the cache, or etcd at that revision)
+                    op = Op(cid, "list_exact", t, read_rv=rng.choice(seen_rvs[-20:]))
+                    doc = await self.call(s, op, "GET", self.path, params={
+                        "resourceVersion": str(op.read_rv), "resourceVersionMatch": "Exact"})
                 else:
                     # a slow reader now and then: pages apart in time, so compaction can pass them
                     op = await self.paged(s, cid, rng.randint(3, 8), rng.uniform(0.2, 0.8) if rng.random() < 0.3 else 0.0)
@@ -281,6 +295,8 @@ class Traffic:
                 if doc is not None:
                     op.rv = int(doc["metadata"]["resourceVersion"])
                     op.items = _items(doc)
+                if op.rv:
+                    seen_rvs.append(op.rv)
                 await self.backoff(op)
                 await self.pace(t, active)
 
@@ -314,21 +330,117 @@ class Traffic:
     async def watcher(self, cid: str, rng: random.Random) -> None:
         async with self.session() as s, self.session(watch=True) as ws:
             while not self.stopping.is_set():
-                # A new chain: a consistent list, then watches from its RV.
-                op = Op(cid, "list_consistent", self.h.now())
-                doc = await self.call(s, op, "GET", self.path)
-                if doc is None:
-                    await asyncio.sleep(0.3)
-                    continue
-                op.rv = int(doc["metadata"]["resourceVersion"])
-                op.items = _items(doc)
-                self._chain_ids += 1
-                chain = WatchChain(cid, self._chain_ids, op.rv, self.h.now())
-                self.h.chains.append(chain)
+                # A new chain: a consistent list then watches from its RV, or a watch-list (its initial
+                # events end at a bookmark) then watches from the last RV seen.
+                if self.watch_list_ok and rng.random() < 0.5:
+                    chain = await self.watch_list(ws, cid, rng.randint(2, 5))
+                    if chain is None:
+                        await asyncio.sleep(0.3)
+                        continue
+                else:
+                    op = Op(cid, "list_consistent", self.h.now())
+                    doc = await self.call(s, op, "GET", self.path)
+                    if doc is None:
+                        await asyncio.sleep(0.3)
+                        continue
+                    op.rv = int(doc["metadata"]["resourceVersion"])
+                    op.items = _items(doc)
+                    self._chain_ids += 1
+                    chain = WatchChain(cid, self._chain_ids, op.rv, self.h.now())
+                    self.h.chains.append(chain)
                 while not self.stopping.is_set() and chain.expired is None:
                     await self.watch_session(ws, chain, rng.randint(2, 5))
                     if rng.random() < 0.5:   # a client that takes its time to come back
                         await asyncio.sleep(rng.uniform(0.5, 2.5))
+
+    async def watch_list(self, ws: aiohttp.ClientSession, cid: str, timeout: int) -> WatchChain | None:
+        """A consistent watch-list (sendInitialEvents, RV unset): its initial events are recorded as a
+        `list_watchlist` Op at the initial-events-end bookmark's RV (checked as a consistent list), and the
+        rest of the stream as the first session of a new chain from that RV. None if the stream ended before
+        the bookmark."""
+        op = Op(cid, "list_watchlist", self.h.now(), items=[])
+        params = {"watch": "1", "sendInitialEvents": "true", "allowWatchBookmarks": "true",
+                  "resourceVersionMatch": "NotOlderThan", "timeoutSeconds": str(timeout)}
+        chain = None
+        try:
+            async with ws.get(self.path, params=params,
+                              timeout=aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=timeout + 20)) as r:
+                op.status = r.status
+                if r.status != 200:
+                    raw = await r.read()
+                    try:
+                        doc = json.loads(raw)
+                    except ValueError:
+                        doc = None
+                    op.status_kind, op.error = is_status(doc), raw[:200].decode("utf-8", "replace")
+                    return None
+                while chain is None:
+                    line = await r.content.readline()
+                    if not line:
+                        op.error = "ended before the initial-events-end bookmark"
+                        return None
+                    ev = json.loads(line)
+                    obj = ev.get("object") or {}
+                    md = obj.get("metadata") or {}
+                    if ev.get("type") == "ERROR":
+                        op.status, op.error, op.status_kind = obj.get("code") or 0, obj.get("message"), True
+                        return None
+                    if ev.get("type") == "ADDED":
+                        op.items.append((md.get("name"), int(md.get("resourceVersion") or 0),
+                                         (obj.get("data") or {}).get("op")))
+                    elif ev.get("type") == "BOOKMARK" and \
+                            (md.get("annotations") or {}).get("k8s.io/initial-events-end") == "true":
+                        op.rv = int(md["resourceVersion"])
+                        op.end = self.h.now()
+                        self._chain_ids += 1
+                        chain = WatchChain(cid, self._chain_ids, op.rv, op.end)
+                    else:
+                        op.status, op.error = 0, f"unexpected {ev.get('type')} before the initial-events-end bookmark"
+                        return None
+                self.h.chains.append(chain)
+                await self._read_events(r, chain, chain.start_rv, op.end, timeout)
+                return chain
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as e:
+            if chain is None:
+                op.status, op.error = 0, f"{type(e).__name__}: {e}"
+            else:
+                chain.sessions.append((op.end, self.h.now(), chain.start_rv, f"{type(e).__name__}: {e}", timeout))
+            return chain
+        finally:
+            if not op.end:
+                op.end = self.h.now()
+            if chain is None and op.status == 200 and not op.error:
+                op.status, op.error = 0, "no initial-events-end bookmark"
+            self.h.ops.append(op)
+
+    async def _read_events(self, r, chain: WatchChain, frm: int, t0: float, timeout: int) -> None:
+        """The rest of a watch-list stream: one session of `chain`."""
+        outcome = "ended"
+        stop = asyncio.ensure_future(self.stopping.wait())
+        try:
+            while True:
+                read = asyncio.ensure_future(r.content.readline())
+                await asyncio.wait((read, stop), return_when=asyncio.FIRST_COMPLETED)
+                if not read.done():
+                    read.cancel()
+                    outcome = "stopped"
+                    return
+                line = read.result()
+                if not line:
+                    return
+                ev = json.loads(line)
+                typ, obj = ev.get("type"), ev.get("object") or {}
+                if typ == "ERROR":
+                    outcome = f"error {obj.get('code')}: {obj.get('message')}"
+                    if obj.get("code") == 410:
+                        chain.expired = (self.h.now(), frm, obj.get("message"))
+                    return
+                md = obj.get("metadata") or {}
+                chain.events.append((self.h.now(), typ, md.get("name"), int(md.get("resourceVersion") or 0),
+                                     (obj.get("data") or {}).get("op")))
+        finally:
+            stop.cancel()
+            chain.sessions.append((t0, self.h.now(), frm, outcome, timeout))
 
     async def watch_session(self, ws: aiohttp.ClientSession, chain: WatchChain, timeout: int) -> None:
         t0 = self.h.now()
@@ -345,7 +457,7 @@ class Traffic:
                     raw = await r.read()
                     outcome = f"http {r.status}"
                     if r.status == 410:
-                        chain.expired = (self.h.now(), frm, raw[:300].decode("replace"))
+                        chain.expired = (self.h.now(), frm, raw[:300].decode("utf-8", "replace"))
                     else:
                         await asyncio.sleep(0.3 if r.status != 429 else 1.0)
                     return

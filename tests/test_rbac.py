@@ -279,7 +279,7 @@ def test_events_modify_and_delete():
     a.apply("RoleBinding", "DELETED", orjson.dumps(rb("b", "Role", "r", [U("bob")])))  # bytes accepted
     assert a.authorize(res(user("bob"), "get", "secrets")) == a.authorize(res(user("nobody"), "get", "x"))
     assert a.counts() == {"Role": 0, "ClusterRole": 0, "RoleBinding": 0, "ClusterRoleBinding": 0}
-    assert not a._rb and not a._rb_users and not a._rb_groups and not a._roles
+    assert not a._rb and not a._rb_idx and not a._roles
 
 
 def test_replace_drops_what_is_gone():
@@ -663,6 +663,7 @@ def _compare(evs, data):
         assert az.authorize(a).allowed == want, (a, want, [e[1] for e in evs])
     # and the same state built by replace() (a relist)
     relisted = RBACAuthorizer()
+    relisted.big = 1   # every rule list through the (verb, resource) index
     for kind, objs in ref.objs.items():
         relisted.replace(kind, list(objs.values()))
     for i in range(REQUESTS):

@@ -45,6 +45,8 @@ from .attributes import Attributes, Decision
 from .user import SYSTEM_PRIVILEGED_GROUP, UserInfo
 
 KINDS = ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
+USER, GROUP, LOCAL_SA = 0, 1, 2
+_BIG = 12        # rule lists longer than this are looked up through an index by (verb, resource)
 SA_PREFIX = "system:serviceaccount:"
 
 _intern = sys.intern
@@ -54,9 +56,11 @@ DENY = Decision(False, "")
 # A rule: (verbs, apiGroups, resources, resourceNames, nonResourceURLs, url_prefixes), each a tuple as stored
 # (order kept: rules_for gives them back), url_prefixes the nonResourceURLs ending in "*" with the "*"s cut.
 Rule = tuple
-# A binding: (name, roleRef kind, roleRef name, subject keys, group mask): the keys in subject order, the
-# user name a User or ServiceAccount subject matches, or the group a Group subject names (bit i of the mask
-# set); subjects that can match nobody are left out.
+# A binding: (name, roleRef kind, roleRef name, subject keys, codes): the keys in subject order, each with a
+# 2-bit code (bits 2i, 2i+1 of codes) naming the index it is in: USER (the user name a User subject, or a
+# ServiceAccount subject of another namespace, matches), GROUP (a Group subject's name), LOCAL_SA (the name of
+# a ServiceAccount of the RoleBinding's own namespace: not spelt out as a user name, so one string serves every
+# namespace); subjects that can match nobody are left out.
 Binding = tuple
 
 
@@ -131,17 +135,18 @@ def _aggregate(errs: list[str]) -> str:
 class RBACAuthorizer:
     def __init__(self, privileged_groups: Iterable[str] = (SYSTEM_PRIVILEGED_GROUP,)):
         self.privileged_groups = tuple(privileged_groups)
+        self.big = _BIG
         self._roles: dict[str, dict[str, tuple]] = {}       # namespace -> role name -> rules
         self._cluster_roles: dict[str, tuple] = {}          # name -> stored rules
         self._aggregation: dict[str, tuple] = {}            # aggregated ClusterRole -> its _Selectors
         self._labels: dict[str, tuple] = {}                 # ClusterRole with labels -> sorted label items
         self._effective: dict[str, tuple] = {}              # aggregated ClusterRole -> computed rules (cache)
+        self._compiled: dict[int, tuple] = {}               # id(long rule list) -> (it, its (verb, resource) index)
         self._rb: dict[str, dict[str, Binding]] = {}        # namespace -> name -> binding
         self._crb: dict[str, Binding] = {}                  # name -> binding
-        self._rb_users: dict[str, dict] = {}                # namespace -> user name -> binding | [bindings]
-        self._rb_groups: dict[str, dict] = {}               # namespace -> group -> binding | [bindings]
-        self._crb_users: dict = {}                          # user name -> binding | [bindings]
-        self._crb_groups: dict = {}
+        # namespace -> (by user name, by group, by local SA name), each key -> binding | [bindings]
+        self._rb_idx: dict[str, tuple[dict, dict, dict]] = {}
+        self._crb_idx: tuple[dict, dict, dict] = ({}, {}, {})
         self._shared: dict = {}                             # identical rules, rule lists, key tuples: one copy
         self._dropped = 0                                   # shared values possibly orphaned since the last sweep
 
@@ -154,10 +159,11 @@ class RBACAuthorizer:
         elif kind == "ClusterRole":
             self._cluster_roles, self._aggregation, self._labels = {}, {}, {}
             self._effective = {}
+            self._compiled = {}
         elif kind == "RoleBinding":
-            self._rb, self._rb_users, self._rb_groups = {}, {}, {}
+            self._rb, self._rb_idx = {}, {}
         elif kind == "ClusterRoleBinding":
-            self._crb, self._crb_users, self._crb_groups = {}, {}, {}
+            self._crb, self._crb_idx = {}, ({}, {}, {})
         else:
             raise ValueError(f"not an RBAC kind: {kind!r}")
         self._sweep()
@@ -239,13 +245,14 @@ class RBACAuthorizer:
             new_relevant = name in self._aggregation or name in self._labels
         if self._effective and (old_relevant or new_relevant or self._aggregates_everything()):
             self._effective = {}
+            self._compiled = {}
 
     def _aggregates_everything(self) -> bool:
         return any(not s.labels and not s.exprs for sels in self._aggregation.values() for s in sels)
 
     def _binding(self, ns: str, name: str, o: dict) -> Binding:
         ref = o.get("roleRef") or {}
-        keys, mask = [], 0
+        keys, codes = [], 0
         for s in o.get("subjects") or ():
             if not isinstance(s, dict):
                 continue
@@ -253,37 +260,30 @@ class RBACAuthorizer:
             if kind == "User":
                 keys.append(_intern(sname))
             elif kind == "Group":
-                mask |= 1 << len(keys)
+                codes |= GROUP << 2 * len(keys)
                 keys.append(_intern(sname))
             elif kind == "ServiceAccount":
                 sa_ns = s.get("namespace") or ns
-                if sa_ns:
+                if sa_ns and sa_ns == ns:
+                    codes |= LOCAL_SA << 2 * len(keys)
+                    keys.append(_intern(sname))
+                elif sa_ns:
                     keys.append(_intern(f"{SA_PREFIX}{sa_ns}:{sname}"))
-        return (name, _intern(ref.get("kind") or ""), _intern(ref.get("name") or ""),
-                self._share(tuple(keys)), mask)
+        return (_intern(name), _intern(ref.get("kind") or ""), _intern(ref.get("name") or ""),
+                self._share(tuple(keys)), codes)
 
-    def _index(self, ns: str, create: bool) -> tuple[dict | None, dict | None]:
-        if not ns:
-            return self._crb_users, self._crb_groups
-        users = self._rb_users.get(ns)
-        if users is None and create:
-            users = self._rb_users[ns] = {}
-            self._rb_groups[ns] = {}
-        return users, self._rb_groups.get(ns)
 
     def _apply_binding(self, ns: str, name: str, o: dict | None) -> None:
         reg = self._rb.get(ns) if ns else self._crb
         old = reg.get(name) if reg is not None else None
         if old is not None:
             self._dropped += 1
-            users, groups = self._index(ns, False)
+            idx = self._rb_idx[ns] if ns else self._crb_idx
             for i, k in enumerate(old[3]):
-                _unlink(groups if old[4] >> i & 1 else users, k, old)
+                _unlink(idx[old[4] >> 2 * i & 3], k, old)
             del reg[name]
             if ns and not reg and o is None:
-                del self._rb[ns]
-                if not self._rb_users[ns] and not self._rb_groups[ns]:
-                    del self._rb_users[ns], self._rb_groups[ns]
+                del self._rb[ns], self._rb_idx[ns]
         if o is None:
             return
         ns = _intern(ns)
@@ -291,9 +291,14 @@ class RBACAuthorizer:
             reg = self._rb[ns] = {}
         b = self._binding(ns, name, o)
         reg[name] = b
-        users, groups = self._index(ns, True)
+        if not ns:
+            idx = self._crb_idx
+        else:
+            idx = self._rb_idx.get(ns)
+            if idx is None:
+                idx = self._rb_idx[ns] = ({}, {}, {})
         for i, k in enumerate(b[3]):
-            _link(groups if b[4] >> i & 1 else users, k, b)
+            _link(idx[b[4] >> 2 * i & 3], k, b)
 
     def _sweep(self) -> None:
         """Rebuild the table of shared values from what is still in use (drops rules nobody holds)."""
@@ -306,6 +311,7 @@ class RBACAuthorizer:
         for name, labels in self._labels.items():
             self._labels[name] = self._share(labels)
         self._effective = {}
+        self._compiled = {}
         # bindings stay as they are (the indexes hold them); their subject key tuples are shared again
         for b in self._crb.values():
             self._share(b[3])
@@ -376,14 +382,23 @@ class RBACAuthorizer:
             path = a.path
         for scope in (("", ns) if ns else ("",)):
             if scope:
-                users = self._rb_users.get(scope)
-                if users is None:
+                idx = self._rb_idx.get(scope)
+                if idx is None:
                     break
-                gidx = self._rb_groups[scope]
             else:
-                users, gidx = self._crb_users, self._crb_groups
+                idx = self._crb_idx
+            users, gidx, sas = idx
             found = users.get(uname)
             hits = [] if found is None else ([found] if type(found) is tuple else list(found))
+            if sas and uname.startswith(SA_PREFIX):
+                sa_ns, _, sa_name = uname[len(SA_PREFIX):].partition(":")
+                if sa_ns == scope:
+                    f = sas.get(sa_name)
+                    if f is not None:
+                        if type(f) is tuple:
+                            hits.append(f)
+                        else:
+                            hits.extend(f)
             for g in groups:
                 f = gidx.get(g)
                 if f is not None:
@@ -405,6 +420,9 @@ class RBACAuthorizer:
                     errors.append(_not_found(kind, b[2]) if kind in ("Role", "ClusterRole")
                                   else f'unsupported role reference kind: "{kind}"')
                     continue
+                if len(rules) > self.big:   # e.g. an aggregated role: only the rules naming this verb and resource
+                    rules = self._candidates(rules, verb, combined if resource_request else None, star_sub
+                                             if resource_request else None)
                 for verbs, agroups, res, names, urls, prefixes in rules:
                     if verb not in verbs and "*" not in verbs:
                         continue
@@ -429,14 +447,47 @@ class RBACAuthorizer:
             return Decision(False, "RBAC: " + _aggregate(errors))
         return DENY
 
+    def _candidates(self, rules: tuple, verb: str, combined: str | None, star_sub: str | None) -> list:
+        """The rules of a long rule list that may allow the request (a superset of those that do), from an index
+        by (verb, resource) built the first time the list is used."""
+        c = self._compiled.get(id(rules))
+        if c is None or c[0] is not rules:
+            by_res: dict = {}
+            by_verb: dict = {}
+            for r in rules:
+                for v in r[0]:
+                    if r[2]:
+                        for x in r[2]:
+                            by_res.setdefault((v, x), []).append(r)
+                    if r[4]:
+                        by_verb.setdefault(v, []).append(r)
+            c = self._compiled[id(rules)] = (rules, by_res, by_verb)
+        out: list = []
+        if combined is None:
+            for v in (verb, "*"):
+                out += c[2].get(v, ())
+            return out
+        by_res = c[1]
+        for v in (verb, "*"):
+            for x in (combined, "*", star_sub):
+                got = by_res.get((v, x))
+                if got:
+                    out += got
+        return out
+
     @staticmethod
     def _describe(b: Binding, ns: str, user: UserInfo) -> str:
         """Upstream's source describer: the binding, its role, and the first of its subjects that applies."""
         subject = ""
         for i, k in enumerate(b[3]):
-            if b[4] >> i & 1:
+            code = b[4] >> 2 * i & 3
+            if code == GROUP:
                 if k in user.groups:
                     subject = f'Group "{k}"'
+                    break
+            elif code == LOCAL_SA:
+                if user.name == f"{SA_PREFIX}{ns}:{k}":
+                    subject = f'ServiceAccount "{k}/{ns}"'
                     break
             elif k == user.name:
                 if k.startswith(SA_PREFIX) and k.count(":") == 3:
@@ -457,13 +508,14 @@ class RBACAuthorizer:
         nonres: list[dict] = []
         errors: list[str] = []
         for scope in (("", namespace) if namespace else ("",)):
-            if scope:
-                users, gidx = self._rb_users.get(scope) or {}, self._rb_groups.get(scope) or {}
-            else:
-                users, gidx = self._crb_users, self._crb_groups
+            users, gidx, sas = (self._rb_idx.get(scope) or ({}, {}, {})) if scope else self._crb_idx
             hits = _as_list(users.get(user.name))
             for g in user.groups:
                 hits.extend(_as_list(gidx.get(g)))
+            if user.name.startswith(SA_PREFIX):
+                sa_ns, _, sa_name = user.name[len(SA_PREFIX):].partition(":")
+                if sa_ns == scope:
+                    hits.extend(_as_list(sas.get(sa_name)))
             seen: set = set()
             for b in hits:
                 if id(b) in seen:

@@ -45,8 +45,7 @@ class Health:
 
     def checks(self, kind: str) -> dict[str, Any]:
         checks: dict[str, Any] = {"ping": None, "log": None}
-        if kind in ("readyz", "healthz"):
-            checks["etcd"] = self.check_etcd
+        checks["etcd"] = self.check_etcd   # on /livez too (S11.1)
         if kind == "readyz" and self.watch_cache:
             checks["watch-cache"] = self.check_watch_cache
         return checks

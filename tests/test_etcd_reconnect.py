@@ -1,7 +1,8 @@
 """Regression tests for what the robustness suite (tests/robustness, issue 10) found when etcd is killed
 and restarted on the same data directory: an etcd watch ended with 'etcd unreachable', so every watch cache
 re-listed and answered 410 'too old resource version' to clients resuming from a resourceVersion etcd still
-had. The watch now resumes where it stopped, as clientv3's does."""
+had. The watch now resumes where it stopped, as clientv3's does (S11.3). And /livez carries the etcd check as
+upstream's does (S11.1): it stayed 200 while etcd was away."""
 from __future__ import annotations
 
 import asyncio
@@ -83,5 +84,41 @@ def test_cache_watch_resumes_across_etcd_restart_without_410(etcd_member):
         assert first["type"] == "ADDED", first
         assert first["object"]["metadata"]["name"] == "after"
         assert first["object"]["metadata"]["resourceVersion"] == after
+    finally:
+        srv.stop()
+
+
+def test_livez_and_readyz_fail_while_etcd_is_paused(etcd_member):
+    """S11.1: the etcd check (2 s timeout) is on /livez as well as /readyz and /healthz."""
+    import urllib.error
+    import urllib.request
+
+    def get(base, path):
+        try:
+            with urllib.request.urlopen(base + path, timeout=20) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def status(base, path):
+        return get(base, path)[0]
+    srv = start_apiserver(etcd_member.endpoint, "/registry")
+    try:
+        for path in ("/livez", "/readyz", "/healthz"):
+            assert status(srv.base, path) == 200
+        etcd_member.pause()
+        try:
+            t0 = time.monotonic()
+            for path in ("/livez", "/readyz", "/healthz"):
+                assert status(srv.base, path) == 500, path
+            assert time.monotonic() - t0 < 30   # three checks of 2 s each, on a loaded machine
+            code, body = get(srv.base, "/livez?verbose")
+            assert code == 500 and b"[-]etcd failed: reason withheld" in body, body
+        finally:
+            etcd_member.resume()
+        deadline = time.monotonic() + 30
+        while status(srv.base, "/livez") != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
     finally:
         srv.stop()

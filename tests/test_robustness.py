@@ -164,13 +164,17 @@ def test_outage_checker():
     h.ops = [Op("w", "create", 0.0, 20.0, 504), Op("w", "get", 1.0, 1.1, 0, error="reset"),
              Op("w", "get", 5.0, 5.1, 0, error="reset"), Op("w", "get", 6.0, 6.1, 502, status_kind=False)]
     h.readyz = [(0.0, 200), (3.0, 200), (3.5, 500), (9.0, 200)]
+    h.livez = [(0.0, 200), (2.5, 500), (9.0, 200)]
     v, info = checkers.check_outage(h, 10.0, 5.0, [(4.0, 5.5)], (2.0, 8.0))
     assert [x.message for x in v] == ["create ran 20.0 s (request timeout 10 s)", "get got no answer (reset)",
                                       "get answered 502"]
-    assert info == {"readyz_failed_after": 1.5}
+    assert info == {"readyz_failed_after": 1.5, "livez_failed_after": 0.5}
     h.readyz = [(0.0, 200), (3.0, 200), (7.5, 500)]
+    h.livez = [(0.0, 200), (3.0, 200)]
     v, _ = checkers.check_outage(h, 10.0, 5.0, [], (2.0, 8.0))
-    assert any("did not fail within 5 s" in x.message for x in v)
+    assert [x.message for x in v if "did not fail" in x.message] == [
+        "/readyz did not fail within 5 s of etcd going away (first failure after 5.5)",
+        "/livez did not fail within 5 s of etcd going away (first failure after None)"]
 
 
 def test_status_shapes():

@@ -269,13 +269,14 @@ def check_outage(h: History, request_timeout: float, margin: float, no_answer_ok
     info: dict = {}
     if etcd_fault is not None:
         a, b = etcd_fault
-        down = [t for t, st in h.readyz if a <= t and st != 200]
-        first_fail = down[0] - a if down else None
-        info["readyz_failed_after"] = first_fail
-        if first_fail is None or first_fail > 5.0:
-            out.append(Violation("outage", f"/readyz did not fail within 5 s of etcd going away "
-                                           f"(first failure after {first_fail})",
-                                 [{"t": round(t, 2), "status": st} for t, st in h.readyz if a - 1 <= t <= a + 6]))
+        for path, probes in (("readyz", h.readyz), ("livez", h.livez)):
+            down = [t for t, st in probes if a <= t and st != 200]
+            first_fail = down[0] - a if down else None
+            info[f"{path}_failed_after"] = first_fail
+            if first_fail is None or first_fail > 5.0:
+                out.append(Violation("outage", f"/{path} did not fail within 5 s of etcd going away "
+                                               f"(first failure after {first_fail})",
+                                     [{"t": round(t, 2), "status": st} for t, st in probes if a - 1 <= t <= a + 6]))
     return out, info
 
 

@@ -226,7 +226,7 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
         traffic = Traffic(api.base, h, seed=rng.randrange(1 << 30), rate=rate, request_timeout=REQUEST_TIMEOUT,
                           write_bases=[api.base, api2.base] if api2 else None, kind=kind, watch_list=watch_cache)
         await traffic.setup()
-        tasks = [asyncio.create_task(traffic.run()), asyncio.create_task(traffic.probe_readyz())]
+        tasks = [asyncio.create_task(traffic.run()), asyncio.create_task(traffic.probe_health())]
         fault_task = asyncio.create_task(fault(run))
         await sleep_until(h, duration)
         if name != "compaction":

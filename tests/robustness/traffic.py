@@ -96,6 +96,7 @@ class History:
         self.ops: list[Op] = []
         self.chains: list[WatchChain] = []
         self.readyz: list[tuple[float, int]] = []
+        self.livez: list[tuple[float, int]] = []
         self.marks: dict[str, float] = {}    # fault_start, fault_end, ...
 
     def now(self) -> float:
@@ -492,16 +493,18 @@ class Traffic:
             stop.cancel()
             chain.sessions.append((t0, self.h.now(), frm, outcome, timeout))
 
-    async def probe_readyz(self) -> None:
-        """GET /readyz every 0.25 s (status 0: no answer)."""
+    async def probe_health(self) -> None:
+        """GET /readyz and /livez every 0.25 s (status 0: no answer)."""
+        async def one(s, path: str, into: list) -> None:
+            t = self.h.now()
+            try:
+                async with s.get(path) as r:
+                    await r.read()
+                    st = r.status
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                st = 0
+            into.append((t, st))
         async with aiohttp.ClientSession(self.base, timeout=aiohttp.ClientTimeout(total=3)) as s:
             while not self.stopping.is_set():
-                t = self.h.now()
-                try:
-                    async with s.get("/readyz") as r:
-                        await r.read()
-                        st = r.status
-                except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-                    st = 0
-                self.h.readyz.append((t, st))
+                await asyncio.gather(one(s, "/readyz", self.h.readyz), one(s, "/livez", self.h.livez))
                 await asyncio.sleep(0.25)

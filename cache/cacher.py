@@ -355,14 +355,25 @@ class Cacher:
         metrics.resource_version.labels(self.group, self.resource_label).set(self.wc.rv)
         self._wake_waiters()
 
+    def _previous(self, key: str, ev) -> dict | None:
+        """The object before `ev`: etcd's prev_kv, or, for an event at exactly the compacted revision (which
+        comes without it), the cache's own copy; None if the cache does not hold the key."""
+        cached = self.wc.store.get(key)
+        if cached is None:
+            return None
+        if ev.prev is not None:
+            return decode_value(key, ev.prev.value)
+        return orjson.loads(self.wire(cached.data))
+
     def _apply(self, ev) -> CacheEvent | None:
         key = ev.kv.key.decode()
         rv = ev.kv.mod_revision
         if ev.type == "DELETE":
-            if ev.prev is None or key not in self.wc.store:
+            before = self._previous(key, ev)
+            if before is None:
                 self.wc.progress(rv)
                 return None
-            prev = Decoded(decode_value(key, ev.prev.value))
+            prev = Decoded(before)
             data = self._stored_form(self.encode(stamp_rv(prev.obj, rv)))  # last state, delete's RV (S4.5)
             if self.observers:
                 self._notify("apply", "DELETED", prev.obj)
@@ -372,8 +383,9 @@ class Cacher:
             return None
         cur = Decoded(decode_value(key, ev.kv.value))
         prev_labels = None
-        if ev.prev is not None and key in self.wc.store:
-            prev_labels = labels_of(meta_of(decode_value(key, ev.prev.value)))
+        before = self._previous(key, ev)
+        if before is not None:
+            prev_labels = labels_of(meta_of(before))
         data = self._stored_form(self.encode(stamp_rv(cur.obj, rv)))
         if self.observers:
             self._notify("apply", "ADDED" if key not in self.wc.store else "MODIFIED", cur.obj)

@@ -461,17 +461,28 @@ class EtcdStore:
 
 
 def _transition(ev, predicate: Predicate | None):
-    """Selector transitions (S4.6) and DELETED-with-delete-RV (S4.5)."""
+    """Selector transitions (S4.6) and DELETED-with-delete-RV (S4.5).
+
+    An event at exactly the compacted revision comes without its previous value (compaction keeps only each
+    key's newest version at that revision). As upstream's etcd3 watcher: a PUT is ADDED when it created the key
+    (create_revision == mod_revision), else MODIFIED, or ADDED through a selector (the old state is unknown,
+    so it counts as not matching); a DELETE without its previous value ends the watch with an internal error
+    (event.go parseEvent) rather than being dropped."""
     rev = ev.kv.mod_revision
     old = decode_kv(ev.prev) if ev.prev is not None else None
     if ev.type == "DELETE":
         if old is None:
-            return
+            key = ev.kv.key.decode()
+            raise errors.StorageError(errors.Code.INTERNAL, key, f'etcd event received with PrevKv=nil '
+                                                                 f'(key="{key}", modRevision={rev}, type=DELETE)')
         if predicate is None or predicate(old):
             yield Event("DELETED", stamp_rv(old, rev), rev)
         return
     new = decode_kv(ev.kv)
     new_ok = predicate is None or predicate(new)
+    if old is None and predicate is None and ev.kv.create_revision != rev:
+        yield Event("MODIFIED", new, rev)   # a modification whose previous value was compacted
+        return
     old_ok = old is not None and (predicate is None or predicate(old))
     if new_ok and old_ok:
         yield Event("MODIFIED", new, rev)

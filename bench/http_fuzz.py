@@ -430,7 +430,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "out", "http_fuzz.json"))
     a = p.parse_args(argv)
     with current_etcd() as etcd, Apiserver(etcd.endpoint) as api:
-        vers = versions(etcd.endpoint, api.base)
+        vers = versions(etcd.endpoint, api.base, git=True)
         log(f"{a.requests} fuzzed requests, seed {a.seed}, one at a time against {api.base}")
         doc = run(api.base, api.pid, a.requests, a.seed)
     doc = {"benchmark": "http_fuzz", "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "versions": vers, **doc}

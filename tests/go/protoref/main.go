@@ -7,9 +7,14 @@
 // produce exactly "json".
 //
 // Usage: protoref SEED COUNT_PER_KIND
+//
+// protoref encode: reads JSON objects of those kinds from stdin, one a line, and
+// prints the same kind of line for each (the bench's realistic objects:
+// bench/protobuf_decode.py).
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
@@ -34,9 +39,6 @@ import (
 )
 
 func main() {
-	seed, _ := strconv.ParseInt(os.Args[1], 10, 64)
-	count, _ := strconv.Atoi(os.Args[2])
-
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, coordv1.AddToScheme,
 		rbacv1.AddToScheme, apiextv1.AddToScheme, authnv1.AddToScheme, authzv1.AddToScheme} {
@@ -46,6 +48,12 @@ func main() {
 	}
 	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Group: "meta.k8s.io", Version: "v1"})
 	ser := protobuf.NewSerializer(scheme, scheme)
+	if len(os.Args) > 1 && os.Args[1] == "encode" {
+		encode(scheme, ser)
+		return
+	}
+	seed, _ := strconv.ParseInt(os.Args[1], 10, 64)
+	count, _ := strconv.Atoi(os.Args[2])
 
 	kinds := map[string]func() runtime.Object{
 		"v1/Namespace":                      func() runtime.Object { return &corev1.Namespace{} },
@@ -150,5 +158,47 @@ func main() {
 				panic(err)
 			}
 		}
+	}
+}
+
+// encode: each stdin line a JSON object of a kind the scheme knows.
+func encode(scheme *runtime.Scheme, ser *protobuf.Serializer) {
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(make([]byte, 1<<20), 64<<20)
+	out := json.NewEncoder(os.Stdout)
+	for in.Scan() {
+		var tm metav1.TypeMeta
+		if err := json.Unmarshal(in.Bytes(), &tm); err != nil {
+			panic(err)
+		}
+		gvk := schema.FromAPIVersionAndKind(tm.APIVersion, tm.Kind)
+		obj, err := scheme.New(gvk)
+		if err != nil {
+			panic(err)
+		}
+		if err := json.Unmarshal(in.Bytes(), obj); err != nil {
+			panic(err)
+		}
+		var pb bytes.Buffer
+		if err := ser.Encode(obj, &pb); err != nil {
+			panic(err)
+		}
+		into, _ := scheme.New(gvk)
+		decoded, _, err := ser.Decode(pb.Bytes(), nil, into)
+		if err != nil {
+			panic(err)
+		}
+		decoded.GetObjectKind().SetGroupVersionKind(gvk)
+		js, err := json.Marshal(decoded)
+		if err != nil {
+			panic(err)
+		}
+		if err := out.Encode(map[string]string{"key": tm.APIVersion + "/" + tm.Kind,
+			"pb": base64.StdEncoding.EncodeToString(pb.Bytes()), "json": string(js)}); err != nil {
+			panic(err)
+		}
+	}
+	if err := in.Err(); err != nil {
+		panic(err)
 	}
 }

@@ -195,3 +195,15 @@ def test_exact_list_checks():
     assert [x.message for x in violations(h)] == ["Exact list at rv 2 answered at rv 3",
                                                   "list_exact at rv 2 got 410 without a compaction past it"]
     assert len(violations(h, compactions=[(0.5, 3)])) == 1
+
+
+def test_checkers_find_a_watch_left_behind():
+    h = good_history()
+    h.chains[0].events = h.chains[0].events[:2]
+    h.chains[0].sessions = [(15.0, 20.0, 1, "stopped", 5)]
+    h.marks["traffic_stop"] = 20.0
+    v = violations(h)
+    assert [x.message for x in v] == ["watch chain x#1 fell behind: at rv 3 when the traffic stopped, but rv 5 "
+                                      "was acknowledged 8 s before"]
+    h.marks["traffic_stop"] = 5.0   # the writes were acknowledged too recently to be due
+    assert violations(h) == []

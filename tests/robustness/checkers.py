@@ -187,10 +187,23 @@ def compacted_before(compactions: list[tuple[float, int]], rv: int, t: float) ->
 
 # --- watches: ordered, unique, reliable, resumable, bookmarks --------------------------------------------
 
+# A watch still open when the traffic stops must have delivered every write acknowledged this long before.
+WATCH_LAG = 8.0
+
+
 def check_watches(h: History, truth: Recorder, compactions: list[tuple[float, int]]) -> list[Violation]:
     out: list[Violation] = []
     for ch in h.chains:
         out += check_chain(ch, truth, compactions)
+    stop = h.marks.get("traffic_stop")
+    if stop is not None:
+        acked = [(end, rev) for end, rev, _ in acked_write_revs(h, truth) if end <= stop - WATCH_LAG]
+        due = max((rev for _, rev in acked), default=0)
+        for ch in h.chains:
+            if ch.expired is None and ch.sessions and ch.sessions[-1][3] == "stopped" and ch.last_rv() < due:
+                out.append(Violation("watch", f"watch chain {ch.client}#{ch.id} fell behind: at rv {ch.last_rv()} "
+                                              f"when the traffic stopped, but rv {due} was acknowledged "
+                                              f"{WATCH_LAG:.0f} s before", [list(x) for x in ch.sessions[-3:]]))
     return out
 
 

@@ -236,6 +236,7 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
             await asyncio.to_thread(api.wait_ready, RECOVERY_LIMIT + 10)
             await sleep_until(h, max(h.now() + 2.0, run.fault_end + 3.0))
         traffic.stopping.set()
+        h.mark("traffic_stop")
         for t in tasks:
             await t
         if name == "compaction":

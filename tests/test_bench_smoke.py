@@ -162,3 +162,19 @@ def test_http_fuzz_short(tmp_path):
     # the inputs reach the parsers: most answers are 4xx, and some requests succeed
     codes = {int(k) for k in doc["statuses"] if k.isdigit()}
     assert {200, 201, 400, 404, 422} <= codes, doc["statuses"]
+
+
+# --- the RBAC memory floor (issue 14): --quick runs, every figure present and positive, no thresholds ----------
+
+def test_rbac_floor_quick(tmp_path):
+    from bench.rbac_floor import FIGURES as RBAC_FIGURES
+    doc = _run_quick("rbac_floor", tmp_path / "rbac_floor.json", timeout=300)
+    assert [s["objects"] for s in doc["steps"]] == [300, 1000]
+    for step in doc["steps"]:
+        for name in RBAC_FIGURES:   # RSS deltas of a few hundred objects are noise: present, not necessarily > 0
+            v = step["figures"][name]
+            assert isinstance(v, (int, float)) and (name.endswith("_rss") or v > 0), (step["objects"], name, v)
+        idx = step["index"]
+        assert sum(idx["counts"].values()) == step["objects"] + idx["bootstrap_objects"]
+        assert 0 < idx["allowed"] < idx["decisions"]   # the request mix has both answers
+        assert step["cache"]["rbac_objects"] >= step["objects"]

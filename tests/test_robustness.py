@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from tests.robustness import checkers
-from tests.robustness.scenarios import SCENARIOS, explain, run_scenario, table
+from tests.robustness.scenarios import KNOWN, KNOWN_IN, SCENARIOS, explain, run_scenario, table
 from tests.robustness.traffic import CONFIGMAPS, WIDGETS, History, Op, WatchChain
 from tests.robustness.truth import Recorder, TEvent
 
@@ -19,28 +19,19 @@ class KnownProblem(Exception):
     """Every violation a scenario found is the known problem its xfail names (anything else fails)."""
 
 
-RESTART_410 = (
-    "a restarted apiserver's watch cache starts its event window at its re-list revision, so a client resuming "
-    "its watch from the last resourceVersion it saw (older, but not compacted in etcd) gets 410 'too old resource "
-    "version: N (M)' and must re-list; kube-apiserver does the same (S1.30, and tests/test_python_clients.py "
-    "asserts it). Fixed only by the warm restart of issue 10 (cache snapshot, watch resumed from its RV)")
-# Scenarios that fail because of a known problem not fixed yet (reported on issue 10): (reason, the text every
-# violation's message must contain, strict). Strict: it fails every time (xfail strict=True). Not strict: it
-# fails only when the timing exposes it (apiserver-kill alone: when a write was committed but its event not yet
-# sent to the watchers at the kill), so a run showing only that problem is an xfail and any other run must pass.
-KNOWN = {
-    ("apiserver-kill-ha", True, "configmaps"): (RESTART_410 + "; here the second apiserver keeps writing while "
-                                                "the first is down, so it shows every time",
-                                                "that etcd has not compacted", True),
-    ("apiserver-kill", True, "configmaps"): (RESTART_410, "that etcd has not compacted", False),
-}
+# Scenarios that fail because of a known problem not fixed yet (scenarios.KNOWN, reported on issue 10). Strict:
+# it fails every time (xfail strict=True): apiserver-kill-ha, where the second apiserver keeps writing while
+# the first is down. apiserver-kill alone shows it only when a write was committed but its event not yet sent
+# at the kill, so there a run showing only that problem is an xfail and any other run must pass.
+STRICT = {("apiserver-kill-ha", True)}
 # Every scenario with the cache on ConfigMaps; etcd-kill also without the cache and on a custom resource.
 SHORT = [(name, True, CONFIGMAPS) for name in SCENARIOS] + [("etcd-kill", False, CONFIGMAPS), ("etcd-kill", True, WIDGETS)]
 
 
 def _param(name, cache, kind):
-    known = KNOWN.get((name, cache, kind.plural))
-    marks = [pytest.mark.xfail(reason=known[0], raises=KnownProblem, strict=True)] if known and known[2] else []
+    known = KNOWN_IN.get((name, cache))
+    marks = ([pytest.mark.xfail(reason=KNOWN[known][0], raises=KnownProblem, strict=True)]
+             if (name, cache) in STRICT else [])
     return pytest.param(name, cache, kind, id=f"{name}-{'cache' if cache else 'nocache'}-{kind.plural}", marks=marks)
 
 
@@ -48,11 +39,10 @@ def _param(name, cache, kind):
 def test_scenario_short(name, watch_cache, kind):
     r = asyncio.run(run_scenario(name, seed=1, duration=5.0, rate=60.0, watch_cache=watch_cache, kind=kind))
     print(table([r]))
-    known = KNOWN.get((name, watch_cache, kind.plural))
-    if known and not r["passed"] and all(known[1] in v["message"] for v in r["violations"]):
-        if known[2]:
+    if r.get("known"):
+        if (name, watch_cache) in STRICT:
             raise KnownProblem(explain(r, limit=3))
-        pytest.xfail(f"{known[0]}:\n{explain(r, limit=3)}")
+        pytest.xfail(f"{KNOWN[r['known']][0]}:\n{explain(r, limit=3)}")
     assert r["passed"], explain(r, limit=10)
     assert r["acknowledged"] > 20 and r["lists"] > 5 and r["watch_events"] > 0, r
 

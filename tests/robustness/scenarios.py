@@ -148,6 +148,18 @@ FAULTS = {
     "compaction": fault_compaction,
     "defrag": fault_defrag,
 }
+# Known problems not fixed yet (reported on issue 10): name -> (description, text every violation's message
+# contains), and the scenarios (name, watch cache on) that can show them.
+KNOWN = {
+    "restart-410": (
+        "a restarted apiserver's watch cache starts its event window at its re-list revision, so a client "
+        "resuming its watch from the last resourceVersion it saw (older, but not compacted in etcd) gets 410 "
+        "'too old resource version: N (M)' and must re-list; kube-apiserver does the same (S1.30, and "
+        "tests/test_python_clients.py asserts it). Fixed only by the warm restart of issue 10 (cache snapshot, "
+        "watch resumed from its RV)", "that etcd has not compacted"),
+}
+KNOWN_IN = {("apiserver-kill", True): "restart-410", ("apiserver-kill-ha", True): "restart-410"}
+
 # What a scenario needs beyond one apiserver over etcd: a proxy on the apiserver's etcd link, a second
 # apiserver over the same etcd (half the writers write through it, so writes go on while the first is down).
 SETUPS = {"etcd-blackhole": {"proxy": True}, "apiserver-kill-ha": {"second": True}}
@@ -334,6 +346,9 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
         await asyncio.to_thread(etcd.stop)
     result["wall_s"] = round(time.monotonic() - t_start, 1)
     result["passed"] = not result["violations"]
+    known = KNOWN_IN.get((name, watch_cache))
+    if not result["passed"] and known and all(KNOWN[known][1] in v["message"] for v in result["violations"]):
+        result["known"] = known
     return result
 
 
@@ -351,7 +366,7 @@ def table(results: list[dict]) -> str:
         for k, _ in COLUMNS:
             val = r.get(k)
             if k == "passed":
-                val = "pass" if val else "FAIL"
+                val = "pass" if val else (f"known: {r['known']}" if r.get("known") else "FAIL")
             elif val is None:
                 val = "-"
             row.append(str(val))

@@ -195,7 +195,7 @@ class _KindObserver:
     def __init__(self, rbac: Any, kind: str):
         self.rbac, self.kind = rbac, kind
 
-    def replace(self, objects: list[dict]) -> None:
+    def replace(self, objects) -> None:  # any iterable of decoded objects
         self.rbac.replace(self.kind, objects)
 
     def apply(self, event_type: str, obj: dict) -> None:

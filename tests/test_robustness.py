@@ -25,7 +25,8 @@ class KnownProblem(Exception):
 # at the kill, so there a run showing only that problem is an xfail and any other run must pass.
 STRICT = {("apiserver-kill-ha", True)}
 # Every scenario with the cache on ConfigMaps; etcd-kill also without the cache and on a custom resource.
-SHORT = [(name, True, CONFIGMAPS) for name in SCENARIOS] + [("etcd-kill", False, CONFIGMAPS), ("etcd-kill", True, WIDGETS)]
+SHORT = ([(name, True, CONFIGMAPS) for name in SCENARIOS]
+         + [("etcd-kill", False, CONFIGMAPS), ("etcd-kill", True, WIDGETS)])
 
 
 def _param(name, cache, kind):

@@ -1,6 +1,7 @@
 """`python -m tests.robustness [--scenario NAME ...] [--seed N] [--seeds K] [--duration S] [--rate R]
-[--watch-cache true|false|both] [--kind configmaps|widgets|both] [--json PATH]`: run scenarios, print the table (and, for each failure, the
-violations with the excerpt of history that shows them), write every result as JSON. Exit 1 if any failed."""
+[--watch-cache true|false|both] [--kind configmaps|widgets|both] [--json PATH]`: run scenarios, print the
+table (and, for each failure, the violations with the excerpt of history that shows them), write every
+result as JSON. Exit 1 if any failed (known problems included)."""
 from __future__ import annotations
 
 import argparse

@@ -234,12 +234,17 @@ def check_chain(ch: WatchChain, truth: Recorder, compactions) -> list[Violation]
     want = [(e.rev, e.watch_type(), e.name, e.opid) for e in truth.events_between(ch.start_rv, upto)]
     got = sorted(set(delivered))
     if got != want:
-        i = next((k for k in range(min(len(got), len(want))) if got[k] != want[k]), min(len(got), len(want)))
+        n = min(len(got), len(want))
+        i = next((k for k in range(n) if got[k] != want[k]), n)
+        if i < len(want) and (i >= len(got) or want[i] < got[i]):
+            what, at = f"missing {want[i]}", want[i][0]
+        else:
+            what, at = f"unexpected {got[i]}", got[i][0]
+        near = [list(s) for s in ch.sessions if s[2] <= at][-2:]   # the sessions around the difference
         out.append(Violation("watch", f"{where}: delivered events differ from etcd's between rv {ch.start_rv} "
-                                      f"and {upto} (first difference at #{i}: "
-                                      f"{'missing ' + str(want[i]) if i < len(want) and (i >= len(got) or want[i] < got[i]) else 'unexpected ' + str(got[i] if i < len(got) else None)})",
+                                      f"and {upto} (first difference at #{i}: {what})",
                              [{"etcd": list(want[max(0, i - 2):i + 3])}, {"watch": list(got[max(0, i - 2):i + 3])},
-                              {"sessions": [list(s) for s in ch.sessions if s[2] <= (want[i][0] if i < len(want) else upto)][-2:]}]))
+                              {"sessions": near}]))
     for s in ch.sessions:
         if s[1] - s[0] > s[4] + WATCH_MARGIN:
             out.append(Violation("watch", f"{where}: a watch with timeoutSeconds={s[4]} ran {s[1] - s[0]:.1f} s "

@@ -163,7 +163,8 @@ class Traffic:
                     doc = None
                 if r.status >= 300:
                     op.status_kind = is_status(doc)
-                    op.error = (doc or {}).get("message") if isinstance(doc, dict) else raw[:200].decode("utf-8", "replace")
+                    op.error = (doc.get("message") if isinstance(doc, dict)
+                                else raw[:200].decode("utf-8", "replace"))
                     if r.status == 429:
                         op.error = f"{op.error} (Retry-After {r.headers.get('Retry-After')})"
                     return None
@@ -291,7 +292,8 @@ class Traffic:
                         "resourceVersion": str(op.read_rv), "resourceVersionMatch": "Exact"})
                 else:
                     # a slow reader now and then: pages apart in time, so compaction can pass them
-                    op = await self.paged(s, cid, rng.randint(3, 8), rng.uniform(0.2, 0.8) if rng.random() < 0.3 else 0.0)
+                    pause = rng.uniform(0.2, 0.8) if rng.random() < 0.3 else 0.0
+                    op = await self.paged(s, cid, rng.randint(3, 8), pause)
                     doc = None
                 if doc is not None:
                     op.rv = int(doc["metadata"]["resourceVersion"])

@@ -25,6 +25,7 @@ import datetime as _dt
 import functools
 import json
 import struct
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -320,6 +321,14 @@ def _map_key_order(k: Any) -> Any:
 
 def unwrap(body: bytes) -> tuple[str, str, bytes]:
     """(apiVersion, kind, raw message) from the runtime.Unknown envelope."""
+    try:
+        av, kind, start, end = _envelope(body)
+    except Exception:  # noqa: BLE001 (the general reading decides)
+        return _unwrap(body)
+    return av, kind, body[start:end]
+
+
+def _unwrap(body: bytes) -> tuple[str, str, bytes]:
     if not body.startswith(MAGIC):
         raise ProtobufError(f"provided data does not appear to be a protobuf message, expected prefix {list(MAGIC)}")
     f = _fields(body[len(MAGIC):])
@@ -342,18 +351,49 @@ def decode(body: bytes, api_version: str, kind: str) -> Obj:
     when the expected type has no protobuf layout.
     """
     name = schema()["kinds"][f"{api_version}/{kind}"]
-    av, k, raw = unwrap(body)
+    try:
+        av, k, start, end = _envelope(body)
+    except Exception:  # noqa: BLE001 (the general reading decides)
+        av, k, raw = _unwrap(body)
+        body, start, end = raw, 0, len(raw)
+    return _object(name, av, k, body, start, end)
+
+
+def decode_stored(body: bytes) -> Obj:
+    """A protobuf value as kube-apiserver stores it, of the type its envelope names (what
+    ``decode(body, *unwrap(body)[:2])`` returns); ``KeyError`` when that type has no layout."""
+    try:
+        av, k, start, end = _envelope(body)
+    except Exception:  # noqa: BLE001 (the general reading decides)
+        av, k, raw = _unwrap(body)
+        body, start, end = raw, 0, len(raw)
+    return _object(schema()["kinds"][f"{av}/{k}"], av, k, body, start, end)
+
+
+def _object(name: str, av: str, k: str, body: bytes, start: int, end: int) -> Obj:
     obj: Obj = {}
     if k:
         obj["kind"] = k
     if av:
         obj["apiVersion"] = av
-    obj.update(_convert(name, raw))
+    obj.update(_convert(name, body, start, end))
     return obj
 
 
-def _convert(name: str, raw: bytes) -> Obj:
-    """The message as JSON; whatever the bytes hold, a ProtobufError (a 400), never another error."""
+def _convert(name: str, raw: bytes, start: int = 0, end: int | None = None) -> Obj:
+    """The message as JSON; whatever the bytes hold, a ProtobufError (a 400), never another error.
+
+    The compiled decoder first (machinery/protobuf.py's second half); whatever it does not take on (a
+    message field given twice, a packed list, a wrong wire type, malformed bytes, an error), the general
+    decoder decides, so the outcome is always the general decoder's."""
+    fast = _FAST.get(name) or _fast_decoder(name)
+    if fast is not None:
+        try:
+            return fast(raw, start, len(raw) if end is None else end)
+        except Exception:  # noqa: BLE001 (the general decoder below decides, errors included)
+            FALLBACKS[0] += 1
+    if start or end is not None:
+        raw = raw[start:end]
     try:
         return _Decoder().message(name, raw)
     except ProtobufError:
@@ -374,3 +414,566 @@ def decode_delete_options(body: bytes) -> Obj:
 def supports(api_version: str, kind: str) -> bool:
     return f"{api_version}/{kind}" in schema()["kinds"]
 
+
+
+# --- the compiled decoder -----------------------------------------------------------------------------------
+#
+# The general decoder above reads the schema for every field of every object: it splits a message into a
+# {field: [(wire type, value)]} dict, then walks the layout asking generic questions of each field. That is
+# most of a restart over an etcd that kube-apiserver wrote. Here each message layout is compiled once into a
+# Python function `M_<n>(buf, i, end) -> dict` that reads the message from buf[i:end] in one pass (a binary
+# tree of tag comparisons, varints and lengths decoded inline, one local per field), then builds the object
+# in the layout's order. It takes on only what Go's encoder writes: a non-repeated message or special field
+# given twice (which protobuf merges), a packed list, a wire type other than the field's, a truncated or
+# otherwise malformed message, and any error at all (a Time past year 9999, raw bytes that are not JSON)
+# raise, and `_convert` hands the whole object to the general decoder, whose result or error stands.
+
+FALLBACKS = [0]  # objects the compiled decoder handed to the general one (tests check Go's bytes never are)
+
+
+class _Fallback(Exception):
+    pass
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def _unsupported(buf: bytes, i: int, end: int) -> Obj:
+    raise _Fallback
+
+
+def _uv(buf: bytes, i: int) -> tuple[int, int]:
+    """The varint at buf[i] (whose first byte has the continuation bit) and the index after it."""
+    result = buf[i] & 0x7F
+    shift = 7
+    i += 1
+    while True:
+        b = buf[i]
+        i += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            if result >> 64:
+                raise _Fallback
+            return result, i
+        shift += 7
+        if shift >= 70:
+            raise _Fallback
+
+
+def _skip(buf: bytes, i: int, end: int, t: int, known: frozenset) -> int:
+    """Past an unknown field's value (validated as the general decoder does); a known field with a
+    wire type the compiled code does not take falls back."""
+    num, wt = t >> 3, t & 7
+    if num == 0 or num in known:
+        raise _Fallback
+    if wt == 0:
+        if buf[i] < 0x80:
+            return i + 1
+        return _uv(buf, i)[1]
+    if wt == 2:
+        ln = buf[i]
+        if ln < 0x80:
+            i += 1
+        else:
+            ln, i = _uv(buf, i)
+        i += ln
+    elif wt == 1:
+        i += 8
+    elif wt == 5:
+        i += 4
+    else:
+        raise _Fallback
+    if i > end:
+        raise _Fallback
+    return i
+
+
+def _small(buf: bytes, i: int, end: int) -> dict[int, tuple[int, Any]]:
+    """Field -> (wire type, last value) of a small message (the special types): ints for varints,
+    (start, end) for length-delimited fields, None for fixed-width ones (no special type has one)."""
+    out: dict[int, tuple[int, Any]] = {}
+    while i < end:
+        t = buf[i]
+        if t < 0x80:
+            i += 1
+        else:
+            t, i = _uv(buf, i)
+        num, wt = t >> 3, t & 7
+        if num == 0:
+            raise _Fallback
+        if wt == 0:
+            v = buf[i]
+            if v < 0x80:
+                i += 1
+            else:
+                v, i = _uv(buf, i)
+            out[num] = (0, v)
+        elif wt == 2:
+            ln = buf[i]
+            if ln < 0x80:
+                i += 1
+            else:
+                ln, i = _uv(buf, i)
+            out[num] = (2, (i, i + ln))
+            i += ln
+        elif wt == 1:
+            i += 8
+            out[num] = (1, None)
+        elif wt == 5:
+            i += 4
+            out[num] = (5, None)
+        else:
+            raise _Fallback
+        if i > end:
+            raise _Fallback
+    if i != end:
+        raise _Fallback
+    return out
+
+
+def _f_int(f: dict, num: int, bits: int) -> int:
+    v = f.get(num)
+    if v is None:
+        return 0
+    if v[0] != 0:
+        raise _Fallback
+    return _signed(v[1], bits)
+
+
+def _f_str(buf: bytes, f: dict, num: int) -> str:
+    v = f.get(num)
+    if v is None:
+        return ""
+    if v[0] != 2:
+        raise _Fallback
+    return buf[v[1][0]:v[1][1]].decode("utf-8", "replace")
+
+
+_EPOCH_ORDINAL = _dt.date(1970, 1, 1).toordinal()
+_MAX_SECONDS = 253402300800  # 10000-01-01T00:00:00Z
+_fromordinal = _dt.date.fromordinal
+
+
+def _fmt_seconds(secs: int) -> str:
+    """_go_time's "%Y-%m-%dT%H:%M:%S" for 1970 to 9999."""
+    days, rem = divmod(secs, 86400)
+    d = _fromordinal(_EPOCH_ORDINAL + days)
+    h, rem = divmod(rem, 3600)
+    m, s = divmod(rem, 60)
+    return f"{d.year:04d}-{d.month:02d}-{d.day:02d}T{h:02d}:{m:02d}:{s:02d}"
+
+
+def _sp_time(buf: bytes, i: int, end: int) -> tuple[Any, bool]:
+    if i == end:
+        return None, True
+    secs = _f_int(_small(buf, i, end), 1, 64)
+    if 0 <= secs < _MAX_SECONDS:
+        return _fmt_seconds(secs) + "Z", False
+    return _go_time(secs, None), False
+
+
+def _sp_microtime(buf: bytes, i: int, end: int) -> tuple[Any, bool]:
+    if i == end:
+        return None, True
+    f = _small(buf, i, end)
+    secs, micros = _f_int(f, 1, 64), _f_int(f, 2, 32) // 1000
+    if 0 <= secs < _MAX_SECONDS and 0 <= micros < 1000000:
+        return f"{_fmt_seconds(secs)}.{micros:06d}Z", False
+    return _go_time(secs, micros), False
+
+
+def _sp_intorstring(buf: bytes, i: int, end: int) -> tuple[Any, bool]:
+    f = _small(buf, i, end)
+    typ, iv, sv = _f_int(f, 1, 64), _f_int(f, 2, 32), _f_str(buf, f, 3)
+    return (sv if typ == 1 else iv), (typ == 0 and iv == 0 and sv == "")
+
+
+def _sp_quantity(buf: bytes, i: int, end: int) -> tuple[Any, bool]:
+    if i + 1 < end and buf[i] == 10 and buf[i + 1] == end - i - 2 < 0x80:  # the usual: one short string
+        s = buf[i + 2:end].decode("utf-8", "replace")
+    else:
+        s = _f_str(buf, _small(buf, i, end), 1)
+    return (s or "0"), not s
+
+
+def _sp_raw(buf: bytes, i: int, end: int) -> tuple[Any, bool]:
+    f = _small(buf, i, end)
+    v = f.get(1)
+    if v is None:
+        return None, True
+    if v[0] != 2:
+        raise _Fallback
+    raw = buf[v[1][0]:v[1][1]]
+    return (_raw_json(raw), False) if raw else (None, True)
+
+
+def _cached(sp: Any) -> Any:
+    """A special type's reader memoized on its bytes (its JSON value is immutable: a string or number).
+    Timestamps and quantities repeat within an object (conditions, managedFields) and across objects."""
+    memo: dict[bytes, tuple[Any, bool]] = {}
+
+    def read(buf: bytes, i: int, end: int) -> tuple[Any, bool]:
+        key = buf[i:end]
+        r = memo.get(key)
+        if r is None:
+            r = sp(key, 0, end - i)
+            if len(memo) >= 4096:
+                memo.clear()
+            memo[key] = r
+        return r
+    return read
+
+
+_FAST_SPECIALS = {"time": _cached(_sp_time), "microtime": _cached(_sp_microtime),
+                  "intorstring": _cached(_sp_intorstring), "quantity": _cached(_sp_quantity), "raw": _sp_raw}
+
+
+def _general_special(kind: str) -> Any:
+    def sp(buf: bytes, i: int, end: int) -> tuple[Any, bool]:
+        return _Decoder().special(kind, buf[i:end])
+    return sp
+
+
+def _entry_ss(buf: bytes, i: int, end: int) -> tuple[str, str]:
+    """A map<string, string> entry (labels, annotations, ConfigMap data): key and value."""
+    k = v = ""
+    while i < end:
+        t = buf[i]
+        i += 1
+        ln = buf[i]
+        if ln < 0x80:
+            i += 1
+        else:
+            ln, i = _uv(buf, i)
+        e = i + ln
+        if e > end:
+            raise _Fallback
+        if t == 10:
+            k = buf[i:e].decode("utf-8", "replace")
+        elif t == 18:
+            v = buf[i:e].decode("utf-8", "replace")
+        else:
+            raise _Fallback  # anything else: the general decoder
+        i = e
+    return k, v
+
+
+def _sorted_map(d: dict) -> dict:
+    """encoding/json's key order (string keys: code point order is UTF-8 byte order)."""
+    ks = list(d)
+    sk = sorted(ks)
+    return d if ks == sk else {k: d[k] for k in sk}
+
+
+_WT = {"bool": 0, "int32": 0, "int64": 0, "uint32": 0, "uint64": 0, "float64": 1, "float32": 5}
+
+
+def _wire_type(typ: Any) -> int:
+    return _WT.get(typ, 2) if isinstance(typ, str) else 2
+
+
+class _Compiler:
+    """Python source of one function per message layout (and per map type), compiled together."""
+
+    def __init__(self) -> None:
+        self.messages = schema()["messages"]
+        self.names: dict[str, str] = {}  # message -> function name
+        self.ns: dict[str, Any] = {"_Fallback": _Fallback, "_uv": _uv, "_skip": _skip, "_b64": base64.b64encode,
+                                   "_sorted_map": _sorted_map, "_entry_ss": _entry_ss,
+                                   "_unsupported": _unsupported,
+                                   "_unpack_d": struct.Struct("<d").unpack_from,
+                                   "_unpack_f": struct.Struct("<f").unpack_from, "_s32": lambda v: _signed(v, 32)}
+        self.consts: dict[int, str] = {}
+        self.src: list[str] = []
+        self.pending: list[str] = []  # messages named but not generated yet
+        self.entries = 0
+
+    def const(self, value: Any) -> str:
+        name = self.consts.get(id(value))
+        if name is None:
+            name = self.consts[id(value)] = f"_c{len(self.consts)}"
+            self.ns[name] = value
+        return name
+
+    def fn(self, msg: str) -> str:
+        """The function name of a message's decoder (compiled with the one that needs it)."""
+        if msg not in self.messages:  # a layout-less message: the general decoder's error
+            return "_unsupported"
+        name = self.names.get(msg)
+        if name is None:
+            name = self.names[msg] = f"M_{len(self.names)}"
+            self.pending.append(msg)
+        return name
+
+    def special(self, kind: str) -> str:
+        return self.const(_FAST_SPECIALS.get(kind) or _general_special(kind))
+
+    def compile(self, msg: str) -> Any:
+        """The decoder of msg, compiling it and every message it reaches that is not compiled yet."""
+        name = self.fn(msg)
+        if name in self.ns:
+            return self.ns[name]
+        self.src = []
+        while self.pending:
+            m = self.pending.pop()
+            n = len(self.src)
+            try:
+                self.message(m, self.names[m])
+            except _Unsupported:  # a layout this compiler does not know: the general decoder decodes it
+                del self.src[n:]
+                self.ns[self.names[m]] = _unsupported
+        exec(compile("\n".join(self.src), "<protobuf compiled decoders>", "exec"), self.ns)
+        return self.ns[name]
+
+    # -- reading a field's value (code after `t` matched; i at the value) --
+
+    @staticmethod
+    def _ld(ind: str) -> list[str]:
+        return [f"{ind}ln = buf[i]",
+                f"{ind}if ln < 0x80:",
+                f"{ind}    i += 1",
+                f"{ind}else:",
+                f"{ind}    ln, i = _uv(buf, i)",
+                f"{ind}e = i + ln",
+                f"{ind}if e > end:",
+                f"{ind}    raise _Fallback"]
+
+    def scalar_read(self, typ: str, ind: str) -> tuple[list[str], str]:
+        """Lines reading one value of a scalar type into `v` (i past it)."""
+        if typ == "string":
+            return self._ld(ind) + [f"{ind}v = buf[i:e].decode('utf-8', 'replace')", f"{ind}i = e"], "v"
+        if typ == "bytes":
+            return self._ld(ind) + [f"{ind}v = buf[i:e]", f"{ind}i = e"], "v"
+        if typ in ("float64", "float32"):
+            size, unpack = (8, "_unpack_d") if typ == "float64" else (4, "_unpack_f")
+            return [f"{ind}if i + {size} > end:", f"{ind}    raise _Fallback",
+                    f"{ind}v = {unpack}(buf, i)[0]", f"{ind}i += {size}"], "v"
+        conv = {"bool": "v != 0", "int32": "v if v < 0x80000000 else _s32(v)",
+                "int64": "v if v < 0x8000000000000000 else v - 0x10000000000000000",
+                "uint32": "v & 0xFFFFFFFF", "uint64": "v"}[typ]
+        return [f"{ind}v = buf[i]", f"{ind}if v < 0x80:", f"{ind}    i += 1", f"{ind}else:",
+                f"{ind}    v, i = _uv(buf, i)"], conv
+
+    def element(self, typ: Any, ind: str) -> tuple[list[str], str]:
+        """Lines reading one value of typ (scalar, message, special) and the expression of its JSON value."""
+        if isinstance(typ, str) and typ in _SCALARS:
+            lines, expr = self.scalar_read(typ, ind)
+            return lines, ("_b64(v).decode()" if typ == "bytes" else expr)
+        if typ.startswith("msg:"):
+            return self._ld(ind) + [f"{ind}v = {self.fn(typ[4:])}(buf, i, e)", f"{ind}i = e"], "v"
+        return self._ld(ind) + [f"{ind}v = {self.special(typ)}(buf, i, e)", f"{ind}i = e"], "v"
+
+    def entry_fn(self, ktyp: str, vtyp: Any) -> str:
+        """A map entry reader (buf, i, end) -> (key, JSON value)."""
+        if ktyp == "string" and vtyp == "string":
+            return "_entry_ss"
+        if ktyp != "string":
+            raise _Unsupported(f"map key type {ktyp}")
+        self.entries += 1
+        name = f"E_{self.entries}"
+        body = [f"def {name}(buf, i, end):", "    k = ''", "    val = None", "    seen = False", "    while i < end:",
+                "        t = buf[i]", "        i += 1", "        if t == 10:"]
+        body += self._ld("            ") + ["            k = buf[i:e].decode('utf-8', 'replace')", "            i = e"]
+        body += ["        elif t == 18:", "            if seen:", "                raise _Fallback", "            seen = True"]
+        body += self._ld("            ")
+        if vtyp == "bytes":
+            body += ["            val = _b64(buf[i:e]).decode()"]
+        elif isinstance(vtyp, list):  # a named slice (ExtraValue): a message with the items in field 1
+            if vtyp != ["list", "string"]:
+                raise _Unsupported(f"map value type {vtyp}")
+            body += [f"            val = {self.const(_extra_value)}(buf, i, e)"]
+        elif vtyp.startswith("msg:"):
+            body += [f"            val = {self.fn(vtyp[4:])}(buf, i, e)"]
+        else:
+            body += [f"            val = {self.special(vtyp)}(buf, i, e)[0]"]
+        body += ["            i = e", "        else:", "            raise _Fallback", "    if i != end:",
+                 "        raise _Fallback", "    if not seen:"]
+        if vtyp == "bytes":
+            absent = "''"
+        elif isinstance(vtyp, list):
+            absent = "[]"
+        elif vtyp.startswith("msg:"):
+            absent = f"{self.fn(vtyp[4:])}(b'', 0, 0)"
+        else:
+            absent = self.const(_Decoder().special(vtyp, None)[0])
+        body += [f"        val = {absent}", "    return k, val", ""]
+        self.src.append("\n".join(body))
+        return name
+
+    # -- a message --
+
+    def message(self, msg: str, name: str) -> None:
+        layout = self.messages[msg]
+        known = frozenset(f[0] for f in layout)
+        branches: list[tuple[int, list[str]]] = []  # (tag, lines at 8 spaces... re-indented by the tree)
+        emit: list[str] = []
+        slots: list[str] = []
+        sorts: list[str] = []
+        for num, jname, flags, typ in layout:
+            var = f"f{num}"
+            slots.append(var)
+            omit = "o" in flags or "z" in flags
+            pointer = "p" in flags
+            j = repr(jname)
+            tag = num << 3 | (_wire_type(typ[1]) if isinstance(typ, list) and typ[0] == "list" else _wire_type(typ))
+            ind = ""
+            if isinstance(typ, list) and typ[0] == "list":
+                lines, expr = self.element(typ[1], ind)
+                if typ[1] not in _SCALARS and not typ[1].startswith("msg:"):
+                    expr = "v[0]"  # a special's (value, zero)
+                lines += [f"if {var} is None:", f"    {var} = [{expr}]", "else:", f"    {var}.append({expr})"]
+            elif isinstance(typ, list):  # map
+                lines = self._ld(ind) + [f"k, v = {self.entry_fn(typ[1], typ[2])}(buf, i, e)", "i = e",
+                                         f"if {var} is None:", f"    {var} = {{k: v}}", "else:",
+                                         f"    {var}[k] = v"]
+                sorts += [f"    if {var} is not None and len({var}) > 1:", f"        {var} = _sorted_map({var})"]
+            elif typ in _SCALARS:
+                lines, expr = self.scalar_read(typ, ind)
+                lines.append(f"{var} = {expr}")
+            else:  # message or special, non-repeated: a second occurrence would be merged
+                lines, expr = self.element(typ, ind)
+                lines = [f"if {var} is not None:", "    raise _Fallback"] + lines + [f"{var} = {expr}"]
+            branches.append((tag, lines))
+
+            # the JSON field, from the slot (None: absent)
+            if "e" in flags:
+                if not isinstance(typ, str) or not typ.startswith("msg:"):
+                    raise _Unsupported(f"embedded {typ}")
+                emit += [f"    if {var} is not None:", f"        out.update({var})"]
+                if not pointer:
+                    emit += ["    else:", f"        out.update({self.fn(typ[4:])}(b'', 0, 0))"]
+                continue
+            if isinstance(typ, list) or pointer:
+                conv = "_b64(%s).decode()" % var if typ == "bytes" else var
+                if isinstance(typ, str) and typ not in _SCALARS and not typ.startswith("msg:"):
+                    conv = f"{var}[0]"  # a special's (value, zero)
+                emit += [f"    if {var} is not None:", f"        out[{j}] = {conv}"]
+                if not omit:
+                    emit += ["    else:", f"        out[{j}] = None"]
+                continue
+            if typ in _SCALARS:
+                conv = "_b64(%s).decode()" % var if typ == "bytes" else var
+                if omit:
+                    emit += [f"    if {var}:", f"        out[{j}] = {conv}"]
+                else:
+                    zero = "None" if typ == "bytes" else repr(_ZERO[typ])
+                    emit += [f"    out[{j}] = {conv} if {var} is not None else {zero}"]
+                continue
+            if typ.startswith("msg:"):  # omitempty has no effect on structs
+                if "z" in flags:
+                    raise _Unsupported("omitzero struct")
+                emit += [f"    out[{j}] = {var} if {var} is not None else {self.fn(typ[4:])}(b'', 0, 0)"]
+                continue
+            # a special type, not a pointer
+            absent = _Decoder().special(typ, None)
+            if "z" in flags:
+                emit += [f"    if {var} is not None and not {var}[1]:", f"        out[{j}] = {var}[0]"]
+                if not absent[1]:
+                    emit += [f"    elif {var} is None:", f"        out[{j}] = {self.const(absent[0])}"]
+            else:
+                emit += [f"    out[{j}] = {var}[0] if {var} is not None else {self.const(absent[0])}"]
+
+        src = [f"def {name}(buf, i, end):"]
+        if slots:
+            src.append("    " + " = ".join(slots) + " = None")
+        src += ["    while i < end:", "        t = buf[i]", "        if t < 0x80:", "            i += 1",
+                "        else:", "            t, i = _uv(buf, i)"]
+        src += self.tree(sorted(branches), self.const(known), "        ")
+        src += ["    if i != end:", "        raise _Fallback"]
+        src += sorts
+        src += ["    out = {}"] + emit + ["    return out", ""]
+        self.src.append("\n".join(src))
+
+    def tree(self, branches: list[tuple[int, list[str]]], known: str, ind: str) -> list[str]:
+        """Dispatch on t: a binary tree of comparisons down to short if/elif chains."""
+        if len(branches) <= 3:
+            out: list[str] = []
+            for k, (tag, lines) in enumerate(branches):
+                out.append(f"{ind}{'if' if k == 0 else 'elif'} t == {tag}:")
+                out += [ind + "    " + line for line in lines]
+            if branches:
+                out.append(f"{ind}else:")
+                out.append(f"{ind}    i = _skip(buf, i, end, t, {known})")
+            else:
+                out.append(f"{ind}i = _skip(buf, i, end, t, {known})")
+            return out
+        mid = len(branches) // 2
+        return ([f"{ind}if t < {branches[mid][0]}:"] + self.tree(branches[:mid], known, ind + "    ")
+                + [f"{ind}else:"] + self.tree(branches[mid:], known, ind + "    "))
+
+
+def _extra_value(buf: bytes, i: int, end: int) -> list[str]:
+    """authentication's ExtraValue (a named []string): a message with the items in field 1."""
+    items: list[str] = []
+    while i < end:
+        t = buf[i]
+        i += 1
+        if t != 10:
+            raise _Fallback
+        ln = buf[i]
+        if ln < 0x80:
+            i += 1
+        else:
+            ln, i = _uv(buf, i)
+        e = i + ln
+        if e > end:
+            raise _Fallback
+        items.append(buf[i:e].decode("utf-8", "replace"))
+        i = e
+    return items
+
+
+_FAST: dict[str, Any] = {}  # message name -> its compiled decoder (buf, start, end) -> JSON object
+_COMPILER: list[_Compiler] = []
+_COMPILE_LOCK = threading.Lock()
+
+
+def _fast_decoder(name: str) -> Any:
+    """The compiled decoder of a message (None without a layout), compiled on first use."""
+    if name not in schema()["messages"]:
+        return None
+    with _COMPILE_LOCK:
+        if name not in _FAST:
+            if not _COMPILER:
+                _COMPILER.append(_Compiler())
+            _FAST[name] = _COMPILER[0].compile(name)
+    return _FAST[name]
+
+
+def _envelope(body: bytes) -> tuple[str, str, int, int]:
+    """unwrap's reading of the runtime.Unknown envelope as Go writes it: (apiVersion, kind, start and
+    end of the raw message in body); raises on anything else (then the general reading decides)."""
+    if body[:4] != MAGIC:
+        raise _Fallback
+    i, end = 4, len(body)
+    av = kind = ""
+    start = stop = 0
+    typemeta = False
+    while i < end:
+        t = body[i]
+        ln = body[i + 1]
+        if ln < 0x80:
+            i += 2
+        else:
+            ln, i = _uv(body, i + 1)
+        e = i + ln
+        if e > end:
+            raise _Fallback
+        if t == 18:
+            start, stop = i, e
+        elif t == 10:
+            if typemeta:
+                raise _Fallback
+            typemeta = True
+            f = _small(body, i, e)
+            av, kind = _f_str(body, f, 1), _f_str(body, f, 2)
+        elif t == 26:
+            if e > i:  # a content encoding: the general reading's error
+                raise _Fallback
+        elif t != 34:
+            raise _Fallback
+        i = e
+    if i != end:
+        raise _Fallback
+    return av, kind, start, stop

@@ -17,8 +17,7 @@ def decode_value(key: str, value: bytes) -> dict[str, Any]:
     """The stored object (without its resourceVersion, which is the key's mod_revision)."""
     try:
         if value.startswith(protobuf.MAGIC):
-            api_version, kind, _ = protobuf.unwrap(value)
-            return protobuf.decode(value, api_version, kind)
+            return protobuf.decode_stored(value)
         obj = orjson.loads(value)
     except (orjson.JSONDecodeError, protobuf.ProtobufError, KeyError) as e:
         raise errors.StorageError(errors.Code.INTERNAL, key, f"undecodable value: {e}") from None

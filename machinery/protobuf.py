@@ -739,30 +739,32 @@ class _Compiler:
                 f"{ind}if e > end:",
                 f"{ind}    raise _Fallback"]
 
-    def scalar_read(self, typ: str, ind: str) -> tuple[list[str], str]:
-        """Lines reading one value of a scalar type into `v` (i past it)."""
+    def scalar_read(self, typ: str, ind: str, target: str = "v") -> tuple[list[str], str]:
+        """Lines reading one value of a scalar type (i past it), and the expression of the value: target
+        when the lines assign it there, else an expression of the varint `v`."""
         if typ == "string":
-            return self._ld(ind) + [f"{ind}v = buf[i:e].decode('utf-8', 'replace')", f"{ind}i = e"], "v"
+            return self._ld(ind) + [f"{ind}{target} = buf[i:e].decode('utf-8', 'replace')", f"{ind}i = e"], target
         if typ == "bytes":
-            return self._ld(ind) + [f"{ind}v = buf[i:e]", f"{ind}i = e"], "v"
+            return self._ld(ind) + [f"{ind}{target} = buf[i:e]", f"{ind}i = e"], target
         if typ in ("float64", "float32"):
             size, unpack = (8, "_unpack_d") if typ == "float64" else (4, "_unpack_f")
             return [f"{ind}if i + {size} > end:", f"{ind}    raise _Fallback",
-                    f"{ind}v = {unpack}(buf, i)[0]", f"{ind}i += {size}"], "v"
+                    f"{ind}{target} = {unpack}(buf, i)[0]", f"{ind}i += {size}"], target
         conv = {"bool": "v != 0", "int32": "v if v < 0x80000000 else _s32(v)",
                 "int64": "v if v < 0x8000000000000000 else v - 0x10000000000000000",
                 "uint32": "v & 0xFFFFFFFF", "uint64": "v"}[typ]
         return [f"{ind}v = buf[i]", f"{ind}if v < 0x80:", f"{ind}    i += 1", f"{ind}else:",
                 f"{ind}    v, i = _uv(buf, i)"], conv
 
-    def element(self, typ: Any, ind: str) -> tuple[list[str], str]:
-        """Lines reading one value of typ (scalar, message, special) and the expression of its JSON value."""
+    def element(self, typ: Any, ind: str, target: str = "v") -> tuple[list[str], str]:
+        """Lines reading one list element of typ (scalar, message, special) and the expression of its
+        JSON value; a message or special is read into target."""
         if isinstance(typ, str) and typ in _SCALARS:
             lines, expr = self.scalar_read(typ, ind)
             return lines, ("_b64(v).decode()" if typ == "bytes" else expr)
         if typ.startswith("msg:"):
-            return self._ld(ind) + [f"{ind}v = {self.fn(typ[4:])}(buf, i, e)", f"{ind}i = e"], "v"
-        return self._ld(ind) + [f"{ind}v = {self.special(typ)}(buf, i, e)", f"{ind}i = e"], "v"
+            return self._ld(ind) + [f"{ind}{target} = {self.fn(typ[4:])}(buf, i, e)", f"{ind}i = e"], target
+        return self._ld(ind) + [f"{ind}{target} = {self.special(typ)}(buf, i, e)", f"{ind}i = e"], target
 
     def entry_fn(self, ktyp: str, vtyp: Any) -> str:
         """A map entry reader (buf, i, end) -> (key, JSON value)."""
@@ -829,11 +831,12 @@ class _Compiler:
                                          f"    {var}[k] = v"]
                 sorts += [f"    if {var} is not None and len({var}) > 1:", f"        {var} = _sorted_map({var})"]
             elif typ in _SCALARS:
-                lines, expr = self.scalar_read(typ, ind)
-                lines.append(f"{var} = {expr}")
+                lines, expr = self.scalar_read(typ, ind, var)
+                if expr != var:
+                    lines.append(f"{var} = {expr}")
             else:  # message or special, non-repeated: a second occurrence would be merged
-                lines, expr = self.element(typ, ind)
-                lines = [f"if {var} is not None:", "    raise _Fallback"] + lines + [f"{var} = {expr}"]
+                lines, _ = self.element(typ, ind, var)
+                lines = [f"if {var} is not None:", "    raise _Fallback"] + lines
             branches.append((tag, lines))
 
             # the JSON field, from the slot (None: absent)

@@ -792,3 +792,25 @@ def test_malformed_metadata_in_etcd_does_not_stop_the_cache(srv_current):
     assert [o["metadata"]["name"] for o in api.get(cms(ns), params={"labelSelector": "a=b"}).json()["items"]] == ["good"]
     assert [o["metadata"]["name"] for o in api.get(cms(ns), params={"labelSelector": "!a"}).json()["items"]] == ["bad"]
     assert msum(metrics(api), "apiserver_watch_cache_initializations_total", resource="configmaps") == inits
+
+
+def test_a_watch_client_hanging_up_is_not_an_error(srv_current):
+    """A client that goes away mid-stream ends its watch quietly (bench/http_fuzz.py saw aiohttp log a
+    traceback, `Cannot write to closing transport`, for every such watch); the server goes on serving."""
+    api = srv_current.api()
+    ns = srv_current.new_namespace()
+    log_path = srv_current.proc.log_path
+
+    def tracebacks() -> int:
+        with open(log_path, errors="replace") as f:
+            return f.read().count("Error handling request")
+    before = tracebacks()
+    socks = [_raw_watch(srv_current.base, f"{cms(ns)}?watch=1&resourceVersion=0") for _ in range(5)]
+    time.sleep(0.3)
+    for s in socks:
+        s.close()
+    for i in range(30):
+        assert api.post(cms(ns), cm(f"h{i}", big="x" * 20_000)).status_code == 201
+    time.sleep(1.0)
+    assert api.get(cms(ns)).status_code == 200
+    assert tracebacks() == before

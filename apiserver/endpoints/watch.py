@@ -97,5 +97,13 @@ async def watch(ctx: Context, request: web.Request, scope: RequestScope) -> web.
     except serr.StorageError as e:
         if not sink.started:
             raise map_storage_error(e, res) from None  # before the stream: an HTTP error (S1.33)
-        await sink.fail(e)
+        try:
+            await sink.fail(e)
+        except ConnectionResetError:
+            pass
+    except ConnectionResetError:
+        if not sink.started:
+            raise
+        # The client hung up mid-stream: nothing to answer and, as upstream, nothing to log (aiohttp logged
+        # a traceback per watch that ended this way).
     return await sink.finish()

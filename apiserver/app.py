@@ -165,10 +165,12 @@ class APIServer:
     def app(self) -> web.Application:
         c = self.config
         app = web.Application(middlewares=[
-            filters.max_in_flight(c.max_requests_inflight, c.max_mutating_requests_inflight),
-            # Authentication before the path checks: upstream answers an unauthenticated request 401 whatever
-            # its path names (only Go's HTTP server refuses a malformed escape before it).
+            # Authentication first, then the in-flight limit, as upstream's chain (WithAuthentication outside
+            # WithMaxInFlightLimit): an unauthenticated flood gets 401s, never takes the in-flight seats. Before
+            # the path checks too: upstream answers an unauthenticated request 401 whatever its path names
+            # (only Go's HTTP server refuses a malformed escape before it).
             authentication(c),
+            filters.max_in_flight(c.max_requests_inflight, c.max_mutating_requests_inflight),
             # Authorization right after authentication, on the path as the client sent it (upstream: a
             # refused request is 403 whatever names its path holds).
             *([] if self.authorizer.always_allow else [authz.middleware(self.authorizer)]),

@@ -538,3 +538,38 @@ def test_no_flags_middleware_costs_next_to_nothing():
     print(f"no-flags authentication middleware: {wrapped * 1e6:.3f} us per call against {direct * 1e6:.3f} us for "
           f"the bare handler: {overhead * 1e6:.3f} us added")
     assert overhead < 5e-6
+
+
+def test_401s_are_not_in_apiserver_request_total(server):
+    """A request refused by authentication never reaches the instrumented handlers: no code="401" series in
+    apiserver_request_total, on either server (checked against kube-apiserver v1.37.2)."""
+    path = "/api/v1/namespaces/default/configmaps"
+    for _ in range(3):
+        assert server.req("GET", path, token="nope").status_code == 401
+    text = server.req("GET", "/metrics", token="tok-admin").text
+    assert "apiserver_request_total{" in text
+    assert [line for line in text.splitlines()
+            if line.startswith("apiserver_request_total{") and 'code="401"' in line] == []
+
+
+def test_unauthenticated_requests_never_take_in_flight_seats(current_etcd, token_file):
+    """Authentication runs before the in-flight limit, as upstream's chain (WithAuthentication outside
+    WithMaxInFlightLimit): with every seat taken, a request without valid credentials is still 401, not 429.
+    (Ours only: kube-apiserver exempts nothing a test could use to fill its seats without API Priority and
+    Fairness' own limits.)"""
+    import threading
+    p, pki, port = _ours(current_etcd, token_file, "--max-requests-inflight=1", "--request-timeout=3s")
+    with p:
+        s = Server("ours", f"https://127.0.0.1:{port}", pki, plain=p.base)
+        path = "/api/v1/namespaces/default/configmaps"
+        done: list[int] = []
+        slow = threading.Thread(target=lambda: done.append(s.req(
+            "GET", path, token="tok-bob", params={"resourceVersion": "999999999"}).status_code))  # waits ~3 s
+        slow.start()
+        time.sleep(0.8)
+        assert s.req("GET", path, token="tok-alice").status_code == 429   # the seat is taken
+        r = s.req("GET", path, token="nope")
+        assert (r.status_code, r.content) == (401, UNAUTHORIZED)
+        slow.join()
+        assert done == [504]
+    shutil.rmtree(pki, ignore_errors=True)

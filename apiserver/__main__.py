@@ -245,6 +245,12 @@ def old_etcd_warning(binary) -> str | None:
 
 async def _serve(server, a) -> None:
     from .filters import PROTOCOL_LIMITS, install_protocol_limits
+    # Signal handlers before anything is served: a SIGTERM right after /readyz answers (or after the ready
+    # line) must be a clean shutdown, not the default action killing the process (-15).
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     runner = web.AppRunner(server.app(), handle_signals=False, access_log=None, **PROTOCOL_LIMITS)
     await runner.setup()
     install_protocol_limits(runner)  # 431 for a request line or headers over the limits
@@ -267,10 +273,6 @@ async def _serve(server, a) -> None:
     print(f"apiserver ready: {' '.join(urls)} etcd={','.join(server.config.etcd_servers)} "
           f"etcd_version={server.etcd_version}", file=sys.stderr)
     print(f"point kubectl at it:  kubectl --server {urls[0]} get configmaps -A", file=sys.stderr, flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     print("shutting down", file=sys.stderr)
     await runner.cleanup()

@@ -319,11 +319,6 @@ def test_kubectl_with_wrong_credentials(server, tmp_path):
 
 # ============================================================ anonymous, and no authentication flags
 
-def _has_flag(flag: str) -> bool:
-    from apiserver.__main__ import build_parser
-    return any(flag in a.option_strings for a in build_parser()._actions)
-
-
 def test_anonymous_auth_is_reset_under_always_allow(current_etcd, token_file, tmp_path):
     """Upstream: `AnonymousAuth is not allowed with the AlwaysAllow authorizer` (a warning at start; no
     credentials is then 401). Explicit --anonymous-auth=true is reset too; =false is the same 401."""
@@ -355,8 +350,6 @@ def test_anonymous_identity_with_rbac(current_etcd, token_file, tmp_path):
     """With an authorizer other than AlwaysAllow, no credentials is system:anonymous in system:unauthenticated
     (whoami, once RBAC lets anonymous create SelfSubjectReviews; the health endpoints through upstream's
     system:public-info-viewer), on both servers; --anonymous-auth=false makes it 401."""
-    if not _has_flag("--authorization-mode"):
-        pytest.skip("--authorization-mode (the RBAC authorizer) is not in this tree yet")
     results = {}
     k = KubeApiserver(current_etcd.endpoint, prefix=f"/registry-kube-anon{os.getpid()}",
                       extra_args=(f"--token-auth-file={token_file}",), authorization_mode="RBAC")

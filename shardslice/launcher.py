@@ -1,0 +1,289 @@
+"""A whole local slice in one command:
+
+    python -m shardslice up --shards K [--port P] [--state-dir DIR] [--etcd-servers URL] [--no-front]
+                            [--no-controllers]
+
+starts etcd (embedded, the newest binary `storage.embedded.find_etcd` finds; or `--etcd-servers`), K
+resident shards (`python -m apiserver --residency <range i of K>`, complementary ranges of the UID hash),
+the front over them on `--port` (`python -m apiserver --front --shards URL,...`; without the front package
+the slice runs without it and the shards are the entry points), the Widget CRD, and K controllers
+(`python -m shardslice controller`), each pinned to one shard's range on that shard. It prints the front's
+URL and a kubeconfig (also written to `<state-dir>/kubeconfig`), then waits; Ctrl-C (or SIGTERM) stops
+everything, controllers first and etcd last. A child that exits on its own stops the slice (exit status 1).
+
+`Slice` is the same thing as a class, for tests and benchmarks (`bench/slice.py`).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+from machinery.shard_selector import ShardSelector, complementary
+from shardslice import widgets
+from storage.embedded import EmbeddedEtcd, free_port, stop_process
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def front_available() -> bool:
+    """The front (issue 11 §1) is the `front` package; the slice runs without it where it is absent."""
+    return importlib.util.find_spec("front") is not None
+
+
+class SliceError(RuntimeError):
+    """A process of the slice exited, never became ready, or a request during set-up failed."""
+
+
+class Proc:
+    """One child process of the slice on a loopback port: `health` is the path polled for readiness."""
+
+    def __init__(self, name: str, argv: list[str], port: int, health: str, log_dir: str,
+                 env: dict[str, str] | None = None, selector: ShardSelector | None = None):
+        self.name = name
+        self.argv = argv
+        self.port = port
+        self.base = f"http://127.0.0.1:{port}"
+        self.health = health
+        self.log_path = os.path.join(log_dir, f"{name}.log")
+        self.env = dict(os.environ, **env) if env else None
+        self.selector = selector
+        self.popen: subprocess.Popen | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def start(self) -> "Proc":
+        with open(self.log_path, "ab") as log:
+            self.popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          cwd=ROOT, env=self.env, start_new_session=True)
+        return self
+
+    def exited(self) -> int | None:
+        return None if self.popen is None else self.popen.poll()
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.base + self.health, timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def wait_ready(self, deadline: float) -> None:
+        while not self.healthy():
+            if self.exited() is not None:
+                raise SliceError(f"{self.name} exited with {self.popen.returncode}; see {self.log_path}")
+            if time.monotonic() > deadline:
+                raise SliceError(f"{self.name} not ready at {self.base}{self.health}; see {self.log_path}")
+            time.sleep(0.1)
+
+    def terminate(self) -> None:
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.terminate()
+
+    def stop(self, timeout: float = 15.0) -> None:
+        stop_process(self.popen, timeout)
+
+
+def http_json(method: str, url: str, body: dict | None = None, timeout: float = 10.0) -> tuple[int, dict]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json"} if data else {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read() or b"{}")
+    except urllib.error.HTTPError as e:
+        raw = e.read()
+        try:
+            return e.code, json.loads(raw)
+        except ValueError:
+            return e.code, {"raw": raw.decode(errors="replace")}
+
+
+def kubeconfig(server: str, name: str = "slice") -> str:
+    """A kubeconfig for a plain-HTTP server without authentication (YAML)."""
+    return (f"apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: {server}\n"
+            f"contexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: {name}\n"
+            f"current-context: {name}\nusers:\n- name: {name}\n  user: {{}}\n")
+
+
+class Slice:
+    """etcd, K shards, the front (if `front` and the package exists), K controllers.
+
+    `shard_args` go to every shard, `front_args` to the front; `env` to every apiserver (e.g.
+    RESIDENCY_TRACEMALLOC=1). Logs go to `<log_dir>/<name>.log` (default: a temporary directory kept after
+    stop, printed by `up`). As a context manager: started on entry, stopped on exit.
+    """
+
+    def __init__(self, k: int, *, port: int = 0, etcd_servers: str | None = None, state_dir: str | None = None,
+                 etcd_prefix: str = "/registry", front: bool = True, controllers: bool = True,
+                 shard_args: tuple[str, ...] = (), front_args: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None, log_dir: str | None = None, workers: int = 4):
+        if k < 1:
+            raise ValueError("--shards must be at least 1")
+        self.k = k
+        self.port = port
+        self.etcd_servers = etcd_servers
+        self.state_dir = state_dir
+        self.etcd_prefix = etcd_prefix
+        self.want_front = front
+        self.want_controllers = controllers
+        self.shard_args = tuple(shard_args)
+        self.front_args = tuple(front_args)
+        self.env = env
+        self.log_dir = log_dir or tempfile.mkdtemp(prefix="slice-logs-")
+        self.workers = workers
+        self.selectors = complementary(k)
+        self.etcd: EmbeddedEtcd | None = None
+        self.shards: list[Proc] = []
+        self.front: Proc | None = None
+        self.controllers: list[Proc] = []
+
+    # --- what runs ----------------------------------------------------------------------------------
+
+    @property
+    def etcd_endpoint(self) -> str:
+        return self.etcd_servers or self.etcd.endpoint
+
+    @property
+    def server(self) -> str:
+        """Where clients go: the front, or (without it) the first shard."""
+        return self.front.base if self.front else self.shards[0].base
+
+    def processes(self) -> list[Proc]:
+        return [*self.controllers, *([self.front] if self.front else []), *self.shards]
+
+    def _apiserver(self, name: str, port: int, *args: str, selector: ShardSelector | None = None) -> Proc:
+        argv = [sys.executable, "-m", "apiserver", "--etcd-servers", self.etcd_endpoint,
+                "--etcd-prefix", self.etcd_prefix, "--port", str(port), *args]
+        return Proc(name, argv, port, "/readyz", self.log_dir, self.env, selector)
+
+    # --- start and stop -----------------------------------------------------------------------------
+
+    def start(self, timeout: float = 120.0) -> "Slice":
+        deadline = time.monotonic() + timeout
+        try:
+            if not self.etcd_servers:
+                self.etcd = EmbeddedEtcd(data_dir=os.path.join(self.state_dir, "etcd") if self.state_dir else None,
+                                         log_path=os.path.join(self.log_dir, "etcd.log")).start()
+            self.shards = [self._apiserver(f"shard-{i}", free_port(), "--residency", str(sel), *self.shard_args,
+                                           selector=sel)
+                           for i, sel in enumerate(self.selectors)]
+            for p in self.shards:
+                p.start()
+            for p in self.shards:
+                p.wait_ready(deadline)
+            if self.want_front and front_available():
+                self.front = self._apiserver("front", self.port or free_port(), "--front", "--shards",
+                                             ",".join(p.base for p in self.shards), *self.front_args).start()
+                self.front.wait_ready(deadline)
+            if self.want_controllers:
+                self.install_crd(deadline)
+                self.controllers = [
+                    Proc(f"controller-{i}", [sys.executable, "-m", "shardslice", "controller", "--server", sh.base,
+                                             "--shard-selector", str(sh.selector), "--name", f"controller-{i}",
+                                             "--port", str(port), "--workers", str(self.workers)],
+                         port, "/healthz", self.log_dir, selector=sh.selector)
+                    for i, (sh, port) in enumerate((sh, free_port()) for sh in self.shards)]
+                for c in self.controllers:
+                    c.start()
+                for c in self.controllers:
+                    c.wait_ready(deadline)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def install_crd(self, deadline: float) -> None:
+        """Create the Widget CRD (once) and wait until every shard serves it."""
+        code, body = http_json("POST", self.shards[0].base + "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                               widgets.crd())
+        if code not in (201, 409):
+            raise SliceError(f"creating the CRD: HTTP {code}: {body}")
+        for p in self.shards + ([self.front] if self.front else []):
+            while http_json("GET", p.base + widgets.collection() + "?limit=1")[0] != 200:
+                if time.monotonic() > deadline:
+                    raise SliceError(f"{p.name} does not serve {widgets.CRD_NAME}")
+                time.sleep(0.1)
+
+    def check_alive(self) -> None:
+        for p in self.processes():
+            if p.exited() is not None:
+                raise SliceError(f"{p.name} exited with {p.popen.returncode}; see {p.log_path}")
+
+    def stop(self) -> None:
+        """Controllers first, then the front, then the shards (SIGTERM in parallel per tier), etcd last."""
+        for tier in (self.controllers, [self.front] if self.front else [], self.shards):
+            for p in tier:
+                p.terminate()
+            for p in tier:
+                p.stop()
+        if self.etcd:
+            self.etcd.stop()
+            self.etcd = None
+
+    def __enter__(self) -> "Slice":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def up(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m shardslice up", description=__doc__.split("\n\n")[0])
+    p.add_argument("--shards", type=int, default=2, help="K, the number of shards and controllers")
+    p.add_argument("--port", type=int, default=8080, help="the front's port (0: any free port)")
+    p.add_argument("--state-dir", default=None,
+                   help="etcd data, logs and the kubeconfig (default: a temporary directory, removed at the end)")
+    p.add_argument("--etcd-servers", default=None, help="an existing etcd instead of the embedded one")
+    p.add_argument("--no-front", action="store_true")
+    p.add_argument("--no-controllers", action="store_true")
+    a = p.parse_args(argv)
+    tmp = None if a.state_dir else tempfile.mkdtemp(prefix="slice-")
+    state = a.state_dir or tmp
+    os.makedirs(os.path.join(state, "logs"), exist_ok=True)
+    sl = Slice(a.shards, port=a.port, etcd_servers=a.etcd_servers, state_dir=state, front=not a.no_front,
+               controllers=not a.no_controllers, log_dir=os.path.join(state, "logs"))
+    stop = []
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, lambda *_: stop.append(1))
+    status = 0
+    try:
+        sl.start()
+        cfg = os.path.join(state, "kubeconfig")
+        with open(cfg, "w") as f:
+            f.write(kubeconfig(sl.server))
+        print(f"slice of {a.shards} shard(s) on etcd {sl.etcd_endpoint} (logs in {sl.log_dir})")
+        for sh in sl.shards:
+            print(f"  shard      {sh.base}  pid {sh.pid}  {sh.selector}")
+        for c in sl.controllers:
+            print(f"  controller {c.base}/debug/controller  pid {c.pid}  on {c.argv[c.argv.index('--server') + 1]}")
+        if sl.front:
+            print(f"front: {sl.front.base}")
+        else:
+            print("front: not available (the `front` package is absent or --no-front); use a shard: "
+                  f"{sl.shards[0].base} (unsharded lists and watches go to etcd)")
+        print(f"kubeconfig ({cfg}):\n{kubeconfig(sl.server)}")
+        print(f"try: kubectl --kubeconfig {cfg} get widgets -A   (Ctrl-C stops the slice)", flush=True)
+        while not stop:
+            sl.check_alive()
+            time.sleep(0.5)
+    except SliceError as e:
+        print(f"slice: {e}", file=sys.stderr)
+        status = 1
+    finally:
+        sl.stop()
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+        print("slice stopped", flush=True)
+    return status

@@ -1,0 +1,243 @@
+"""The sharded slice (issue 11 §2-3): K = 2 resident shards over a real etcd, one controller replica per
+shard pinned to its range (shardslice/controller.py), the launcher (`python -m shardslice up`), and the
+benchmark's smoke form (bench/slice.py --quick)."""
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from machinery.shard_selector import complementary, parse_shard_selector
+from shardslice import widgets
+from shardslice.controller import Controller
+from shardslice.launcher import Proc, Slice
+from storage.embedded import free_port
+from tests.helpers import ROOT, Api, start_apiserver
+
+NS = "slice-test"
+
+
+def wait_for(cond, timeout: float, what: str, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def all_widgets(api: Api) -> list[dict]:
+    r = api.get(widgets.collection())
+    assert r.status_code == 200, r.text
+    return r.json()["items"]
+
+
+def all_reconciled(api: Api, n: int) -> list[dict] | None:
+    items = all_widgets(api)
+    return items if len(items) == n and all(widgets.reconciled(o) for o in items) else None
+
+
+def reconciles(c: Proc) -> dict:
+    r = Api(c.base).get("/debug/controller")
+    assert r.status_code == 200
+    return r.json()
+
+
+@pytest.fixture(scope="module")
+def slice2(current_etcd):
+    with Slice(2, etcd_servers=current_etcd.endpoint, etcd_prefix=f"/registry-slice{os.getpid()}",
+               front=False) as sl:
+        yield sl
+
+
+def owner(sl: Slice, uid: str) -> int:
+    """Which controller's range holds `uid`, computed here from the selectors (not asked of anyone)."""
+    hits = [i for i, c in enumerate(sl.controllers) if c.selector.matches(uid, "")]
+    assert len(hits) == 1, (uid, hits)
+    return hits[0]
+
+
+def test_each_generation_reconciled_exactly_once_in_range(slice2):
+    """40 Widgets created, then two rounds of spec updates (each round waited out), then a burst of
+    updates and deletes not waited for: every generation the controllers saw settled is reconciled exactly
+    once, by the controller whose range holds the UID, with the right status; no replica read or wrote
+    outside its range; a restarted replica writes nothing (every generation is already done)."""
+    sl = slice2
+    api = Api(sl.shards[0].base)
+    assert api.post("/api/v1/namespaces", {"metadata": {"name": NS}}).status_code in (201, 409)
+    coll = widgets.collection(NS)
+    expected: set[tuple[str, int]] = set()
+    uids = {}
+    for i in range(40):
+        r = api.post(coll, widgets.widget(f"w{i:02d}", NS, i))
+        assert r.status_code == 201, r.text
+        o = r.json()
+        uids[o["metadata"]["name"]] = o["metadata"]["uid"]
+        expected.add((o["metadata"]["uid"], 1))
+    wait_for(lambda: all_reconciled(api, 40), 30, "40 widgets reconciled")
+    for rnd in (1, 2):
+        for i in range(0, 40, 2):
+            name = f"w{i:02d}"
+            cur = api.get(f"{coll}/{name}").json()
+            cur["spec"]["size"] = i + 100 * rnd
+            r = api.put(f"{coll}/{name}", cur)
+            assert r.status_code == 200, r.text
+            assert r.json()["metadata"]["generation"] == rnd + 1
+            expected.add((uids[name], rnd + 1))
+        wait_for(lambda: all_reconciled(api, 40), 30, f"round {rnd} reconciled")
+    # a burst: several generations in a row, and deletes, without waiting
+    for j in range(3):
+        for i in range(1, 40, 4):
+            name = f"w{i:02d}"
+            cur = api.get(f"{coll}/{name}").json()
+            cur["spec"]["size"] = 1000 + j
+            assert api.put(f"{coll}/{name}", cur).status_code == 200
+    for i in range(3, 40, 8):
+        assert api.delete(f"{coll}/w{i:02d}").status_code == 200
+    live = 40 - len(range(3, 40, 8))
+    final = wait_for(lambda: all_reconciled(api, live), 30, "the burst reconciled")
+
+    for o in final:   # status values right, written by the owner of the UID's range
+        md, st = o["metadata"], o["status"]
+        assert st == {"observedGeneration": md["generation"], "square": o["spec"]["size"] ** 2,
+                      "shard": f"controller-{owner(sl, md['uid'])}"}, o
+    docs = [reconciles(c) for c in sl.controllers]
+    seen: dict[tuple[str, int], str] = {}
+    for i, d in enumerate(docs):
+        assert d["synced"] and d["watch_list"]
+        assert d["counts"]["out_of_range_reads"] == 0 and d["counts"]["out_of_range_writes"] == 0, d["counts"]
+        assert d["reconciles_total"] == d["counts"]["reconciles"] == len(d["reconciles"])
+        for rec in d["reconciles"]:
+            key = (rec["uid"], rec["generation"])
+            assert key not in seen, f"{key} reconciled by {seen[key]} and {d['name']}"
+            seen[key] = d["name"]
+            assert owner(sl, rec["uid"]) == i, f"{d['name']} wrote {rec} outside its range"
+            assert sl.controllers[i].selector.matches(rec["uid"], rec["namespace"])
+    assert all(d["reconciles_total"] > 0 for d in docs), "one replica reconciled nothing: ranges not split?"
+    # every generation that was waited out is there exactly once; the final generation of every live object too
+    assert expected <= set(seen), sorted(expected - set(seen))[:5]
+    assert {(o["metadata"]["uid"], o["metadata"]["generation"]) for o in final} <= set(seen)
+    # the replicas' stores partition the live objects
+    assert sum(d["objects"] for d in docs) == live
+
+    # restart replica 0: its watch-list brings the whole range back, nothing is written again
+    c0 = sl.controllers[0]
+    c0.terminate()
+    c0.stop()
+    c0.start().wait_ready(time.monotonic() + 30)
+    time.sleep(1.0)
+    d0 = reconciles(c0)
+    assert d0["objects"] == docs[0]["objects"] and d0["reconciles_total"] == 0, d0["counts"]
+    assert d0["counts"]["out_of_range_reads"] == 0 and d0["counts"]["events"] == d0["objects"]
+
+
+def test_out_of_range_objects_are_counted_and_never_written():
+    """The replica's own check: an object outside its range that a server sent anyway is counted, not
+    stored, never reconciled (no network: the informer's ingest and the reconcile on a bare Controller)."""
+    low, high = complementary(2)
+    c = Controller("http://127.0.0.1:1", low, "c-low")
+    objs = [widgets.widget(f"x{i}", NS, i) for i in range(64)]
+    for i, o in enumerate(objs):
+        o["metadata"].update(uid=str(uuid.UUID(int=random.Random(i).getrandbits(128))), generation=1, resourceVersion=str(i + 1))
+    mine = [o for o in objs if low.matches(o["metadata"]["uid"], NS)]
+    assert 0 < len(mine) < len(objs)
+    for o in objs:
+        c._ingest("ADDED", o)
+    assert c.counts["out_of_range_reads"] == len(objs) - len(mine)
+    assert set(c.store) == {o["metadata"]["uid"] for o in mine}
+    assert c._queue.qsize() == len(mine)
+    # a stray out-of-range object put in the store by hand is refused at the write
+    stray = next(o for o in objs if high.matches(o["metadata"]["uid"], NS))
+    c.store[stray["metadata"]["uid"]] = stray
+    assert asyncio.run(c.reconcile(stray["metadata"]["uid"])) is False
+    assert c.counts["out_of_range_writes"] == 1 and c.counts["reconciles"] == 0
+
+
+def test_list_and_watch_fallback_without_watch_list(current_etcd):
+    """Against a server that refuses watch-list (--watch-cache=false: 422, S5.3), the informer lists its
+    range (paged, with the selector) and watches from the list's RV; it still reconciles only its range."""
+    prefix = f"/registry-slice-nocache{os.getpid()}"
+    srv = start_apiserver(current_etcd.endpoint, prefix, "--watch-cache=false")
+    try:
+        api = Api(srv.base)
+        assert api.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", widgets.crd()).status_code == 201
+        wait_for(lambda: api.get(widgets.collection()).status_code == 200, 20, "the CRD served")
+        api.post("/api/v1/namespaces", {"metadata": {"name": NS}})
+        before = [api.post(widgets.collection(NS), widgets.widget(f"b{i}", NS, i)).json() for i in range(12)]
+        low = complementary(2)[0]
+
+        async def run():
+            c = Controller(srv.base, low, "c-low", workers=2)
+            await c.start()
+            try:
+                await asyncio.wait_for(c.synced.wait(), 20)
+                after = [api.post(widgets.collection(NS), widgets.widget(f"a{i}", NS, i)).json() for i in range(12)]
+                objs = before + after
+                mine = {o["metadata"]["uid"] for o in objs if low.matches(o["metadata"]["uid"], NS)}
+                deadline = time.monotonic() + 20
+                while {r[0] for r in c.records} != mine and time.monotonic() < deadline:
+                    await asyncio.sleep(0.1)
+                return c, mine
+            finally:
+                await c.stop()
+        c, mine = asyncio.run(run())
+        assert not c.watch_list_supported and c.counts["lists"] == 1 and c.counts["watches"] >= 1
+        assert {r[0] for r in c.records} == mine and len(c.records) == len(mine)
+        assert c.counts["out_of_range_reads"] == 0
+    finally:
+        srv.stop()
+
+
+def test_launcher_up_starts_and_stops(tmp_path):
+    """`python -m shardslice up --shards 2`: prints the entry point and a kubeconfig, the slice answers and
+    reconciles; SIGINT (Ctrl-C) stops every process it started and exits 0."""
+    state = tmp_path / "state"
+    p = subprocess.Popen([sys.executable, "-m", "shardslice", "up", "--shards", "2", "--port", str(free_port()),
+                          "--state-dir", str(state)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+    out = []
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            line = p.stdout.readline()
+            if not line:
+                break
+            out.append(line)
+            if "Ctrl-C stops the slice" in line:
+                break
+        text = "".join(out)
+        assert "Ctrl-C stops the slice" in text, text
+        pids = [int(x) for x in re.findall(r"pid (\d+)", text)]
+        assert len(pids) == 4, text        # 2 shards, 2 controllers (the front is its own line)
+        cfg = (state / "kubeconfig").read_text()
+        server = re.search(r"server: (\S+)", cfg).group(1)
+        assert server in text
+        api = Api(server)
+        assert api.get("/readyz").status_code == 200
+        api.post("/api/v1/namespaces", {"metadata": {"name": NS}})
+        r = api.post(widgets.collection(NS), widgets.widget("up", NS, 7))
+        assert r.status_code == 201, r.text
+        got = wait_for(lambda: widgets.reconciled(o := api.get(f"{widgets.collection(NS)}/up").json()) and o,
+                       20, "the widget reconciled")
+        assert got["status"]["square"] == 49
+        assert parse_shard_selector(text.split("shard      ")[1].split("  ")[2].strip()) is not None
+        p.send_signal(signal.SIGINT)
+        rest, _ = p.communicate(timeout=40)
+        assert p.returncode == 0, text + rest
+        assert "slice stopped" in rest
+        for pid in pids:
+            assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z", pid
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()

@@ -1,7 +1,9 @@
 """The robustness suite (tests/robustness, issue 10): every scenario once in its short form (a few seconds of
 traffic from 10 clients against a real apiserver over a real etcd, one fault, every checker), and the
 checkers themselves on small recorded histories with one violation each, so a passing scenario means
-something. The long form: `python -m tests.robustness --seeds 20 --duration 60` (see the README)."""
+something. The long form: `python -m tests.robustness --seeds 20 --duration 60` (see the README).
+Scenario 3 (etcd3-leader-kill, etcd3-follower-kill) runs a three-member etcd cluster given to the apiserver as
+three endpoints; scenario 7 (slow-watcher) a watcher that stops reading (S4.14)."""
 from __future__ import annotations
 
 import asyncio

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 import time
 
@@ -58,6 +59,118 @@ class Etcd:
         if self.paused:
             self.resume()
         self.member.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Member:
+    """One member of a three-member etcd cluster on loopback: fixed name, data directory and ports, so it can
+    be killed and restarted into the same cluster."""
+
+    def __init__(self, name: str, root: str):
+        from storage.embedded import free_port
+        self.name = name
+        self.dir = os.path.join(root, name)
+        self.client_port, self.peer_port = free_port(), free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.client_port}"
+
+    @property
+    def peer(self) -> str:
+        return f"http://127.0.0.1:{self.peer_port}"
+
+    def launch(self, initial_cluster: str, state: str) -> None:
+        os.makedirs(self.dir, exist_ok=True)
+        log = open(os.path.join(self.dir, "etcd.log"), "ab")
+        self.proc = subprocess.Popen(
+            [current_etcd_binary(), "--name", self.name, "--data-dir", os.path.join(self.dir, "data"),
+             "--listen-client-urls", self.endpoint, "--advertise-client-urls", self.endpoint,
+             "--listen-peer-urls", self.peer, "--initial-advertise-peer-urls", self.peer,
+             "--initial-cluster", initial_cluster, "--initial-cluster-state", state,
+             "--initial-cluster-token", "robust", "--log-level", "warn"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        log.close()
+
+    def status(self) -> dict | None:
+        """Maintenance.Status through the member's gRPC gateway (None if it does not answer)."""
+        import json
+        import urllib.request
+        try:
+            req = urllib.request.Request(self.endpoint + "/v3/maintenance/status", data=b"{}", method="POST")
+            with urllib.request.urlopen(req, timeout=2) as r:
+                return json.loads(r.read())
+        except (OSError, ValueError):
+            return None
+
+    def healthy(self) -> bool:
+        import urllib.request
+        try:
+            with urllib.request.urlopen(self.endpoint + "/health", timeout=2) as r:
+                return b'"health":"true"' in r.read()
+        except OSError:
+            return False
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+class EtcdCluster:
+    """Three etcd members on loopback (scenario 3). `endpoint` is the comma-separated list of the three
+    client URLs, as the apiserver's --etcd-servers takes it; faults kill and restart one member."""
+
+    def __init__(self, n: int = 3):
+        self.dir = tempfile.mkdtemp(prefix="robust-etcd3-")
+        self.members = [Member(f"m{i}", self.dir) for i in range(n)]
+        self.paused = False
+
+    @property
+    def endpoint(self) -> str:
+        return ",".join(m.endpoint for m in self.members)
+
+    @property
+    def initial_cluster(self) -> str:
+        return ",".join(f"{m.name}={m.peer}" for m in self.members)
+
+    def start(self) -> "EtcdCluster":
+        for m in self.members:
+            m.launch(self.initial_cluster, "new")
+        if not wait_until(lambda: all(m.healthy() for m in self.members), 60, 0.1):
+            raise RuntimeError(f"etcd cluster not healthy in 60 s (logs under {self.dir})")
+        return self
+
+    def leader(self, timeout: float = 20.0) -> Member:
+        """The member the others agree leads (waits for an election in progress)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ids = {}
+            for m in self.members:
+                st = m.status() if m.alive() else None
+                if st and st.get("leader") and st.get("header", {}).get("member_id"):
+                    ids[str(st["header"]["member_id"])] = (m, str(st["leader"]))
+            leaders = {lead for _, lead in ids.values()}
+            if len(leaders) == 1 and (lead := leaders.pop()) in ids:
+                return ids[lead][0]
+            time.sleep(0.1)
+        raise RuntimeError("no etcd leader agreed on")
+
+    def kill(self, m: Member) -> None:
+        os.kill(m.proc.pid, signal.SIGKILL)
+        m.proc.wait()
+
+    def restart(self, m: Member) -> None:
+        m.launch(self.initial_cluster, "existing")
+        if not wait_until(m.healthy, 60, 0.1):
+            raise RuntimeError(f"etcd member {m.name} not healthy 60 s after its restart")
+
+    def alive(self) -> bool:
+        return all(m.alive() for m in self.members)
+
+    def stop(self) -> None:
+        from storage.embedded import stop_process
+        for m in self.members:
+            stop_process(m.proc, 10)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -15,7 +15,7 @@ import aiohttp
 from storage.compact import compact_now
 from storage.etcd import EtcdClient
 from tests.robustness import checkers
-from tests.robustness.cluster import Apiserver, Etcd, Proxy
+from tests.robustness.cluster import Apiserver, Etcd, EtcdCluster, Proxy
 from tests.robustness.traffic import CONFIGMAPS, NAMESPACE, History, Kind, Traffic
 from tests.robustness.truth import Recorder
 
@@ -39,6 +39,9 @@ class Run:
     compactions: list = field(default_factory=list)   # (t, rev)
     notes: list = field(default_factory=list)
     proxy: Proxy | None = None                       # between the apiserver and etcd (etcd-blackhole)
+    notes_info: dict = field(default_factory=dict)    # what the fault reports (not a violation)
+    kind: Kind = CONFIGMAPS
+    pad: asyncio.Event = field(default_factory=asyncio.Event)   # writers pad their objects while it is set
 
 
 async def sleep_until(h: History, t: float) -> None:
@@ -106,11 +109,155 @@ async def fault_etcd_blackhole(run: Run) -> None:
     run.fault_end = run.h.now()
 
 
+async def _cluster_kill(run: Run, leader: bool) -> None:
+    """(3) one member of the three-member cluster SIGKILLed, down for a few seconds, restarted into the
+    cluster on its data directory; the other two keep quorum, so etcd stays available (a leader's death
+    costs an election) and the apiserver, given all three endpoints, must carry on through the others."""
+    await sleep_until(run.h, run.fault_at)
+    cluster = run.etcd
+    lead = await asyncio.to_thread(cluster.leader)
+    # a follower: the first endpoint when it is one (the apiserver's gRPC channel is connected there, so the
+    # kill makes it fail over), else the next
+    victim = lead if leader else next(m for m in cluster.members if m is not lead)
+    # (members[0] is the first endpoint; next() above picks it whenever it is a follower)
+    down = run.rng.uniform(4.0, 6.0)
+    a = run.h.now()
+    await asyncio.to_thread(cluster.kill, victim)
+    await asyncio.sleep(down)
+    await asyncio.to_thread(cluster.restart, victim)
+    new_lead = await asyncio.to_thread(cluster.leader)
+    run.notes_info.update({"killed": victim.name, "was_leader": victim is lead, "leader_after": new_lead.name,
+                           "member_down": [round(a, 2), round(run.h.now(), 2)]})
+    run.fault_end = run.h.now()
+
+
+async def fault_cluster_leader_kill(run: Run) -> None:
+    await _cluster_kill(run, leader=True)
+
+
+async def fault_cluster_follower_kill(run: Run) -> None:
+    await _cluster_kill(run, leader=False)
+
+
+def _terminated_watchers(base: str) -> float:
+    """apiserver_terminated_watchers_total, every series summed."""
+    import urllib.request
+    with urllib.request.urlopen(base + "/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return sum(float(line.rpartition(" ")[2]) for line in text.splitlines()
+               if line.startswith("apiserver_terminated_watchers_total"))
+
+
+def _read_chunked(raw: bytes) -> tuple[int, list[dict], bool]:
+    """An HTTP/1.1 response read to EOF: (status, the watch events of its chunked body, whether the body
+    ended with its terminating chunk)."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1]) if head.startswith(b"HTTP/") else 0
+    data, complete = b"", False
+    while body:
+        size_line, sep, rest = body.partition(b"\r\n")
+        if not sep:
+            break
+        try:
+            n = int(size_line.split(b";")[0], 16)
+        except ValueError:
+            break
+        if n == 0:
+            complete = True
+            break
+        if len(rest) < n + 2:
+            data += rest[:n]
+            break
+        data += rest[:n]
+        body = rest[n + 2:]
+    events = []
+    for line in data.split(b"\n"):
+        if line.strip():
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                break   # a torn last line: the connection cut mid-event
+    return status, events, complete
+
+
+async def fault_slow_watcher(run: Run) -> None:
+    """(7) one watcher that stops reading (a tiny receive buffer, never read) while the others go on and the
+    writers write bigger objects (24 KB): upstream's dispatch budget (S4.14) must terminate it (its stream closed,
+    no ERROR event, apiserver_terminated_watchers_total up) without holding anyone else up; what it got
+    before the close must be a correct prefix of etcd's stream (checked as a watch chain)."""
+    import socket
+    from tests.robustness.traffic import WatchChain
+    await sleep_until(run.h, run.fault_at)
+    base = run.api.base
+    m0 = await asyncio.to_thread(_terminated_watchers, base)
+    async with aiohttp.ClientSession(base) as s:
+        async with s.get(run.kind.path) as r:
+            start_rv = int((await r.json())["metadata"]["resourceVersion"])
+    host, port = base.removeprefix("http://").split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((host, int(port)))
+    t0 = run.h.now()
+    sock.sendall(f"GET {run.kind.path}?watch=1&resourceVersion={start_rv}&timeoutSeconds=600 HTTP/1.1\r\n"
+                 f"Host: {host}\r\n\r\n".encode())
+    run.pad.set()        # writers now write ~24 KB objects, so the watcher's buffers fill within seconds
+    terminated = None
+    try:
+        while run.h.now() < run.duration + 20:
+            await asyncio.sleep(0.5)
+            if await asyncio.to_thread(_terminated_watchers, base) > m0:
+                terminated = run.h.now()
+                break
+        run.pad.clear()
+        # now read what it was sent: the stream must end (closed by the server), without an ERROR event
+        sock.settimeout(10)
+
+        def drain() -> tuple[bytes, str]:
+            buf = bytearray()
+            try:
+                while chunk := sock.recv(1 << 20):
+                    buf += chunk
+                    if buf.endswith(b"\r\n0\r\n\r\n"):
+                        return bytes(buf), "ended"     # the response's last chunk (the connection may stay)
+                return bytes(buf), "closed"
+            except OSError as e:
+                return bytes(buf), f"{type(e).__name__}: {e}"
+        raw, how = await asyncio.to_thread(drain)
+    finally:
+        run.pad.clear()
+        sock.close()
+    m1 = await asyncio.to_thread(_terminated_watchers, base)
+    if m1 - m0 > 1:
+        run.notes.append(f"{m1 - m0:.0f} watchers terminated, not just the slow one (the others read promptly)")
+    status, events, complete = _read_chunked(raw)
+    chain = WatchChain("slow", 0, start_rv, t0)
+    for ev in events:
+        obj = ev.get("object") or {}
+        md = obj.get("metadata") or {}
+        chain.events.append((t0, ev.get("type"), md.get("name"), int(md.get("resourceVersion") or 0),
+                             (obj.get("data") or {}).get("op")))
+    chain.sessions.append((t0, run.h.now(), start_rv, f"slow watcher: {how}", 600))
+    run.h.chains.append(chain)
+    run.notes_info.update({"slow_watcher_terminated_after": None if terminated is None else round(terminated - t0, 2),
+                           "slow_watcher_events": len(events), "slow_watcher_bytes": len(raw),
+                           "slow_watcher_stream": how, "slow_watcher_clean_end": complete})
+    if terminated is None:
+        run.notes.append(f"the slow watcher was not terminated ({len(raw)} bytes sent to it, stream {how}; "
+                         "apiserver_terminated_watchers_total did not move)")
+    if status != 200:
+        run.notes.append(f"the slow watcher's watch answered {status}")
+    if any(ev.get("type") == "ERROR" for ev in events):
+        run.notes.append("the slow watcher's stream carried an ERROR event (upstream closes it without one)")
+    if how not in ("closed", "ended"):
+        run.notes.append(f"the slow watcher's stream was not closed by the server: {how}")
+    run.fault_end = run.h.now()
+
+
 async def fault_defrag(run: Run) -> None:
     """(8) etcd defragmented three times in a row during the traffic."""
     from aetcd.rpc import rpc_pb2 as pb
     await sleep_until(run.h, run.fault_at)
-    client = EtcdClient([run.etcd.endpoint], timeout=30.0)
+    client = EtcdClient(run.etcd.endpoint.split(","), timeout=30.0)
     try:
         for _ in range(3):
             await client.maintenance.Defragment(pb.DefragmentRequest(), timeout=30.0)
@@ -123,7 +270,7 @@ async def fault_defrag(run: Run) -> None:
 async def fault_compaction(run: Run) -> None:
     """(6) compaction every second, as kube's compactor does it (compact_rev_key, then Compact) at the
     revision seen one interval earlier, for the whole traffic."""
-    client = EtcdClient([run.etcd.endpoint], timeout=5.0)
+    client = EtcdClient(run.etcd.endpoint.split(","), timeout=5.0)
     prev = 0
     try:
         while True:
@@ -143,9 +290,12 @@ FAULTS = {
     "etcd-kill": fault_etcd_kill,
     "etcd-pause": fault_etcd_pause,
     "etcd-blackhole": fault_etcd_blackhole,
+    "etcd3-leader-kill": fault_cluster_leader_kill,
+    "etcd3-follower-kill": fault_cluster_follower_kill,
     "apiserver-kill": fault_apiserver_kill,
     "apiserver-kill-ha": fault_apiserver_kill,
     "compaction": fault_compaction,
+    "slow-watcher": fault_slow_watcher,
     "defrag": fault_defrag,
 }
 # Known problems not fixed yet (reported on issue 10): name -> (description, text every violation's message
@@ -162,7 +312,8 @@ KNOWN_IN = {("apiserver-kill", True): "restart-410", ("apiserver-kill-ha", True)
 
 # What a scenario needs beyond one apiserver over etcd: a proxy on the apiserver's etcd link, a second
 # apiserver over the same etcd (half the writers write through it, so writes go on while the first is down).
-SETUPS = {"etcd-blackhole": {"proxy": True}, "apiserver-kill-ha": {"second": True}}
+SETUPS = {"etcd-blackhole": {"proxy": True}, "apiserver-kill-ha": {"second": True},
+          "etcd3-leader-kill": {"cluster": True}, "etcd3-follower-kill": {"cluster": True}}
 SCENARIOS = list(FAULTS)
 
 
@@ -206,14 +357,14 @@ async def _create_crd(s: aiohttp.ClientSession, kind: Kind, apis: list[Apiserver
 async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate: float = 100.0,
                        watch_cache: bool = True, kind: Kind = CONFIGMAPS) -> dict:
     fault = FAULTS[name]
+    spec = SETUPS.get(name, {})
     rng = random.Random(f"{name}/{seed}")
     label = name + ("" if kind is CONFIGMAPS else f" {kind.plural}") + ("" if watch_cache else " (no cache)")
     result: dict = {"scenario": label, "seed": seed, "duration": duration, "rate": rate,
                     "watch_cache": watch_cache, "kind": kind.plural}
-    etcd = Etcd()
+    etcd = EtcdCluster() if spec.get("cluster") else Etcd()
     api = api2 = proxy = None
     truth = None
-    spec = SETUPS.get(name, {})
     t_start = time.monotonic()
     try:
         await asyncio.to_thread(etcd.start)
@@ -234,9 +385,9 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
         truth = Recorder(etcd.endpoint, kind.etcd_prefix)
         await truth.start()
         h = History()
-        run = Run(etcd, api, h, rng, duration, fault_at=rng.uniform(0.25, 0.45) * duration, proxy=proxy)
+        run = Run(etcd, api, h, rng, duration, fault_at=rng.uniform(0.25, 0.45) * duration, proxy=proxy, kind=kind)
         traffic = Traffic(api.base, h, seed=rng.randrange(1 << 30), rate=rate, request_timeout=REQUEST_TIMEOUT,
-                          write_bases=[api.base, api2.base] if api2 else None, kind=kind, watch_list=watch_cache)
+                          write_bases=[api.base, api2.base] if api2 else None, kind=kind, watch_list=watch_cache, pad=run.pad)
         await traffic.setup()
         tasks = [asyncio.create_task(traffic.run()), asyncio.create_task(traffic.probe_health())]
         fault_task = asyncio.create_task(fault(run))
@@ -310,6 +461,7 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
             "errors": dict(collections.Counter(f"{op.kind} {op.status}" for op in h.ops
                                                if not checkers.ok(op) and op.status != 409).most_common()),
             "watch_outcomes": dict(collections.Counter(s[3][:60] for c in h.chains for s in c.sessions).most_common(8)),
+            "slowest": [op.brief() for op in sorted(h.ops, key=lambda o: -(o.longest or o.end - o.start))[:3]],
             "lists": sum(1 for op in h.ops if op.kind in checkers.LISTS),
             "watch_events": sum(sum(1 for e in c.events if e[1] != "BOOKMARK") for c in h.chains),
             "watch_chains": len(h.chains),
@@ -325,6 +477,7 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
             "fault_end": None if run.fault_end is None else round(run.fault_end, 2),
             "apiserver_restarts": api.restarts,
             "truth_reconnects": truth.reconnects,
+            **({"fault_info": run.notes_info} if run.notes_info else {}),
             **{k: (None if val is None else round(val, 2)) for k, val in info.items()},
             "violations": [x.as_dict() for x in v],
             "apiserver_log": api.log_path,

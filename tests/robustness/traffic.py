@@ -18,6 +18,7 @@ import aiohttp
 
 NAMESPACE = "robust"
 HOT_KEYS = 3
+PAD = 24 * 1024
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,8 @@ def _items(body: dict) -> list:
 class Traffic:
     def __init__(self, base: str, history: History, *, seed: int, rate: float, request_timeout: float,
                  writers: int = 5, listers: int = 3, watchers: int = 2, write_bases: list[str] | None = None,
-                 kind: Kind = CONFIGMAPS, watch_list: bool = True):
+                 kind: Kind = CONFIGMAPS, watch_list: bool = True, pad: asyncio.Event | None = None):
+        self.pad = pad    # while set, written objects carry PAD bytes of padding (the slow-watcher scenario)
         self.base = base
         self.watch_list_ok = watch_list   # watch-list is served by the watch cache only (422 without it)
         self.kind = kind
@@ -206,7 +208,10 @@ class Traffic:
         md = {"name": name, "namespace": NAMESPACE}
         if rv is not None:
             md["resourceVersion"] = rv
-        return {"apiVersion": self.kind.api_version, "kind": self.kind.kind, "metadata": md, "data": {"op": opid}}
+        data = {"op": opid}
+        if self.pad is not None and self.pad.is_set():
+            data["pad"] = "x" * PAD
+        return {"apiVersion": self.kind.api_version, "kind": self.kind.kind, "metadata": md, "data": data}
 
     # --- clients --------------------------------------------------------------------------------------
 

@@ -44,7 +44,7 @@ class Recorder:
     def __init__(self, endpoint: str, prefix: str):
         self.endpoint = endpoint
         self.prefix = prefix
-        self.client = EtcdClient([endpoint], timeout=10.0)
+        self.client = EtcdClient(endpoint.split(","), timeout=10.0)
         self.events: list[TEvent] = []
         self.revs: list[int] = []
         self.initial: dict[str, tuple[int, str | None]] = {}   # name -> (mod_rev, opid) at start_rev

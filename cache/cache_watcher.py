@@ -47,6 +47,10 @@ class CacheWatcher:
         # Set by the HTTP writer once it is in its live phase; see `try_add`.
         self.direct: Callable[[bytes], bool] | None = None
         self.pending: list[bytes] = []  # frames for `direct`, sent together by `flush`
+        # The front's watermark (storage.interface.FRONT_PROGRESS_HEADER): a bookmark whenever the cache's RV
+        # passes the last RV this watch sent, so a merge of shard watches never waits for a quiet shard.
+        self.progress = False
+        self.sent_rv = 0
         self._wakeup = asyncio.Event()
 
     # --- filtering (S4.6) -------------------------------------------------------
@@ -109,6 +113,7 @@ class CacheWatcher:
         # `flush` (all events of one dispatch round in one socket write) instead of waking this
         # watcher's writer task per event. Ordering holds: the queue is empty while frames are
         # pending, and a bookmark moves them to the queue first.
+        self.sent_rv = ev.rv
         if not self.queue and self.direct is not None and encoded[0] == "FRAME":
             self.pending.append(encoded[1])
             self.last_rv = ev.rv
@@ -139,6 +144,7 @@ class CacheWatcher:
         frame = self.convert(ev, cache)
         if frame is not None:
             self.queue.append(self._encoded(frame, cache))
+            self.sent_rv = ev.rv
             self._wakeup.set()
         self.last_rv = ev.rv
 
@@ -151,6 +157,11 @@ class CacheWatcher:
         self.queue.append(("BOOKMARK", rv))
         self._wakeup.set()
         return True
+
+    def progress_to(self, rv: int) -> None:
+        """The cache has applied everything up to `rv`: tell a front's watch (after the events it covers)."""
+        if self.progress and rv > max(self.sent_rv, self.start_rv) and self.add_bookmark(rv):
+            self.sent_rv = rv
 
     def stop(self, terminated: bool = False) -> None:
         self.done = True

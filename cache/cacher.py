@@ -339,6 +339,7 @@ class Cacher:
             self.wc.progress(batch.revision)
             metrics.resource_version.labels(self.group, self.resource_label).set(self.wc.rv)
             self._wake_waiters()
+            self._flush_watchers()  # fronts' watermarks (CacheWatcher.progress_to)
             return
         for ev in batch:
             metrics.events_received.labels(self.group, self.resource_label).inc()
@@ -434,9 +435,12 @@ class Cacher:
         metrics.events_dispatched.labels(self.group, self.resource_label).inc()
 
     def _flush_watchers(self) -> None:
+        rv = self.wc.rv
         for w in self.watchers:
             if w.pending:
                 w.flush()
+            if w.progress:
+                w.progress_to(rv)
 
     async def _dispatch_blocked(self, ev: CacheEvent, blocked: list[CacheWatcher], cache: dict) -> None:
         now = self.clock()

@@ -188,6 +188,7 @@ async def serve_watch(cacher: Cacher, prefix: str, req: WatchRequest, sink: Watc
             return
         start_rv = max(rv, wc.rv)
     w.start_rv = w.last_rv = start_rv
+    w.progress = req.progress
     if not frames.table:
         w.make_frame = frame   # one encoded frame per event shared by all plain watchers
     if allow_bookmarks:
@@ -218,6 +219,8 @@ async def serve_watch(cacher: Cacher, prefix: str, req: WatchRequest, sink: Watc
                 buf.append(frame(*f))
         if watch_list:
             buf.append(frames.bookmark(start_rv, True))
+        elif w.progress and start_rv > rv:
+            buf.append(frames.bookmark(start_rv))  # the front's watermark: the replay covered up to here
         if buf:
             await sink.write(b"".join(buf))
         # 4. Live events until the deadline: written by the dispatcher itself while the socket

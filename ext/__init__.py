@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["COMPILED", "BTree", "Entry", "fnv1a64", "fnv1a64_bytes", "fnv1a64_hex", "has_float"]
+__all__ = ["COMPILED", "BTree", "Entry", "fnv1a64", "fnv1a64_bytes", "fnv1a64_hex", "has_float", "container_end"]
 
 _PURE_PYTHON = os.environ.get("RESIDENCY_PURE_PYTHON") == "1"
 
@@ -28,7 +28,7 @@ COMPILED: bool
 
 if _PURE_PYTHON:
     from ext.fnv_py import fnv1a64, fnv1a64_bytes, fnv1a64_hex
-    from ext.jsonscan_py import has_float
+    from ext.jsonscan_py import container_end, has_float
 
     COMPILED = False
 
@@ -49,7 +49,7 @@ else:
         from ext.fnv import fnv1a64, fnv1a64_bytes, fnv1a64_hex
         from ext.btree import BTree
         from ext.entry import Entry
-        from ext.jsonscan import has_float
+        from ext.jsonscan import container_end, has_float
     except ImportError as exc:
         raise ImportError(
             f"residency-apiserver: the compiled module {exc.name or 'ext.fnv'} is missing or failed to load "

@@ -17,3 +17,35 @@ def has_float(b: bytes) -> bool:
         return True
     ne = o.count(b"e")
     return ne != 0 and ne != o.count(b"true") + o.count(b"false")
+
+
+def container_end(b: bytes, i: int) -> int:
+    """The index just past the JSON object or array that starts at ``b[i]``, or -1 if ``b`` ends first."""
+    n = len(b)
+    if i < 0 or i >= n:
+        return -1
+    depth = 0
+    while i < n:
+        c = b[i]
+        if c == 0x22:
+            k = i + 1
+            while True:
+                k = b.find(b'"', k)
+                if k < 0:
+                    return -1
+                m = k - 1
+                while m > i and b[m] == 0x5C:
+                    m -= 1
+                if (k - 1 - m) % 2 == 0:
+                    break
+                k += 1
+            i = k + 1
+            continue
+        if c in (0x7B, 0x5B):
+            depth += 1
+        elif c in (0x7D, 0x5D):
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return -1

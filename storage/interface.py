@@ -8,12 +8,16 @@ delegator allows it, etcd otherwise). `tests/test_storage_contract.py` holds bot
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, AsyncIterator, Callable, Protocol
 
 from .errors import StorageError
 
 Obj = dict[str, Any]
 Predicate = Callable[[Obj], bool]
+
+# Set by the front (front/) on the watches it opens on its shards: the shard's watcher sends a bookmark
+# whenever its cache's resourceVersion passes what the watch last sent (the merge's watermarks).
+FRONT_PROGRESS_HEADER = "X-Residency-Front-Progress"
 
 
 @dataclass
@@ -29,6 +33,7 @@ class ListRequest:
     shard: Any = None                       # machinery.shard_selector.ShardSelector (S7) or None
     label_requirements: list | None = None  # the label selector when indexes may answer it alone
     single_key: bool = False                # exact_name names one key (namespaced: in a namespace, S1.20)
+    selectors: dict[str, str] | None = None  # labelSelector / fieldSelector as sent (the front forwards them)
 
 
 @dataclass
@@ -41,6 +46,9 @@ class ListPage:
     objects: list[Obj] | None = None
     raw: list[bytes] | None = None
     decode: Callable[[bytes], Obj] | None = None
+    # List items still arriving (the front streaming a shard's list through): read once, in order; the fields
+    # above are final once the stream has ended (a custom resource's list carries its metadata last).
+    stream: AsyncIterator[bytes] | None = None
 
     def items(self) -> list[Obj]:
         """Whole objects (kind and apiVersion included), decoding the cache's bytes if needed."""
@@ -69,6 +77,8 @@ class WatchRequest:
     allow_bookmarks: bool = False
     predicate: Predicate | None = None      # selectors, and the name of a single-object watch
     shard: Any = None                       # ShardSelector or None
+    selectors: dict[str, str] | None = None  # labelSelector / fieldSelector as sent (a named watch's name in it)
+    progress: bool = False                  # FRONT_PROGRESS_HEADER: bookmark every advance of the cache's RV
 
 
 class WatchSink(Protocol):

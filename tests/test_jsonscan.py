@@ -42,3 +42,19 @@ def test_has_float_cases():
                     (b'{"false":true,"e":3}', False), (b"", False)]:
         assert scan_c.has_float(b) is want, b
         assert scan_py.has_float(b) is want, b
+
+
+@settings(max_examples=800)
+@given(st.lists(_json, max_size=4), st.integers(0, 40))
+def test_container_end_finds_each_item_and_waits_for_the_rest(items, cut):
+    """The front splits a shard's list into items with container_end: every item's end, -1 when cut short."""
+    body = b"[" + b",".join(orjson.dumps([v]) for v in items) + b"]"
+    for mod in (scan_c, scan_py):
+        assert mod.container_end(body, 0) == len(body)
+        pos = 1
+        for v in items:
+            end = mod.container_end(body, pos)
+            assert orjson.loads(body[pos:end]) == [v]
+            pos = end + 1
+        short = body[:max(0, len(body) - 1 - cut)]
+        assert mod.container_end(short, 0) == -1

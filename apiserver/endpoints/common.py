@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
 
 from aiohttp import web
 
@@ -174,6 +174,15 @@ def parse_shard(opts: ListOptions):
         raise shard_selector.status_error(e) from None
 
 
+def sent_selectors(request: web.Request, name: str | None = None) -> dict[str, str]:
+    """labelSelector / fieldSelector as sent, the watched object's name (a path naming it) added to the field
+    selector: what a front forwards to its shards."""
+    sel = {k: request.query[k] for k in ("labelSelector", "fieldSelector") if request.query.get(k)}
+    if name:
+        sel["fieldSelector"] = ",".join(f for f in (f"metadata.name={name}", sel.get("fieldSelector")) if f)
+    return sel
+
+
 # --- responses -----------------------------------------------------------------------------------
 
 def conversion(request: web.Request) -> tables.Target | None:
@@ -223,12 +232,17 @@ def respond_obj(request: web.Request, res: Resource, obj: Obj, status: int = 200
     return json_response(encode_obj(res, obj) + b"\n", status)
 
 
-async def stream_list(request: web.Request, res: Resource, meta: Obj, items: Iterable[bytes]) -> web.StreamResponse:
-    """Write the list item by item (streaming encoding, S6.1-S6.2)."""
+async def stream_list(request: web.Request, res: Resource, meta: Obj | Callable[[], Obj],
+                      items: Iterable[bytes] | AsyncIterator[bytes]) -> web.StreamResponse:
+    """Write the list item by item (streaming encoding, S6.1-S6.2). Items may arrive asynchronously (the front),
+    with `meta` then a function called where the envelope writes it (a custom resource's list: after the items)."""
     resp = web.StreamResponse(status=200)
     resp.content_type = "application/json"
     await resp.prepare(request)
     enc = jsonenc.iter_unstructured_list if res.custom else jsonenc.iter_list
+    if hasattr(items, "__aiter__"):
+        await _stream_async(resp, res, enc, meta, items)
+        return resp
     buf: list[bytes] = []
     size = 0
     for chunk in enc(res.list_kind, res.api_version, meta, items):
@@ -241,3 +255,23 @@ async def stream_list(request: web.Request, res: Resource, meta: Obj, items: Ite
         await resp.write(b"".join(buf))
     await resp.write_eof()
     return resp
+
+
+async def _stream_async(resp: web.StreamResponse, res: Resource, enc, meta: Callable[[], Obj],
+                        items: AsyncIterator[bytes]) -> None:
+    head = next(iter(enc(res.list_kind, res.api_version, meta() if not res.custom else None, ())))
+    buf: list[bytes] = [head]
+    size = len(head)
+    first = True
+    async for item in items:
+        if not first:
+            buf.append(b",")
+        first = False
+        buf.append(item)
+        size += len(item)
+        if size >= 64 * 1024:
+            await resp.write(b"".join(buf))
+            buf, size = [], 0
+    buf.append(list(enc(res.list_kind, res.api_version, meta(), ()))[-1])
+    await resp.write(b"".join(buf))
+    await resp.write_eof()

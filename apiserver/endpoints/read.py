@@ -13,7 +13,7 @@ from storage.interface import ListRequest
 
 from ..status import map_storage_error
 from .common import (Context, Obj, RequestScope, conversion, converted, json_response, list_options, parse_shard,
-                     predicate, respond_obj, stream_list)
+                     predicate, respond_obj, sent_selectors, stream_list)
 
 
 async def get(ctx: Context, request: web.Request, scope: RequestScope) -> web.Response:
@@ -44,19 +44,27 @@ def list_request(scope: RequestScope, opts: ListOptions) -> ListRequest:
 async def list_(ctx: Context, request: web.Request, scope: RequestScope) -> web.StreamResponse:
     res = scope.resource
     req = list_request(scope, list_options(ctx, request, res, watch=False))
+    req.selectors = sent_selectors(request)
     try:
         page = await ctx.storage(res).get_list(ctx.prefix(scope), req)
     except serr.StorageError as e:
         raise map_storage_error(e, res) from None
-    meta: Obj = {"resourceVersion": str(page.resource_version)}
-    if page.continue_ is not None:
-        meta["continue"] = page.continue_
-        if page.remaining is not None:
-            meta["remainingItemCount"] = page.remaining
-    if req.shard is not None:
-        meta["shardInfo"] = {"selector": str(req.shard)}  # S7.3 (custom resources too, unlike 1.36)
+
+    def meta() -> Obj:
+        m: Obj = {"resourceVersion": str(page.resource_version)}
+        if page.continue_ is not None:
+            m["continue"] = page.continue_
+            if page.remaining is not None:
+                m["remainingItemCount"] = page.remaining
+        if req.shard is not None:
+            m["shardInfo"] = {"selector": str(req.shard)}  # S7.3 (custom resources too, unlike 1.36)
+        return m
     target = conversion(request)
+    if page.stream is not None:  # the front: items arrive from a shard while the list is written
+        if target is None:
+            return await stream_list(request, res, meta, page.stream)
+        page.raw = [b async for b in page.stream]
     if target is not None:
-        return json_response(converted(request, res, target, list(page.items()), meta, is_list=True))
+        return json_response(converted(request, res, target, list(page.items()), meta(), is_list=True))
     items = page.raw if page.raw is not None else (encode_list_item(res, o) for o in page.objects or ())
-    return await stream_list(request, res, meta, items)
+    return await stream_list(request, res, meta(), items)

@@ -12,10 +12,11 @@ from machinery.encoding import WatchFrames
 from machinery.listoptions import parse_resource_version
 from machinery.resources import Resource
 from storage import errors as serr
-from storage.interface import WatchRequest
+from storage.interface import FRONT_PROGRESS_HEADER, WatchRequest
 
 from ..status import map_storage_error
-from .common import Context, Obj, RequestScope, conversion, include_object, list_options, parse_shard, predicate
+from .common import (Context, Obj, RequestScope, conversion, include_object, list_options, parse_shard, predicate,
+                     sent_selectors)
 
 # Watch without timeoutSeconds: random in [minRequestTimeout, 2*minRequestTimeout] (S4.8).
 MIN_REQUEST_TIMEOUT = 1800
@@ -90,7 +91,8 @@ async def watch(ctx: Context, request: web.Request, scope: RequestScope) -> web.
         frames=WatchFrames(res, include_object=include_object(request, target), target=target),
         timeout=opts.timeout_seconds or random.uniform(MIN_REQUEST_TIMEOUT, 2 * MIN_REQUEST_TIMEOUT),
         resource_version=opts.resource_version, send_initial_events=opts.send_initial_events,
-        allow_bookmarks=opts.allow_watch_bookmarks, predicate=pred, shard=parse_shard(opts))
+        allow_bookmarks=opts.allow_watch_bookmarks, predicate=pred, shard=parse_shard(opts),
+        selectors=sent_selectors(request, scope.name), progress=request.headers.get(FRONT_PROGRESS_HEADER) == "true")
     sink = ResponseSink(request, res)
     try:
         await ctx.storage(res).serve_watch(ctx.prefix(scope), req, sink)

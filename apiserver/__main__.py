@@ -124,6 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "--client-ca-file, --anonymous-auth every request is system:unsecured (system:masters)")
     p.add_argument("--state-dir", default=os.environ.get("RESIDENCY_STATE_DIR", "state"),
                    help="where the embedded etcd keeps its data (default ./state)")
+    p.add_argument("--front", action="store_true",
+                   help="serve the whole API from the residency apiservers given by --shards (keeps no object "
+                        "cache; writes and GETs go to etcd): see front/")
+    p.add_argument("--shards", default="", help="with --front: comma-separated shard URLs (http://host:port)")
     p.add_argument("-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity (0-10)")
     return p
 
@@ -150,6 +154,13 @@ def parse_args(argv: list[str] | None = None):
     a.full_resources = tuple(r.strip() for r in a.residency_full_resources.split(",") if r.strip())
     if a.residency_selector is not None and not a.watch_cache:
         p.error("--residency needs the watch cache (--watch-cache=true)")
+    a.shard_urls = [u.strip() for u in a.shards.split(",") if u.strip()]
+    if a.front and not a.shard_urls:
+        p.error("--front needs --shards")
+    if a.shard_urls and not a.front:
+        p.error("--shards needs --front")
+    if a.front and (a.residency_selector is not None or not a.etcd_server_list):
+        p.error("--front needs --etcd-servers (the shards' etcd) and takes no --residency")
     if not a.port and not a.secure_port:
         p.error("nothing to serve: both --port and --secure-port are 0")
     from .auth.authz import parse_modes
@@ -223,13 +234,21 @@ def main(argv: list[str] | None = None) -> int:
             # over HTTPS delivered 2.2x the events per CPU-second (bench.vs_upstream). RESIDENCY_EVENT_LOOP=asyncio
             # runs the standard loop.
             import uvloop
-            uvloop.run(_serve(APIServer(cfg), a))
+            uvloop.run(_serve(_server(cfg, a), a))
         else:
-            asyncio.run(_serve(APIServer(cfg), a))
+            asyncio.run(_serve(_server(cfg, a), a))
     finally:
         if etcd is not None:
             etcd.stop()
     return 0
+
+
+def _server(cfg, a):
+    from .app import APIServer
+    if a.front:
+        from .front_server import FrontServer
+        return FrontServer(cfg, a.shard_urls)
+    return APIServer(cfg)
 
 
 def old_etcd_warning(binary) -> str | None:

@@ -1,0 +1,169 @@
+"""The shards a front serves from: each shard's range (its `--residency`, read from its `/debug/residency`),
+the resources every shard keeps whole, health, and which shards a request needs.
+
+A shard is a residency apiserver reached over HTTP on loopback. The map is complete when the shards'
+ranges partition the hash space of one field (`uid` or `namespace`): every object then lives in exactly one
+shard, so merging the shards' answers gives the whole collection. Until it is complete, and while a shard
+it needs is down, a request fails with a Status (never a partial answer).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from machinery.shard_selector import FULL, ShardSelector, parse_shard_selector
+
+log = logging.getLogger("front")
+
+# How often the front looks at its shards' /readyz (and re-reads a shard whose range is not known yet).
+HEALTH_INTERVAL = 1.0
+
+
+@dataclass
+class Shard:
+    url: str
+    selector: ShardSelector | None = None   # the shard's --residency (None: not learnt yet)
+    full_resources: frozenset[str] = frozenset()
+    ready: bool = False
+    error: str = "not contacted yet"
+
+    def overlap(self, request: ShardSelector | None) -> ShardSelector | None:
+        """The part of `request` (None: everything) this shard holds, or None if nothing."""
+        if self.selector is None:
+            return None
+        if request is None:
+            return self.selector
+        ranges = [(max(s, rs), min(e, re)) for s, e in self.selector._merged for rs, re in request._merged
+                  if max(s, rs) < min(e, re)]
+        return ShardSelector(self.selector.field, ranges) if ranges else None
+
+
+class ShardDown(Exception):
+    """A shard a request needs is not ready (or the map does not cover the hash space)."""
+
+
+@dataclass
+class ShardMap:
+    shards: list[Shard]
+    session: aiohttp.ClientSession | None = None
+    _task: asyncio.Task | None = field(default=None, repr=False)
+    changed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+
+    @classmethod
+    def of(cls, urls: list[str]) -> "ShardMap":
+        return cls([Shard(u.rstrip("/")) for u in urls])
+
+    async def start(self) -> None:
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=False),
+                                             timeout=aiohttp.ClientTimeout(total=None, sock_connect=2))
+        await self.check_all()
+        self._task = asyncio.create_task(self._health_forever())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self.session is not None:
+            await self.session.close()
+
+    async def _health_forever(self) -> None:
+        while True:
+            await asyncio.sleep(HEALTH_INTERVAL)
+            try:
+                await self.check_all()
+            except Exception:  # never let the health loop die
+                log.exception("shard health check failed")
+
+    async def check_all(self) -> None:
+        await asyncio.gather(*(self.check(s) for s in self.shards))
+
+    async def check(self, s: Shard) -> None:
+        """Learn the shard's range (once), then its readiness."""
+        assert self.session is not None
+        t = aiohttp.ClientTimeout(total=2)
+        try:
+            if s.selector is None:
+                async with self.session.get(s.url + "/debug/residency", timeout=t) as r:
+                    if r.status != 200:
+                        raise RuntimeError(f"/debug/residency: HTTP {r.status}")
+                    doc = await r.json()
+                sel = parse_shard_selector(doc.get("residency") or "")
+                # A shard without --residency holds everything.
+                s.selector = sel if sel is not None else ShardSelector("uid", [(0, FULL)])
+                s.full_resources = frozenset(doc.get("fullResources") or ())
+                self.changed.set()
+            async with self.session.get(s.url + "/readyz", timeout=t) as r:
+                ok = r.status == 200
+                s.error = "" if ok else f"/readyz: HTTP {r.status}"
+        except Exception as e:  # connection refused, timeout, bad answer
+            ok = False
+            s.error = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        if ok != s.ready:
+            log.info("shard %s %s%s", s.url, "ready" if ok else "not ready: ", s.error)
+        s.ready = ok
+
+    # --- what a request needs ------------------------------------------------------------------
+
+    def coverage_problem(self) -> str | None:
+        """None when the known ranges partition the hash space of one field, else what is wrong."""
+        known = [s for s in self.shards if s.selector is not None]
+        if len(known) < len(self.shards):
+            return "range not known for " + ", ".join(s.url for s in self.shards if s.selector is None)
+        fields = {s.selector.field for s in known}
+        if len(fields) != 1:
+            return f"shards select on different fields: {sorted(fields)}"
+        spans = sorted(r for s in known for r in s.selector._merged)
+        at = 0
+        for lo, hi in spans:
+            if lo != at:
+                return f"ranges do not partition the hash space at {at:#x}"
+            at = hi
+        return None if at == FULL else f"ranges end at {at:#x}"
+
+    @property
+    def field(self) -> str:
+        return self.shards[0].selector.field if self.shards and self.shards[0].selector else "uid"
+
+    def plan(self, plural: str, request: ShardSelector | None) -> list[tuple[Shard, ShardSelector | None]]:
+        """The shards a list or watch of `plural` needs, each with the selector to send it. One shard with the
+        request's own selector when it can answer alone (a whole resource, or a range inside one shard).
+        Raises ShardDown when a needed shard is not ready, LookupError when the shards cannot serve it (a
+        selector on another field: the caller goes to etcd)."""
+        problem = self.coverage_problem()
+        if problem:
+            raise ShardDown(problem)
+        if all(plural in s.full_resources for s in self.shards):
+            ready = [s for s in self.shards if s.ready]
+            if not ready:
+                raise ShardDown(self.down_message(self.shards))
+            return [(ready[0], request)]
+        if request is not None and request.field != self.field:
+            raise LookupError(request.field)
+        if request is not None:
+            for s in self.shards:
+                if s.selector.contains(request):
+                    self.need([s])
+                    return [(s, request)]
+        parts = [(s, s.overlap(request)) for s in self.shards]
+        parts = [(s, sel) for s, sel in parts if sel is not None]
+        self.need([s for s, _ in parts])
+        return parts
+
+    def need(self, shards: list[Shard]) -> None:
+        down = [s for s in shards if not s.ready]
+        if down:
+            raise ShardDown(self.down_message(down))
+
+    @staticmethod
+    def down_message(down: list[Shard]) -> str:
+        return "; ".join(f"shard {s.url} not ready ({s.error})" for s in down)
+
+    def readiness(self) -> str | None:
+        """The /readyz check: None, or which shards are down and why."""
+        problem = self.coverage_problem()
+        down = [s for s in self.shards if not s.ready]
+        msgs = ([problem] if problem else []) + ([self.down_message(down)] if down else [])
+        return "; ".join(msgs) or None

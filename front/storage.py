@@ -1,0 +1,431 @@
+"""`FrontStorage`: the storage contract the endpoints call (as `cache.delegator.CacheDelegator`), answered by
+the shards instead of a watch cache.
+
+* Writes, GETs and counts go to etcd (`storage.store.EtcdStore`), as with `--watch-cache=false`.
+* A list or watch one shard can answer alone (a resource every shard keeps whole, or a `shardSelector` inside
+  one shard's range) is proxied to it, item by item / frame by frame.
+* Any other list is the merge of the shards' lists at one resourceVersion R (the current etcd revision for a
+  consistent list, else the client's), key order, one page per shard at most; `limit`/`continue` across the
+  merge with upstream's continue token (key + R, which every shard understands).
+* Any other watch merges the shards' watches started at R, in resourceVersion order: an event goes out once
+  every shard's watermark (its events, and the bookmarks it sends on every advance of its cache's RV when the
+  front asks with FRONT_PROGRESS_HEADER) has reached it. Initial events (watch-list, RV unset or 0) are the
+  merged list at R, then the end bookmark at R.
+* A shard that is needed and not ready fails the request (504 as for an unreachable etcd); a shard's own
+  Status (410, 400, 504...) reaches the client as the shard answered it.
+"""
+from __future__ import annotations
+
+import asyncio
+import heapq
+import math
+import time
+from typing import Any, AsyncIterator
+
+from cache.cacher import next_bookmark_time
+from cache.delegator import CacheDelegator
+from cache.residency import Residency
+from machinery import errors, jsonenc
+from machinery.encoding import wire_head
+from machinery.resources import Resource
+from machinery.shard_selector import ShardSelector
+from storage import errors as serr
+from storage.continue_token import encode_continue, resolve_continue
+from storage.interface import FRONT_PROGRESS_HEADER, ListPage, ListRequest, WatchRequest, WatchSink
+from storage.store import EtcdStore, parse_resource_version
+
+from .shards import Shard, ShardDown, ShardMap
+from .wire import ShardList, ShardWatch, open_get
+
+Obj = dict[str, Any]
+Part = tuple[Shard, ShardSelector | None]
+# A watch on a shard outlives the client's by this much: the front, not the shard, ends it on time.
+WATCH_GRACE = 5
+
+
+def api_path(res: Resource, namespace: str | None) -> str:
+    base = f"/api/{res.version}" if not res.group else f"/apis/{res.group}/{res.version}"
+    return base + (f"/namespaces/{namespace}" if namespace else "") + f"/{res.plural}"
+
+
+class FrontStorage(CacheDelegator):
+    """One resource's storage contract in the front (writes and GETs: the etcd path of CacheDelegator)."""
+
+    def __init__(self, res: Resource, store: EtcdStore, shards: ShardMap, resource_prefix: str):
+        super().__init__(res, store, None, Residency(None), resource_prefix)
+        self.shards = shards
+        head = wire_head(res)
+        self.wire = (lambda b: b) if head is None else (lambda b: head + b[1:])
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def _namespace(self, prefix: str) -> str | None:
+        ns = prefix[len(self.resource_prefix):].rstrip("/")
+        return ns or None
+
+    def _plan(self, shard: ShardSelector | None) -> list[Part] | None:
+        """The shards to ask (None: a selector the shards do not partition by: etcd answers)."""
+        try:
+            return self.shards.plan(self.res.plural, shard)
+        except LookupError:
+            return None
+        except ShardDown as e:
+            raise serr.StorageError(serr.Code.UNREACHABLE, message=str(e)) from None
+
+    def _url(self, shard: Shard, namespace: str | None) -> str:
+        return shard.url + api_path(self.res, namespace)
+
+    @staticmethod
+    def _params(base: dict[str, str], selectors: dict[str, str] | None, sel: ShardSelector | None) -> dict[str, str]:
+        p = dict(base)
+        p.update(selectors or {})
+        if sel is not None:
+            p["shardSelector"] = str(sel)
+        return p
+
+    async def _open_list(self, part: Part, namespace: str | None, base: dict[str, str],
+                         selectors: dict[str, str] | None) -> ShardList:
+        shard, sel = part
+        url = self._url(shard, namespace)
+        resp = await open_get(self.shards.session, url, self._params(base, selectors, sel))
+        try:
+            return await ShardList(shard.url, resp, self.res.namespaced and namespace is None).start()
+        except BaseException:
+            resp.close()
+            raise
+
+    def _decode(self, b: bytes) -> Obj:
+        return jsonenc.loads(self.wire(b))
+
+    # --- LIST ----------------------------------------------------------------------------------
+
+    async def get_list(self, prefix: str, req: ListRequest) -> ListPage:
+        parse_resource_version(req.resource_version, prefix)  # S1.11: 400 first
+        start_key = cont_rv = None
+        if req.continue_:
+            start_key, cont_rv = resolve_continue(req.continue_, req.resource_version, prefix)  # S1.12, S1.13
+        parts = self._plan(req.shard)
+        if parts is None:
+            return await self.store.get_list(prefix, req)
+        ns = self._namespace(prefix)
+        if len(parts) == 1 and parts[0][1] == req.shard:
+            return await self._proxy_list(parts[0], ns, req)
+        # One resourceVersion for every shard (S2.14: the list is the state at R).
+        limit = req.limit if req.limit > 0 else 0
+        rv_s, rvm = req.resource_version, req.resource_version_match
+        if cont_rv is not None and cont_rv > 0:
+            rv = cont_rv
+        elif cont_rv is not None or rv_s in (None, ""):
+            rv = await self.store.current_revision(prefix)
+        elif rv_s == "0":
+            rv, limit = await self.store.current_revision(prefix), 0   # S1.19: RV=0 ignores limit
+        else:
+            n = int(rv_s)
+            exact = rvm == "Exact" or (not rvm and limit > 0)
+            rv = n if exact else max(n, await self.store.current_revision(prefix))
+        start = None
+        if start_key is not None:
+            start = start_key[len(prefix) - 1:]   # "/<key>\x00" as the token carried it
+        base = self._base(rv, start, limit)
+        if limit:
+            return await self._merged_page(parts, ns, base, req, rv, limit, prefix)
+        lists = await self._open_all(parts, ns, base, req.selectors)
+        return ListPage(rv, stream=self._merged_stream(lists), decode=self._decode)
+
+    @staticmethod
+    def _base(rv: int, start: str | None, limit: int) -> dict[str, str]:
+        if start is not None:
+            base = {"continue": encode_continue(start[:-1] if start.endswith("\x00") else start, rv)}
+        else:
+            base = {"resourceVersion": str(rv), "resourceVersionMatch": "Exact"}
+        if limit:
+            base["limit"] = str(limit)
+        return base
+
+    async def _open_all(self, parts: list[Part], ns: str | None, base: dict[str, str],
+                        selectors: dict[str, str] | None) -> list[ShardList]:
+        got = await asyncio.gather(*(self._open_list(p, ns, base, selectors) for p in parts), return_exceptions=True)
+        errs = [g for g in got if isinstance(g, BaseException)]
+        if errs:
+            for g in got:
+                if isinstance(g, ShardList):
+                    g.close()
+            raise errs[0]
+        return list(got)
+
+    async def _proxy_list(self, part: Part, ns: str | None, req: ListRequest) -> ListPage:
+        base = {}
+        for k, v in (("resourceVersion", req.resource_version), ("resourceVersionMatch", req.resource_version_match),
+                     ("continue", req.continue_), ("limit", str(req.limit) if req.limit else "")):
+            if v:
+                base[k] = v
+        lst = await self._open_list(part, ns, base, req.selectors)
+        page = ListPage(0, decode=self._decode)
+
+        def take_meta() -> None:
+            m = lst.meta or {}
+            page.resource_version = int(m.get("resourceVersion") or 0)
+            page.continue_ = m.get("continue") or None
+            page.remaining = m.get("remainingItemCount")
+
+        async def items() -> AsyncIterator[bytes]:
+            try:
+                async for _, item in lst.items():
+                    yield item
+            finally:
+                lst.close()
+            take_meta()
+        if lst.meta is not None:
+            take_meta()
+        page.stream = items()
+        return page
+
+    async def _merged_stream(self, lists: list[ShardList]) -> AsyncIterator[bytes]:
+        """The K key-ordered streams merged item by item (each shard's items read as they arrive)."""
+        its = [ls.items() for ls in lists]
+        heap: list[tuple[str, int, bytes]] = []
+        try:
+            for i, it in enumerate(its):
+                kv = await anext(it, None)
+                if kv is not None:
+                    heap.append((kv[0], i, kv[1]))
+            heapq.heapify(heap)
+            while heap:
+                key, i, item = heap[0]
+                yield item
+                kv = await anext(its[i], None)
+                if kv is None:
+                    heapq.heappop(heap)
+                else:
+                    heapq.heapreplace(heap, (kv[0], i, kv[1]))
+        finally:
+            for ls in lists:
+                ls.close()
+
+    async def _merged_page(self, parts: list[Part], ns: str | None, base: dict[str, str], req: ListRequest,
+                           rv: int, limit: int, prefix: str) -> ListPage:
+        lists = await self._open_all(parts, ns, base, req.selectors)
+        pages = await asyncio.gather(*(ls.all() for ls in lists), return_exceptions=True)
+        for ls in lists:
+            ls.close()
+        for p in pages:
+            if isinstance(p, BaseException):
+                raise p
+        merged = list(heapq.merge(*pages))   # each page is key-ordered; keys are unique across shards
+        out, rest = merged[:limit], merged[limit:]
+        page = ListPage(rv, raw=[b for _, b in out], decode=self._decode)
+        if len(out) < limit:
+            return page
+        last = out[-1][0]
+        conts = [bool(ls.meta and ls.meta.get("continue")) for ls in lists]
+        more = bool(rest) or any(conts)
+        filtered = req.predicate is not None or req.shard is not None
+        if not more and filtered:
+            # A full replica continues if any key follows the last item, matching or not: ask every shard.
+            more = await self._any_after(parts, ns, last, rv)
+        if not more:
+            return page
+        page.continue_ = encode_continue("/" + last, rv)
+        if req.predicate is None:   # S2.9: remainingItemCount only without label/field selectors
+            page.remaining = len(rest) + sum(int((ls.meta or {}).get("remainingItemCount") or 0) for ls in lists)
+        return page
+
+    async def _any_after(self, parts: list[Part], ns: str | None, last: str, rv: int) -> bool:
+        everyone = [(s, s.selector) for s in self.shards.shards]
+        lists = await self._open_all(everyone, ns, {"continue": encode_continue("/" + last, rv), "limit": "1"}, None)
+        found = await asyncio.gather(*(ls.all() for ls in lists))
+        for ls in lists:
+            ls.close()
+        return any(found)
+
+    # --- WATCH ---------------------------------------------------------------------------------
+
+    async def serve_watch(self, prefix: str, req: WatchRequest, sink: WatchSink) -> None:
+        parts = self._plan(req.shard)
+        if parts is None:
+            await self.store.serve_watch(prefix, req, sink)
+            return
+        ns = self._namespace(prefix)
+        shard_timeout = str(int(math.ceil(req.timeout)) + WATCH_GRACE)
+        if len(parts) == 1 and parts[0][1] == req.shard:
+            await self._proxy_watch(parts[0], ns, req, sink, shard_timeout)
+            return
+        rv_s = req.resource_version
+        if req.send_initial_events or rv_s in (None, "", "0"):
+            rv = await self.store.current_revision(prefix)
+            if rv_s not in (None, "", "0"):
+                rv = max(rv, int(rv_s))
+        else:
+            rv = int(rv_s)
+        base = {"watch": "1", "resourceVersion": str(rv), "allowWatchBookmarks": "true",
+                "timeoutSeconds": shard_timeout}
+        watches = await self._open_watches(parts, ns, base, req.selectors)
+        try:
+            await _MergedWatch(self, watches, rv, req, sink).run(parts, ns)
+        finally:
+            for w in watches:
+                w.close()
+
+    async def _open_watches(self, parts: list[Part], ns: str | None, base: dict[str, str],
+                            selectors: dict[str, str] | None) -> list[ShardWatch]:
+        async def one(part: Part) -> ShardWatch:
+            shard, sel = part
+            url = self._url(shard, ns)
+            resp = await open_get(self.shards.session, url, self._params(base, selectors, sel),
+                                  headers={FRONT_PROGRESS_HEADER: "true"})
+            return ShardWatch(shard.url, resp)
+        got = await asyncio.gather(*(one(p) for p in parts), return_exceptions=True)
+        errs = [g for g in got if isinstance(g, BaseException)]
+        if errs:
+            for g in got:
+                if isinstance(g, ShardWatch):
+                    g.close()
+            raise errs[0]
+        return list(got)
+
+    async def _proxy_watch(self, part: Part, ns: str | None, req: WatchRequest, sink: WatchSink,
+                           shard_timeout: str) -> None:
+        base = {"watch": "1", "timeoutSeconds": shard_timeout}
+        if req.resource_version is not None:
+            base["resourceVersion"] = req.resource_version
+        if req.send_initial_events is not None:
+            base["sendInitialEvents"] = "true" if req.send_initial_events else "false"
+            base["resourceVersionMatch"] = "NotOlderThan"
+        if req.allow_bookmarks:
+            base["allowWatchBookmarks"] = "true"
+        shard, sel = part
+        resp = await open_get(self.shards.session, self._url(shard, ns), self._params(base, req.selectors, sel))
+        w = ShardWatch(shard.url, resp)
+        try:
+            await sink.start()
+            deadline = time.monotonic() + req.timeout
+            frames = w.frames()
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                try:
+                    f = await asyncio.wait_for(anext(frames, None), left)
+                except asyncio.TimeoutError:
+                    return
+                if f is None:
+                    return
+                t, _, obj, line = f
+                if t == "ERROR" or not req.frames.table:
+                    await sink.write(line)
+                    if t == "ERROR":
+                        return
+                elif t == "BOOKMARK":
+                    await sink.write(line)   # bookmarks are never Tables
+                else:
+                    await sink.write(req.frames.event(t, obj))
+        finally:
+            w.close()
+
+
+class _MergedWatch:
+    """K shard watches started at `rv`, written to the client in resourceVersion order."""
+
+    def __init__(self, st: FrontStorage, watches: list[ShardWatch], rv: int, req: WatchRequest, sink: WatchSink):
+        self.st = st
+        self.watches = watches
+        self.rv = rv
+        self.req = req
+        self.sink = sink
+        k = len(watches)
+        self.queues: list[list[tuple[int, str, bytes]]] = [[] for _ in range(k)]
+        self.marks = [rv] * k        # every shard has passed this RV
+        self.ended = False
+        self.error: bytes | None = None
+        self.wake = asyncio.Event()
+
+    async def _read(self, i: int) -> None:
+        try:
+            async for t, rv, obj, line in self.watches[i].frames():
+                if t == "ERROR":
+                    self.error = self.error or line
+                    break
+                if t != "BOOKMARK":
+                    self.queues[i].append((rv, t, obj))
+                if rv > self.marks[i]:
+                    self.marks[i] = rv
+                self.wake.set()
+        finally:
+            self.ended = True
+            self.wake.set()
+
+    async def run(self, parts: list[Part], ns: str | None) -> None:
+        req, sink = self.req, self.sink
+        readers = [asyncio.create_task(self._read(i)) for i in range(len(self.watches))]
+        try:
+            await sink.start()
+            deadline = time.monotonic() + req.timeout
+            if req.send_initial_events:
+                await self._initial(parts, ns)
+            sent = self.rv
+            next_bm = next_bookmark_time(time.monotonic(), deadline) if req.allow_bookmarks else 0.0
+            while True:
+                mark = min(self.marks)
+                out = self._ready(mark)
+                if out:
+                    sent = max(sent, out[-1][0])
+                    await sink.write(b"".join(req.frames.event(t, obj) for _, t, obj in out))
+                if self.error is not None:
+                    await sink.write(self.error)
+                    return
+                now = time.monotonic()
+                if now >= deadline or self.ended:
+                    return
+                if next_bm and now >= next_bm:
+                    if mark > sent:   # S4.12: past the start, never behind an event sent
+                        await sink.write(req.frames.bookmark(mark))
+                        sent = mark
+                    next_bm = next_bookmark_time(now, deadline)
+                self.wake.clear()
+                wait = deadline - now if not next_bm else min(deadline, next_bm) - now
+                try:
+                    await asyncio.wait_for(self.wake.wait(), max(wait, 0.001))
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            for r in readers:
+                r.cancel()
+            await asyncio.gather(*readers, return_exceptions=True)
+
+    def _ready(self, mark: int) -> list[tuple[int, str, bytes]]:
+        """The queued events at or below `mark`, in resourceVersion order."""
+        taken = []
+        for q in self.queues:
+            n = 0
+            while n < len(q) and q[n][0] <= mark:
+                n += 1
+            if n:
+                taken.append(q[:n])
+                del q[:n]
+        if len(taken) == 1:
+            return taken[0]
+        return list(heapq.merge(*taken, key=lambda e: e[0]))
+
+    async def _initial(self, parts: list[Part], ns: str | None) -> None:
+        """Initial events (S5.5): the merged list at the watch's RV, then the end bookmark (S5.4)."""
+        req, sink, st = self.req, self.sink, self.st
+        base = {"resourceVersion": str(self.rv), "resourceVersionMatch": "Exact"}
+        try:
+            lists = await st._open_all(parts, ns, base, req.selectors)
+        except errors.StatusError as e:
+            await sink.write(jsonenc.watch_event("ERROR", jsonenc.dumps(e.status())))
+            self.error = b""
+            return
+        buf: list[bytes] = []
+        size = 0
+        async for item in st._merged_stream(lists):
+            b = req.frames.event("ADDED", st.wire(item))
+            buf.append(b)
+            size += len(b)
+            if size >= 64 * 1024:
+                await sink.write(b"".join(buf))
+                buf, size = [], 0
+        if req.allow_bookmarks:
+            buf.append(req.frames.bookmark(self.rv, True))
+        if buf:
+            await sink.write(b"".join(buf))

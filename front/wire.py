@@ -1,0 +1,167 @@
+"""Reading a shard's HTTP answers as they arrive: a list split into its items (each item's exact bytes and its
+key), a watch split into frames. Errors a shard answers are raised as the shard's own Status; a shard that
+cannot be reached is a storage UNREACHABLE error (504, as for an unreachable etcd).
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, AsyncIterator
+
+import aiohttp
+import orjson
+
+import ext
+from machinery import errors
+from storage import errors as serr
+
+Obj = dict[str, Any]
+_ITEMS = b'"items":['
+_OBJECT = b',"object":'
+
+
+def shard_status(url: str, status: int, body: bytes) -> errors.StatusError:
+    """The shard's Status, as it answered it (upstream's text reaches the client unchanged)."""
+    try:
+        st = orjson.loads(body)
+        if not isinstance(st, dict) or st.get("kind") != "Status":
+            raise ValueError
+    except ValueError:
+        return errors.StatusError(status, "InternalError", f"shard {url}: HTTP {status}")
+    e = errors.StatusError(int(st.get("code") or status), st.get("reason") or "", st.get("message") or "",
+                           st.get("details") if "details" in st else None, st.get("metadata") or None)
+    return e
+
+
+def unreachable(url: str, e: BaseException) -> serr.StorageError:
+    return serr.StorageError(serr.Code.UNREACHABLE, message=f"shard {url}: {type(e).__name__}: {e}")
+
+
+async def open_get(session: aiohttp.ClientSession, url: str, params: dict[str, str],
+                   headers: dict[str, str] | None = None) -> aiohttp.ClientResponse:
+    """GET with the answer's headers in: a non-200 answer raises the shard's Status."""
+    try:
+        resp = await session.get(url, params=params, headers=headers)
+    except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
+        raise unreachable(url, e) from None
+    if resp.status != 200:
+        try:
+            body = await resp.read()
+        except (aiohttp.ClientError, OSError) as e:
+            raise unreachable(url, e) from None
+        finally:
+            resp.release()
+        raise shard_status(url, resp.status, body)
+    return resp
+
+
+def item_key(item: bytes, cluster_wide: bool) -> str:
+    """The item's key below the request's prefix: `namespace/name` when listing every namespace of a namespaced
+    resource, else `name` (what orders a list and what a continue token carries)."""
+    md = orjson.loads(item)["metadata"]
+    ns = md.get("namespace")
+    return f"{ns}/{md['name']}" if cluster_wide and ns else md["name"]
+
+
+class ShardList:
+    """One shard's list answer read item by item. `meta` is the list's metadata: known after `start()` for a
+    typed list (written before the items), after the items for a custom resource's (written after them)."""
+
+    def __init__(self, url: str, resp: aiohttp.ClientResponse, cluster_wide: bool):
+        self.url = url
+        self.resp = resp
+        self.cluster_wide = cluster_wide
+        self.buf = b""
+        self.pos = 0
+        self.meta: Obj | None = None
+        self.eof = False
+
+    async def _more(self) -> bool:
+        try:
+            chunk = await self.resp.content.readany()
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
+            raise unreachable(self.url, e) from None
+        if not chunk:
+            self.eof = True
+            return False
+        self.buf = self.buf[self.pos:] + chunk if self.pos else self.buf + chunk
+        self.pos = 0
+        return True
+
+    async def start(self) -> "ShardList":
+        while (i := self.buf.find(_ITEMS)) < 0:
+            if not await self._more():
+                raise unreachable(self.url, EOFError("list ended before its items"))
+        head = self.buf[:i]
+        if b'"metadata":' in head:   # typed list: {"kind":..,"apiVersion":..,"metadata":{..},"items":[
+            self.meta = orjson.loads(head[:-1] + b"}")["metadata"]
+        self.pos = i + len(_ITEMS)
+        return self
+
+    async def items(self) -> AsyncIterator[tuple[str, bytes]]:
+        """(key, item bytes) in the shard's (key) order; then `meta` is set."""
+        while True:
+            while self.pos < len(self.buf) and self.buf[self.pos] in b", \n":
+                self.pos += 1
+            if self.pos >= len(self.buf):
+                if not await self._more():
+                    raise unreachable(self.url, EOFError("list cut short"))
+                continue
+            if self.buf[self.pos] == 0x5D:  # ']'
+                self.pos += 1
+                break
+            end = ext.container_end(self.buf, self.pos)
+            if end < 0:
+                if not await self._more():
+                    raise unreachable(self.url, EOFError("list cut short"))
+                continue
+            item = self.buf[self.pos:end]
+            self.pos = end
+            yield item_key(item, self.cluster_wide), item
+        while await self._more():
+            pass
+        tail = self.buf[self.pos:].strip()
+        if self.meta is None:   # custom resource: ,"kind":"XList","metadata":{..}}
+            self.meta = orjson.loads(b"{" + tail[1:])["metadata"] if tail.startswith(b",") else {}
+        self.resp.release()
+
+    async def all(self) -> list[tuple[str, bytes]]:
+        return [kv async for kv in self.items()]
+
+    def close(self) -> None:
+        self.resp.close()
+
+
+class ShardWatch:
+    """One shard's watch read frame by frame: (type, resourceVersion, object bytes, the frame's bytes)."""
+
+    def __init__(self, url: str, resp: aiohttp.ClientResponse):
+        self.url = url
+        self.resp = resp
+
+    async def frames(self) -> AsyncIterator[tuple[str, int, bytes, bytes]]:
+        buf = b""
+        try:
+            async for chunk in self.resp.content.iter_any():
+                buf += chunk
+                start = 0
+                while (nl := buf.find(b"\n", start)) >= 0:
+                    line = buf[start:nl + 1]
+                    start = nl + 1
+                    yield parse_frame(line)
+                buf = buf[start:]
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+            return   # the shard went away: the watch ends, as a watch ends when its server does
+
+    def close(self) -> None:
+        self.resp.close()
+
+
+def parse_frame(line: bytes) -> tuple[str, int, bytes, bytes]:
+    """`{"type":"T","object":{..}}\\n` -> (T, the object's resourceVersion (0 for ERROR), object, line)."""
+    i = line.index(_OBJECT)
+    t = orjson.loads(line[8:i])
+    obj = line[i + len(_OBJECT):line.rindex(b"}")]
+    if t == "ERROR":
+        return t, 0, obj, line
+    rv = int(orjson.loads(obj)["metadata"].get("resourceVersion") or 0)
+    return t, rv, obj, line

@@ -3,6 +3,7 @@ deletecollection. Every write is a compare-and-swap on etcd through the resource
 contract; the cache learns of it from its etcd watch, like every other apiserver would."""
 from __future__ import annotations
 
+import datetime as _dt
 from typing import Callable
 
 from aiohttp import web
@@ -256,6 +257,12 @@ async def delete_options(request: web.Request) -> Obj:
     for q in ("propagationPolicy", "orphanDependents"):
         if q in request.query:
             opts[q] = request.query[q]
+    if "gracePeriodSeconds" in request.query:
+        try:
+            opts["gracePeriodSeconds"] = int(request.query["gracePeriodSeconds"])
+        except ValueError:
+            raise errors.bad_request(f'strconv.ParseInt: parsing {gocompat.quote(request.query["gracePeriodSeconds"])}: '
+                                     "invalid syntax") from None
     # dryRun may come in the body (client-go, kubectl --dry-run=server) or the query.
     opts["dryRun"] = list(opts.get("dryRun") or []) + request.query.getall("dryRun", [])
     validate_delete_options(opts)
@@ -267,7 +274,8 @@ async def delete(ctx: Context, request: web.Request, scope: RequestScope) -> web
     opts = await delete_options(request)
     pre = opts["preconditions"]
     out, deleted = await delete_one(ctx, request, res, scope.namespace, scope.name or "",
-                                    uid=pre.get("uid"), rv=pre.get("resourceVersion"), dry=bool(opts["dryRun"]))
+                                    uid=pre.get("uid"), rv=pre.get("resourceVersion"), dry=bool(opts["dryRun"]),
+                                    grace=opts.get("gracePeriodSeconds"))
     if deleted and not res.returns_deleted_object:
         return json_response(jsonenc.dumps(deleted_status(res, out)) + b"\n")
     # handlers/delete.go: an object that is not gone yet (finalizers) comes back with 200, or 202 when the
@@ -287,9 +295,95 @@ def deleted_status(res: Resource, obj: Obj) -> Obj:
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
 
 
+class _AlreadyDeleting(Exception):
+    """A graceful deletion is pending and the request does not shorten it (upstream's errAlreadyDeleting)."""
+
+
+class _DeleteNow(Exception):
+    """No graceful deletion after all (upstream's errDeleteNow): delete the object as it is."""
+
+
+def _before_delete(res: Resource, obj: Obj, grace: int | None) -> tuple[Obj | None, bool, int]:
+    """Upstream's rest.BeforeDelete with the pod strategy's CheckGracefulDelete, for pods (the only
+    built-in registry with graceful deletion): (the object marked for graceful deletion or None,
+    pending?, grace period). None and not pending: delete now."""
+    if grace is not None and grace < 0:
+        grace = 1  # negative values are 1 s on the delete path
+    if res.custom or res.group or res.plural != "pods":
+        return None, False, 0
+    md = obj["metadata"]
+    now = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0)
+    if md.get("deletionTimestamp"):
+        current = md.get("deletionGracePeriodSeconds")
+        if not current:  # nil or 0: the earlier update went through, the delete did not
+            return None, False, 0
+        current = max(current, 1)
+        if grace is None or grace >= current:  # only a shorter grace period may be asked for
+            return None, True, current
+        ts = _dt.datetime.strptime(md["deletionTimestamp"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.timezone.utc)
+        ts += _dt.timedelta(seconds=grace - current)
+        if ts < now:  # never into the past; a graceful request stays graceful (1 s)
+            ts, grace = now, (1 if grace else 0)
+    else:
+        spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        if grace is None:
+            grace = spec.get("terminationGracePeriodSeconds") or 0
+        if not spec.get("nodeName") or status.get("phase") in ("Failed", "Succeeded"):
+            grace = 0  # never scheduled, or already terminated: delete now
+        grace = 1 if grace < 0 else grace
+        ts = now + _dt.timedelta(seconds=grace)
+    out = {**obj, "metadata": dict(md)}
+    out["metadata"]["deletionTimestamp"] = ts.strftime("%Y-%m-%dT%H:%M:%SZ")
+    out["metadata"]["deletionGracePeriodSeconds"] = grace
+    if not md.get("deletionTimestamp") and (md.get("generation") or 0) > 0:
+        out["metadata"]["generation"] = md["generation"] + 1
+    return out, False, grace
+
+
+async def _delete_gracefully(ctx: Context, res: Resource, key: str, name: str, grace: int | None,
+                             dry: bool) -> tuple[Obj, bool]:
+    """A pod's graceful deletion (upstream's updateForGracefulDeletionAndFinalizers): the update that sets
+    deletionTimestamp and deletionGracePeriodSeconds. (the object, False) while it must stay; (the updated
+    object, True) when it is to be deleted now (grace period 0, no finalizers)."""
+    store = ctx.storage(res)
+    period = 0
+
+    def mark(o: Obj) -> Obj:
+        nonlocal period
+        marked, pending, period = _before_delete(res, o, grace)
+        if pending:
+            raise _AlreadyDeleting(o)
+        if marked is None:
+            if not o["metadata"].get("finalizers"):
+                raise _DeleteNow(o)
+            marked = {**o, "metadata": {**o["metadata"], "deletionTimestamp": objects.now_rfc3339(),
+                                        "deletionGracePeriodSeconds": 0}}
+            period = 0
+        marked["metadata"].pop("resourceVersion", None)
+        return objects.canonical(res, marked)
+    try:
+        if dry:
+            cur = await store.get(key)
+            out = {**mark(cur)}
+            out["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"]
+        else:
+            out = await store.guaranteed_update(key, mark)
+    except _AlreadyDeleting as e:
+        return e.args[0], False
+    except _DeleteNow as e:
+        return e.args[0], True
+    except serr.StorageError as e:
+        raise map_storage_error(e, res, name) from None
+    if not dry:
+        await ctx.after_write(res, "MODIFIED", out)
+    return out, not (out["metadata"].get("finalizers") or period > 0)
+
+
 async def delete_one(ctx: Context, request: web.Request, res: Resource, namespace: str | None, name: str,
-                     uid: str | None = None, rv: str | None = None, dry: bool = False) -> tuple[Obj, bool]:
-    """Delete one object: (the object, deleted?); objects with finalizers only get a deletionTimestamp."""
+                     uid: str | None = None, rv: str | None = None, dry: bool = False,
+                     grace: int | None = None) -> tuple[Obj, bool]:
+    """Delete one object: (the object, deleted?); objects with finalizers only get a deletionTimestamp, and
+    pods a graceful deletion (`grace`: DeleteOptions.gracePeriodSeconds) unless their grace period is 0."""
     store = ctx.storage(res)
     key = res.key(ctx.etcd_prefix, namespace, name)
     try:
@@ -307,6 +401,15 @@ async def delete_one(ctx: Context, request: web.Request, res: Resource, namespac
                               f"the ResourceVersion in the precondition ({rv}) does not match the "
                               f"ResourceVersion in record ({md.get('resourceVersion')}). The object might have "
                               f"been modified")
+    marked, pending, _ = _before_delete(res, cur, grace)
+    if pending:
+        return cur, False
+    if marked is not None:
+        cur, now = await _delete_gracefully(ctx, res, key, name, grace, dry)
+        if not now:
+            return cur, False
+        md = cur["metadata"]
+        rv = md["resourceVersion"] if rv is not None else None  # the update moved it (upstream does the same)
     if dry:
         return cur, True
     if md.get("finalizers") and res.plural != "namespaces":
@@ -328,6 +431,8 @@ async def delete_one(ctx: Context, request: web.Request, res: Resource, namespac
     try:
         out, _ = await store.delete(key, uid=uid, rv=rv)
     except serr.StorageError as e:
+        if marked is not None and e.code is serr.Code.KEY_NOT_FOUND:
+            return cur, True  # deleted by someone else since our update (upstream tolerates it: #19403)
         raise map_storage_error(e, res, name) from None
     await ctx.after_write(res, "DELETED", out)
     return out, True
@@ -349,7 +454,7 @@ async def deletecollection(ctx: Context, request: web.Request, scope: RequestSco
         md = obj["metadata"]
         try:
             out, _ = await delete_one(ctx, request, res, md.get("namespace"), md["name"],
-                                      dry=bool(dopts["dryRun"]))
+                                      dry=bool(dopts["dryRun"]), grace=dopts.get("gracePeriodSeconds"))
         except errors.StatusError as e:
             if e.code == 404:
                 continue  # deleted concurrently
@@ -385,3 +490,4 @@ def _same_content(new: Obj, cur: Obj) -> bool:
     a["metadata"] = {k: v for k, v in (a.get("metadata") or {}).items() if k != "resourceVersion"}
     b["metadata"] = {k: v for k, v in (b.get("metadata") or {}).items() if k != "resourceVersion"}
     return a == b
+

@@ -56,13 +56,13 @@ def ensure_kube_apiserver(version: str = DEFAULT_VERSION, dest: str = DEFAULT_DE
     if not re.fullmatch(r"v1\.\d+\.\d+", version):
         raise BuildError(f"bad Kubernetes version {version!r} (expected e.g. {DEFAULT_VERSION})")
     target = os.path.join(os.path.abspath(os.path.join(dest, version)), "kube-apiserver")
-    return build_once(target, lambda t: _is_good(t, version), lambda go: _build(go, version, target),
+    return build_once(target, lambda t: _is_good(t, version), lambda go: build_command(go, version, target),
                       f"kube-apiserver {version}")
 
 
-def staging_modules(go: str, version: str, cwd: str, env: dict[str, str]) -> list[str]:
+def staging_modules(go: str, version: str, cwd: str, env: dict[str, str], tool: str = TOOL) -> list[str]:
     """The modules kubernetes' go.mod replaces with `./staging/src/...` directories."""
-    info = json.loads(run(TOOL, [go, "mod", "download", "-json", f"{MODULE}@{version}"], cwd, env))
+    info = json.loads(run(tool, [go, "mod", "download", "-json", f"{MODULE}@{version}"], cwd, env))
     with open(info["GoMod"]) as f:
         gomod = f.read()
     mods = re.findall(r"^\s*(k8s\.io/[\w.-]+)\s+=>\s+\./staging/", gomod, re.M)
@@ -71,7 +71,9 @@ def staging_modules(go: str, version: str, cwd: str, env: dict[str, str]) -> lis
     return mods
 
 
-def _build(go: str, version: str, target: str) -> None:
+def build_command(go: str, version: str, target: str, package: str = PACKAGE, tool: str = TOOL) -> None:
+    """Build `package` (a command of k8s.io/kubernetes <version>) into `target`, as a release build would
+    (tools/build_kube_scheduler.py builds kube-scheduler with it)."""
     env = go_env()
     t0 = time.monotonic()
     minor, patch = re.fullmatch(r"v1\.(\d+)\.(\d+)", version).groups()
@@ -79,13 +81,13 @@ def _build(go: str, version: str, target: str) -> None:
     with tempfile.TemporaryDirectory(prefix="kubebuild-") as src:
         with open(os.path.join(src, "go.mod"), "w") as f:
             f.write("module residency/kubebuild\n\ngo 1.26.0\n\n")
-        mods = staging_modules(go, version, src, env)
+        mods = staging_modules(go, version, src, env, tool)
         lines = [f"require {MODULE} {version}\n", "\nreplace (\n"]
         lines += [f"\t{m} => {m} {staging_version}\n" for m in mods]
         lines.append(")\n")
         with open(os.path.join(src, "go.mod"), "a") as f:
             f.writelines(lines)
-        log(TOOL, f"building {PACKAGE} {version} ({len(mods)} staging modules at {staging_version}); "
+        log(tool, f"building {package} {version} ({len(mods)} staging modules at {staging_version}); "
                   "a cold build takes several minutes")
         ldflags = " ".join([
             "-s", "-w",
@@ -98,9 +100,9 @@ def _build(go: str, version: str, target: str) -> None:
             "-X k8s.io/client-go/pkg/version.gitMajor=1",
             f"-X k8s.io/client-go/pkg/version.gitMinor={minor}",
         ])
-        go_build(TOOL, go, ["-trimpath", "-tags=selinux,notest", "-ldflags", ldflags, PACKAGE], src, env, target,
+        go_build(tool, go, ["-trimpath", "-tags=selinux,notest", "-ldflags", ldflags, package], src, env, target,
                  binary_version, version)
-    log(TOOL, f"built {target} in {time.monotonic() - t0:.1f}s")
+    log(tool, f"built {target} in {time.monotonic() - t0:.1f}s")
 
 
 def main(argv: list[str] | None = None) -> int:

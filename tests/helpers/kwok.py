@@ -1,0 +1,116 @@
+"""kwok (sigs.k8s.io/kwok, built by tools/build_kwok.py) as a real process against an apiserver: simulated
+nodes and the pods bound to them.
+
+The standalone binary has no stages of its own; it gets upstream's stage files from tools/kwok/ with
+`--config` (node initialisation, node heartbeat with leases, pod ready / complete / delete). It manages
+only the nodes annotated `kwok.x-k8s.io/node: fake` (`kwok_node()` makes such a Node), holds a Lease per
+node in kube-node-lease (`--node-lease-duration-seconds`, renewed every quarter of it as a kubelet does:
+40 s -> every 10 s), and talks to the apiserver through a kubeconfig with no credentials (our server
+without authentication flags treats every request as system:unsecured in system:masters).
+`HOME` is a throwaway directory, so a `~/.kwok/kwok.yaml` on the machine never joins the configuration.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+
+from storage.embedded import free_port, stop_process
+from tests.helpers.etcd import load_tool
+
+ANNOTATION = "kwok.x-k8s.io/node"
+SELECTOR = f"{ANNOTATION}=fake"
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+
+
+def kwok_binary() -> str:
+    """Path of kwok, built once into .cache/kwok."""
+    return load_tool("build_kwok").ensure_kwok()
+
+
+def stage_files() -> list[str]:
+    return load_tool("build_kwok").stage_files()
+
+
+def write_kubeconfig(path: str, server: str, *, ca: str | None = None, cert: tuple[str, str] | None = None) -> str:
+    """A kubeconfig for `server` (plain HTTP: no credentials; HTTPS: a CA and optionally a client cert)."""
+    cluster = [f"    server: {server}"]
+    if ca:
+        cluster.append(f"    certificate-authority: {ca}")
+    user = ["  user: {}"] if not cert else ["  user:", f"    client-certificate: {cert[0]}",
+                                            f"    client-key: {cert[1]}"]
+    text = "\n".join(["apiVersion: v1", "kind: Config", "clusters:", "- name: local", "  cluster:", *cluster,
+                      "users:", "- name: local", *user, "contexts:", "- name: local", "  context:",
+                      "    cluster: local", "    user: local", "current-context: local", ""])
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def kwok_node(name: str, *, labels: dict | None = None, cpu: str = "32", memory: str = "256Gi",
+              pods: str = "110") -> dict:
+    """A Node kwok manages (its annotation), with a kubelet's usual capacity; kwok fills in the status."""
+    res = {"cpu": cpu, "memory": memory, "pods": pods}
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "annotations": {ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                         "labels": {"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                                    "kubernetes.io/arch": "amd64", **(labels or {})}},
+            "status": {"allocatable": dict(res), "capacity": dict(res)}}
+
+
+class KwokProcess:
+    """One kwok process against `server`; started by `start()` (or as a context manager), stopped by pid.
+
+    `extra` flags are appended (e.g. `-v=DEBUG`). The log is `<dir>/kwok.log` (`log()` reads it)."""
+
+    def __init__(self, server: str, *, lease_seconds: int = 40, stages: list[str] | None = None,
+                 extra: tuple[str, ...] = (), name: str = "kwok"):
+        self.name = name
+        self.server = server
+        self.dir = tempfile.mkdtemp(prefix="kwok-")
+        self.kubeconfig = write_kubeconfig(os.path.join(self.dir, "kubeconfig"), server)
+        self.port = free_port()
+        self.argv = [kwok_binary(), "--kubeconfig", self.kubeconfig,
+                     "--manage-all-nodes=false", f"--manage-nodes-with-annotation-selector={SELECTOR}",
+                     f"--node-lease-duration-seconds={lease_seconds}",
+                     f"--server-address=127.0.0.1:{self.port}"]
+        for path in stage_files() if stages is None else stages:
+            self.argv += ["--config", path]
+        self.argv += list(extra)
+        self.log_path = os.path.join(self.dir, "kwok.log")
+        self.popen: subprocess.Popen | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def start(self) -> "KwokProcess":
+        env = dict(os.environ, HOME=self.dir)
+        env.pop("KUBECONFIG", None)
+        with open(self.log_path, "wb") as log:
+            self.popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          cwd=self.dir, env=env)
+        return self
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def log(self) -> str:
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def stop(self, timeout: float = 10.0, keep_dir: bool = False) -> None:
+        """SIGTERM (SIGKILL after `timeout`), then remove the directory unless `keep_dir` (its log)."""
+        stop_process(self.popen, timeout)
+        if not keep_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> "KwokProcess":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

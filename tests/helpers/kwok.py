@@ -114,3 +114,75 @@ class KwokProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def kube_scheduler_binary() -> str:
+    """Path of kube-scheduler, built once into .cache/kube-scheduler."""
+    return load_tool("build_kube_scheduler").ensure_kube_scheduler()
+
+
+class KubeSchedulerProcess:
+    """kube-scheduler against `server`: a KubeSchedulerConfiguration with the kubeconfig and leader election
+    off, its own HTTPS port on loopback (self-signed; /healthz, /readyz and /metrics need no credentials),
+    no delegated authentication or authorization lookups. Log (`-v=<verbosity>`) in `<dir>/kube-scheduler.log`."""
+
+    def __init__(self, server: str, *, verbosity: int = 2, qps: int = 200, extra: tuple[str, ...] = ()):
+        self.dir = tempfile.mkdtemp(prefix="kube-scheduler-")
+        self.kubeconfig = write_kubeconfig(os.path.join(self.dir, "kubeconfig"), server)
+        self.config = os.path.join(self.dir, "config.yaml")
+        with open(self.config, "w") as f:
+            f.write("\n".join([
+                "apiVersion: kubescheduler.config.k8s.io/v1", "kind: KubeSchedulerConfiguration",
+                "clientConnection:", f"  kubeconfig: {self.kubeconfig}", f"  qps: {qps}", f"  burst: {qps * 2}",
+                "leaderElection:", "  leaderElect: false", ""]))
+        self.port = free_port()
+        self.url = f"https://127.0.0.1:{self.port}"
+        self.argv = [kube_scheduler_binary(), f"--config={self.config}", "--bind-address=127.0.0.1",
+                     f"--secure-port={self.port}", f"--cert-dir={self.dir}",
+                     "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+                     f"-v={verbosity}", *extra]
+        self.log_path = os.path.join(self.dir, "kube-scheduler.log")
+        self.popen: subprocess.Popen | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def start(self) -> "KubeSchedulerProcess":
+        env = dict(os.environ, HOME=self.dir)
+        env.pop("KUBECONFIG", None)
+        with open(self.log_path, "wb") as log:
+            self.popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          cwd=self.dir, env=env)
+        return self
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def log(self) -> str:
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def get(self, path: str, timeout: float = 5.0) -> tuple[int, str]:
+        """GET on the scheduler's own HTTPS port (self-signed: not verified): (status, body)."""
+        import ssl
+        import urllib.error
+        import urllib.request
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=timeout, context=ctx) as r:
+                return r.status, r.read().decode(errors="replace")
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode(errors="replace")
+        except OSError as e:
+            return 0, str(e)
+
+    def stop(self, timeout: float = 10.0, keep_dir: bool = False) -> None:
+        stop_process(self.popen, timeout)
+        if not keep_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)

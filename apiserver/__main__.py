@@ -123,7 +123,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "the AlwaysAllow authorizer, as upstream). Without any of --token-auth-file, "
                         "--client-ca-file, --anonymous-auth every request is system:unsecured (system:masters)")
     p.add_argument("--state-dir", default=os.environ.get("RESIDENCY_STATE_DIR", "state"),
-                   help="where the embedded etcd keeps its data (default ./state)")
+                   help="where the embedded etcd keeps its data and the watch caches their snapshot "
+                        "(watch-cache/, for --warm-restart) (default ./state)")
+    p.add_argument("--warm-restart", type=_bool, default=True, nargs="?", const=True,
+                   help="write the watch caches to a snapshot in --state-dir on shutdown and every "
+                        "--cache-snapshot-interval, and start from it: resume the etcd watch from its revision "
+                        "instead of listing every resource (default true; false: always list)")
+    p.add_argument("--cache-snapshot-interval", type=_duration, default=60.0,
+                   help="how often the watch cache snapshot is written while serving (default 1m; 0: on "
+                        "shutdown only)")
     p.add_argument("--front", action="store_true",
                    help="serve the whole API from the residency apiservers given by --shards (keeps no object "
                         "cache; writes and GETs go to etcd): see front/")
@@ -228,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
                      max_mutating_requests_inflight=a.max_mutating_requests_inflight,
                      request_timeout=a.request_timeout, token_auth_file=a.token_auth_file,
                      client_ca_file=a.client_ca_file, anonymous_auth=a.anonymous_auth,
-                     authorization_modes=a.authorization_modes)
+                     authorization_modes=a.authorization_modes, state_dir=a.state_dir,
+                     warm_restart=a.warm_restart, snapshot_interval=a.cache_snapshot_interval)
         if os.environ.get("RESIDENCY_EVENT_LOOP", "uvloop") == "uvloop":
             # uvloop's TLS and socket writes take half the CPU of asyncio's: watch fan-out to 1,000 watchers
             # over HTTPS delivered 2.2x the events per CPU-second (bench.vs_upstream). RESIDENCY_EVENT_LOOP=asyncio

@@ -3,11 +3,16 @@ delegator between them), start-up and shut-down, and the aiohttp application."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
+from cache import metrics as cache_metrics
+from cache import snapshot
 from cache.cacher import LIST_PAGE, RESIDENT_LIST_PAGE, Cacher
 from cache.delegator import CacheDelegator
 from cache.residency import DEFAULT_FULL_RESOURCES, Residency
@@ -24,6 +29,8 @@ from .endpoints.common import Context
 from .health import Health, residency_report
 from .middleware import status_and_metrics
 from .routes import Routes
+
+log = logging.getLogger("apiserver")
 
 
 @dataclass
@@ -44,6 +51,10 @@ class Config:
     client_ca_file: str = ""                   # --client-ca-file: x509 client certificates (secure port)
     anonymous_auth: bool | None = None         # --anonymous-auth (None: not given; upstream default true)
     authorization_modes: tuple[str, ...] = authz.DEFAULT_MODES  # --authorization-mode (apiserver/auth/authz.py)
+    # Warm restart (cache/snapshot.py): the caches' snapshot file goes under state_dir ("": none).
+    state_dir: str = ""                        # --state-dir
+    warm_restart: bool = True                  # --warm-restart
+    snapshot_interval: float = 60.0            # --cache-snapshot-interval (0: on shutdown only)
 
 
 class APIServer:
@@ -73,6 +84,14 @@ class APIServer:
             from .auth.rbac import RBACAuthorizer
             self.rbac = RBACAuthorizer()
         self.authorizer = authz.Authorizer(config.authorization_modes, self.rbac)
+        self.snapshot_path = None
+        if config.state_dir and config.warm_restart and config.watch_cache:
+            self.snapshot_path = snapshot.snapshot_path(os.path.abspath(config.state_dir), self.etcd_prefix,
+                                                        self._residency_name(), config.etcd_servers)
+        self._snapshot_file: snapshot.SnapshotFile | None = None
+        self._snapshot_reason: str | None = None   # at start: why there is no snapshot file ("" if there is)
+        self._snapshot_task: asyncio.Task | None = None
+        self._snapshot_lock = asyncio.Lock()
 
     # --- storage: one etcd store, watch cache and delegator per resource ----------------------
 
@@ -100,6 +119,12 @@ class APIServer:
         client = self.router.client_for(res.group, res.plural, dedicated=True)
         client.version = self.etcd_version
         prefix = res.prefix(self.etcd_prefix)
+        warm = None
+        if self._snapshot_reason is not None:   # only for the caches created at start
+            if self._snapshot_file is not None:
+                warm = self._snapshot_file.sections.pop(f"{res.group}/{res.plural}", None)
+            if warm is None:
+                cache_metrics.snapshot_loads.labels(res.group, res.plural, self._snapshot_reason or "missing").inc()
         c = Cacher(store=self.store_for(res), client=client, prefix=prefix,
                    resource_label=res.plural, group=res.group,
                    encode=lambda obj, _r=res: encode_obj(_r, obj),
@@ -107,7 +132,8 @@ class APIServer:
                    head=wire_head(res),
                    # Poll at least as often as we compact (upstream: every 15 s).
                    compaction_poll=min(15.0, self.config.compaction_interval or 15.0),
-                   list_page=RESIDENT_LIST_PAGE if self.residency.partial(res.plural) else LIST_PAGE)
+                   list_page=RESIDENT_LIST_PAGE if self.residency.partial(res.plural) else LIST_PAGE,
+                   residency_name=self._residency_name(), warm=warm)
         c.start()
         return c
 
@@ -122,8 +148,13 @@ class APIServer:
 
     # --- lifecycle -----------------------------------------------------------------------------
 
+    def _residency_name(self) -> str:
+        return str(self.config.residency) if self.config.residency is not None else ""
+
     async def start(self) -> None:
         self.etcd_version = await self.router.default_client().status()
+        if self.snapshot_path is not None:
+            self._snapshot_file, self._snapshot_reason = snapshot.open_snapshot(self.snapshot_path)
         if not self.config.read_only:
             await self.controllers.create_system_namespaces()
         if self.rbac is not None and not self.config.read_only:
@@ -133,6 +164,9 @@ class APIServer:
         if self.config.watch_cache:
             for r in self.registry.all():
                 self.storage_for(r)
+        self._snapshot_file = self._snapshot_reason = None   # a cache created later lists
+        if self.snapshot_path is not None:
+            self._snapshot_task = asyncio.create_task(self._snapshot_forever())
         if self.rbac is not None:
             await self._feed_rbac()
         self._tasks.append(asyncio.create_task(self.controllers.sync_crds_forever()))
@@ -153,7 +187,56 @@ class APIServer:
                 self._tasks.append(await authz.reflect_from_etcd(
                     self.rbac, plural, self.store_for(res), res.prefix(self.etcd_prefix)))
 
+    # --- warm restart: the caches' snapshot (cache/snapshot.py) ----------------------------------------------
+
+    async def write_snapshot(self) -> dict | None:
+        """Write every ready cache to the snapshot file (atomically); None if it failed (logged, counted)."""
+        async def captures():
+            for (group, plural), c in list(self.cachers().items()):
+                cap = await c.capture()
+                if cap is not None:
+                    yield f"{group}/{plural}", cap
+        async with self._snapshot_lock:
+            try:
+                st = await snapshot.write_snapshot(self.snapshot_path, {"etcd_prefix": self.etcd_prefix,
+                                                                        "residency": self._residency_name()},
+                                                   captures())
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                cache_metrics.snapshot_writes.labels("error").inc()
+                log.warning("watch cache snapshot failed path=%s error=%r", self.snapshot_path, e)
+                return None
+        cache_metrics.snapshot_writes.labels("ok").inc()
+        cache_metrics.snapshot_bytes.set(st["bytes"])
+        cache_metrics.snapshot_seconds.set(st["seconds"])
+        log.info("watch cache snapshot written path=%s resources=%d objects=%d bytes=%d seconds=%.3f",
+                 self.snapshot_path, st["sections"], st["entries"], st["bytes"], st["seconds"])
+        return st
+
+    async def _snapshot_forever(self) -> None:
+        """A first snapshot once every cache is ready (a process killed before its first periodic one still
+        restarts warm), then one per interval when some cache has moved on."""
+        interval = self.config.snapshot_interval
+        if interval <= 0:
+            return
+        t0 = time.monotonic()
+        while not all(c.ready for c in self.cachers().values()) and time.monotonic() - t0 < interval:
+            await asyncio.sleep(0.2)
+        last = None
+        while True:
+            state = {k: c.wc.rv for k, c in self.cachers().items() if c.ready}
+            if state != last:
+                await self.write_snapshot()
+                last = state
+            await asyncio.sleep(interval)
+
     async def stop(self) -> None:
+        if self._snapshot_task is not None:
+            self._snapshot_task.cancel()
+            await asyncio.gather(self._snapshot_task, return_exceptions=True)
+        if self.snapshot_path is not None:
+            await self.write_snapshot()
         for d in self._storage.values():
             if d.cacher is not None:
                 await d.cacher.stop()

@@ -8,6 +8,11 @@
 
 * Initialisation: a quorum list paged by 10,000, then one etcd watch from that
   revision (with progress notifications) feeding every client watch (S4.16-S4.17).
+  A warm start (cache/snapshot.py) replaces the list with the process's last
+  snapshot of the cache, checked against etcd, and resumes the etcd watch from
+  the snapshot's revision; the cache is ready once the watch has caught up with
+  etcd's revision at start. Any doubt (no or a corrupt snapshot, another
+  residency, a compacted revision) is a list, as before.
 * While not ready, requests are answered 429 or delegated (S1.25, S1.33).
 * Consistent reads (S3): the current etcd revision (one shared request for
   concurrent readers), then wait up to 3 s for the cache to reach it, asking
@@ -35,7 +40,7 @@ from storage.compact import last_compacted
 from storage.etcd import EtcdClient, WatchCompacted, WatchProgress
 from storage.store import EtcdStore, stamp_rv
 
-from . import metrics
+from . import metrics, snapshot
 from .cache_watcher import CacheWatcher
 from .watch_cache import CacheEvent, Entry, WatchCache
 
@@ -119,7 +124,8 @@ class Cacher:
     def __init__(self, *, store: EtcdStore, client: EtcdClient, prefix: str, resource_label: str,
                  group: str, encode: Callable[[dict], bytes], residency: Callable[[str, bytes], bool] | None = None,
                  head: bytes | None = None, compaction_poll: float = COMPACTION_POLL,
-                 list_page: int = LIST_PAGE,
+                 list_page: int = LIST_PAGE, residency_name: str = "",
+                 warm: "snapshot.Section | None" = None,
                  clock: Callable[[], float] = time.monotonic):
         self.store = store
         self.client = client
@@ -156,6 +162,14 @@ class Cacher:
         # Observers (an authorizer's indexes): `replace(objects)` after every (re)list and `apply(type, obj)`
         # for every event applied, with the decoded objects the cache ingests (add_observer).
         self.observers: list = []
+        # Warm restart: the snapshot section to start from (once), what a section must match to be loaded,
+        # and how the cache last started ("warm" or "cold").
+        self.warm = warm
+        self.residency_name = residency_name
+        self.started = ""
+        self._warming = False
+        self._in_batch = False
+        self._t_start = 0.0
 
     # --- lifecycle ----------------------------------------------------------------
 
@@ -185,12 +199,18 @@ class Cacher:
     async def _run(self) -> None:
         while True:
             try:
-                rv = await self._list_and_replace()
-                await self._watch(rv)
+                warm, self.warm = self.warm, None
+                start = await self._warm_start(warm) if warm is not None else None
+                if start is None:
+                    await self._watch(await self._list_and_replace())
+                else:
+                    await self._watch(*start)
             except asyncio.CancelledError:
                 raise
             except Exception as e:
                 log.warning("cache re-initialising resource=%s error=%r", self.resource_label, e)
+                self._warm_failed("error")
+            self._warm_failed("compacted")  # the resumed watch ended before it caught up: its RV was compacted
             self._set_not_ready()
             await asyncio.sleep(0.2 + random.random() * 0.3)
 
@@ -217,19 +237,105 @@ class Cacher:
             if not more:
                 break
         self.wc.finish_replace(rev)
+        self._mark_ready("cold", t0)
+        return rev
+
+    def _mark_ready(self, how: str, t0: float) -> None:
+        """The state is complete (listed, or loaded and caught up): tell observers, serve."""
         for o in self.observers:
             self._tell(o, "replace", self._held_objects())
         release_free_memory()
         self.ready = True
+        self.started = how
         self._initialised_once = True
         self._ready_event.set()
+        if self._warming:
+            self._warming = False
+            metrics.snapshot_loads.labels(self.group, self.resource_label, "warm").inc()
         metrics.initializations.labels(self.group, self.resource_label).inc()
         metrics.capacity.labels(self.group, self.resource_label).set(self.wc.capacity)
-        metrics.resource_version.labels(self.group, self.resource_label).set(rev)
-        log.info("cache ready resource=%s objects=%d rv=%d seconds=%.3f", self.resource_label,
-                 n, rev, time.perf_counter() - t0)
+        metrics.resource_version.labels(self.group, self.resource_label).set(self.wc.rv)
+        log.info("cache ready resource=%s start=%s objects=%d rv=%d seconds=%.3f", self.resource_label, how,
+                 len(self.wc), self.wc.rv, time.perf_counter() - t0)
         self._wake_waiters()
-        return rev
+
+    # --- warm start (cache/snapshot.py) ---------------------------------------------------------
+
+    def snapshot_identity(self) -> dict:
+        """What a snapshot section must have been written by to be loaded into this cache."""
+        return {"resource": self.resource_label, "group": self.group, "prefix": self.prefix,
+                "residency": self.residency_name if self.residency is not None else "", "head": self.head}
+
+    async def capture(self) -> "snapshot.Capture | None":
+        """This cache's state for a snapshot file, between two etcd responses (a transaction's events are
+        all in or all out); None while not ready (listing or catching up)."""
+        while self._in_batch:
+            await asyncio.sleep(0.005)
+        if not self.ready:
+            return None
+        return snapshot.capture(self.wc, self.snapshot_identity())
+
+    async def _warm_start(self, section: "snapshot.Section") -> tuple[int, int] | None:
+        """Load the snapshot section and check it against etcd: (snapshot RV, RV to catch up to before
+        being ready), or None (the caller lists; the reason is counted and logged)."""
+        self._t_start = time.perf_counter()
+        prefix = self.prefix.encode()
+        try:
+            current = await self.client.current_revision(prefix, self.resource_label)
+            compacted = await last_compacted(self.client)
+            loaded = await snapshot.load_section(section, self.wc, self.snapshot_identity())
+            rv = loaded.rv
+            if rv > current:
+                raise snapshot.SnapshotError("mismatch", f"snapshot rv {rv} is beyond etcd's revision {current}")
+            if rv < compacted:
+                raise snapshot.SnapshotError("compacted", f"snapshot rv {rv} compacted (at {compacted})")
+            await self._probe(loaded)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self.wc.begin_replace()
+            self.wc.rv = self.wc.list_rv = 0
+            reason = e.reason if isinstance(e, snapshot.SnapshotError) else "error"
+            metrics.snapshot_loads.labels(self.group, self.resource_label, reason).inc()
+            log.warning("cache snapshot not used resource=%s reason=%s error=%s", self.resource_label, reason, e)
+            return None
+        self._warming = True
+        log.info("cache snapshot loaded resource=%s objects=%d rv=%d etcd_rv=%d seconds=%.3f", self.resource_label,
+                 loaded.count, rv, current, loaded.seconds)
+        # Ready once the watch has delivered everything up to etcd's revision now (progress requests tell
+        # when a quiet resource got there); where they are unreliable (S3.6) at once.
+        return rv, (current if self.progress_supported else 0)
+
+    async def _probe(self, loaded: "snapshot.Loaded") -> None:
+        """The snapshot describes this etcd: its newest entry is what etcd held under that key at the
+        snapshot's revision (byte for byte, once ingested), or, for an empty snapshot of a fully resident
+        cache, etcd held nothing under the prefix then. One small read either way."""
+        rv = loaded.rv
+        try:
+            if loaded.newest is not None:
+                key, mod = loaded.newest
+                kv, _ = await self.client.get(key.encode(), self.resource_label, revision=rv)
+                item = self._ingest_object(key, kv.value, kv.mod_revision) if kv is not None else None
+                if item is None or kv.mod_revision != mod or item[2] != self.wc.store.get(key).data:
+                    raise snapshot.SnapshotError("unverified", f"{key} at rv {rv} is not what etcd held")
+                return
+            if self.residency is not None:
+                raise snapshot.SnapshotError("unverified", "an empty partially resident snapshot cannot be checked")
+            p = self.prefix.encode()
+            _, _, _, count = await self.client.range(p, _prefix_end_bytes(p), revision=rv, count_only=True,
+                                                     resource=self.resource_label)
+            if count:
+                raise snapshot.SnapshotError("unverified", f"empty snapshot, but etcd held {count} keys at rv {rv}")
+        except serr.StorageError as e:
+            if e.code is serr.Code.EXPIRED:
+                raise snapshot.SnapshotError("compacted", str(e)) from None
+            raise
+
+    def _warm_failed(self, reason: str) -> None:
+        if self._warming:
+            self._warming = False
+            metrics.snapshot_loads.labels(self.group, self.resource_label, reason).inc()
+            log.warning("cache warm start abandoned resource=%s reason=%s", self.resource_label, reason)
 
     def _ingest_page(self, kvs: list) -> int:
         """Ingest one listed page into the state being built; returns the resident count.
@@ -293,10 +399,11 @@ class Cacher:
             return h + data[1:]
         return data
 
-    async def _watch(self, rv: int) -> None:
+    async def _watch(self, rv: int, ready_at: int | None = None) -> None:
         """Apply and dispatch the etcd watch. A reader task buffers etcd's responses; this loop
         takes everything buffered at once, so under load one socket write per watcher carries
-        several events (`_flush_watchers`) instead of one write per event."""
+        several events (`_flush_watchers`) instead of one write per event. After a warm start the
+        cache becomes ready when it has seen `ready_at`."""
         w = self.client.watch(self.prefix.encode(), rv + 1, resource=self.resource_label, progress_notify=True)
         self._etcd_watch = w
         buffered: deque = deque()
@@ -306,9 +413,19 @@ class Cacher:
             async for item in w:
                 buffered.append(item)
                 arrived.set()
+
+        async def catch_up() -> None:
+            while not self.ready:
+                w.request_progress()
+                await asyncio.sleep(PROGRESS_PERIOD)
         reader = asyncio.ensure_future(read())
+        progress = None
+        if ready_at is not None:
+            progress = asyncio.ensure_future(catch_up()) if ready_at else None
         try:
             while True:
+                if ready_at is not None and not self.ready and self.wc.rv >= ready_at:
+                    self._mark_ready("warm", self._t_start)
                 if not buffered:
                     if reader.done():
                         reader.result()  # WatchCompacted / storage errors surface here
@@ -331,10 +448,19 @@ class Cacher:
             log.warning("cache watch compacted resource=%s rv=%d", self.resource_label, rv)
         finally:
             reader.cancel()
+            if progress is not None:
+                progress.cancel()
             self._etcd_watch = None
             w.close()
 
     async def _process(self, batch) -> None:
+        self._in_batch = True
+        try:
+            await self._process_batch(batch)
+        finally:
+            self._in_batch = False
+
+    async def _process_batch(self, batch) -> None:
         if isinstance(batch, WatchProgress):
             self.wc.progress(batch.revision)
             metrics.resource_version.labels(self.group, self.resource_label).set(self.wc.rv)
@@ -371,7 +497,7 @@ class Cacher:
                 return None
             prev = Decoded(before)
             data = self._stored_form(self.encode(stamp_rv(prev.obj, rv)))  # last state, delete's RV (S4.5)
-            if self.observers:
+            if self.observers and self.ready:  # before (a warm start catching up): the replace at ready
                 self._notify("apply", "DELETED", prev.obj)
             return self.wc.apply_delete(key, rv, data, prev.namespace, prev.labels)
         if not self._resident(key, ev.kv.value):
@@ -383,7 +509,7 @@ class Cacher:
         if before is not None:
             prev_labels = labels_of(meta_of(before))
         data = self._stored_form(self.encode(stamp_rv(cur.obj, rv)))
-        if self.observers:
+        if self.observers and self.ready:
             self._notify("apply", "ADDED" if key not in self.wc.store else "MODIFIED", cur.obj)
         return self.wc.apply_put(key, rv, data, cur.uid, cur.namespace, cur.labels, prev_labels)
 

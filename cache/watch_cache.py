@@ -271,6 +271,33 @@ class WatchCache:
         for key, orv, data, uid, ns, labels in objects:
             self.store.insert(key, self._new_entry(key, orv, data, uid, ns, labels))
 
+    # A warm start (cache/snapshot.py) installs a saved state the same way: begin_replace, add_restored per
+    # chunk (entries keep their saved slots), then restore_indexes and finish_replace at the saved RV.
+
+    def add_restored(self, entries: Iterable[tuple[str, int, bytes, int, int]]) -> None:
+        """(key, rv, data, slot, uid_hash) per saved entry, keys ascending."""
+        slots, insert = self.slots, self.store.insert
+        for key, rv, data, slot, uid_hash in entries:
+            e = Entry(key, rv, data, slot, uid_hash)
+            if slot >= len(slots):
+                slots.extend([None] * (slot + 1 - len(slots)))
+            elif slots[slot] is not None:
+                raise ValueError(f"slot {slot} used twice")
+            slots[slot] = e
+            insert(key, e)
+
+    def restore_indexes(self, indexes: "Indexes", next_slot: int) -> None:
+        """The saved bitmaps and the slot allocator that goes with the restored entries."""
+        if len(self.slots) > next_slot:
+            raise ValueError(f"slot {len(self.slots) - 1} beyond the saved allocator ({next_slot})")
+        self.slots.extend([None] * (next_slot - len(self.slots)))
+        self.allocator._next = next_slot
+        self.allocator._free = [i for i in range(next_slot - 1, -1, -1) if self.slots[i] is None]
+        used = BitMap(i for i, e in enumerate(self.slots) if e is not None)
+        if used != indexes.all:
+            raise ValueError("saved index does not cover exactly the saved entries")
+        self.indexes = indexes
+
     def finish_replace(self, rv: int) -> None:
         self.indexes.optimize()
         self.rv = rv

@@ -1,0 +1,354 @@
+"""Watch cache snapshots for a warm restart (issue 10).
+
+A process writes every ready cache's state to one file in `<state-dir>/watch-cache/` on shutdown and
+periodically; on start each Cacher loads its section, checks it against etcd, and resumes its etcd watch
+from the saved revision instead of listing the whole resource (cache/cacher.py, `Cacher._warm_start`).
+
+File layout (little-endian), version 1:
+
+```
+header   MAGIC (8) | u32 version | frame(META)
+section  frame(SECTION) frame(ENTRIES)* frame(SECTION_END)        one per cache, one after another
+index    frame(INDEX)                                              {"group/resource": [offset, length]}
+trailer  u64 offset of the INDEX frame | END_MAGIC (8)
+frame    u8 type | u32 payload length | u32 crc32(payload) | payload (msgpack)
+```
+
+A file is written to a temporary name, fsynced and renamed over the previous one, so a reader sees a
+whole old file or a whole new one. Whatever happens to it afterwards (torn, truncated, bit flips, another
+version) is found by the magics, the lengths and the per-frame CRC32s: a section is installed only when
+every frame of it checked out, otherwise the cache lists from etcd as without a snapshot (counted in
+`apiserver_watch_cache_snapshot_loads_total{result="corrupt"}` and logged).
+
+Writing does not stop the event loop for long and does not copy the cache: the entries are read from a
+copy-on-write B-tree snapshot taken at one instant together with the (small) bitmap indexes, packed a
+chunk at a time with a yield to the loop between chunks, and written as they are packed.
+"""
+from __future__ import annotations
+
+import asyncio
+import glob
+import hashlib
+import logging
+import os
+import struct
+import sys
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import msgpack
+from pyroaring import BitMap
+
+from . import metrics
+from .watch_cache import Indexes, WatchCache
+
+log = logging.getLogger("cache.snapshot")
+
+MAGIC = b"RSWCSNAP"
+END_MAGIC = b"RSWCEND\x00"
+FORMAT_VERSION = 1
+META, SECTION, ENTRIES, SECTION_END, INDEX = 1, 2, 3, 4, 9
+_FRAME = struct.Struct("<BII")
+_TRAILER = struct.Struct("<Q8s")
+CHUNK_ENTRIES = 2000          # entries per ENTRIES frame (one pack, then a yield to the event loop)
+MAX_FRAME = 1 << 31           # a length beyond this is corruption, not a frame to allocate
+STALE_SECONDS = 24 * 3600     # other processes' snapshot files untouched this long are removed when we write
+DIRNAME = "watch-cache"
+
+
+class SnapshotError(Exception):
+    """The file or a section cannot be used (torn, truncated, corrupt, another version or identity)."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason   # corrupt | version | mismatch
+
+
+def snapshot_path(state_dir: str, etcd_prefix: str, residency: str, servers: Iterable[str]) -> str:
+    """One file per (etcd servers, key prefix, residency): processes over different etcds sharing a state
+    directory do not overwrite each other's file; replicas of one configuration share theirs (either's
+    state is right for both, and each is checked against etcd when loaded)."""
+    ident = "\n".join([etcd_prefix, residency, *sorted(servers)])
+    return os.path.join(state_dir, DIRNAME, hashlib.sha1(ident.encode()).hexdigest()[:16] + ".snap")
+
+
+# --- the indexes: serialised bitmaps ------------------------------------------------------------------------
+
+def dump_indexes(ix: Indexes) -> dict[str, Any]:
+    return {"all": ix.all.serialize(),
+            "ns": [[k, b.serialize()] for k, b in ix.by_namespace.items()],
+            "label": [[k, v, b.serialize()] for (k, v), b in ix.by_label.items()],
+            "key": [[k, b.serialize()] for k, b in ix.by_label_key.items()],
+            "values": ix.values_per_key, "unindexed": sorted(ix.unindexed_keys)}
+
+
+def load_indexes(d: dict[str, Any]) -> Indexes:
+    ix = Indexes()
+    de = BitMap.deserialize
+    ix.all = de(d["all"])
+    ix.by_namespace = {k: de(b) for k, b in d["ns"]}
+    ix.by_label = {(sys.intern(k), v): de(b) for k, v, b in d["label"]}
+    ix.by_label_key = {sys.intern(k): de(b) for k, b in d["key"]}
+    ix.values_per_key = dict(d["values"])
+    ix.unindexed_keys = set(d["unindexed"])
+    return ix
+
+
+# --- writing ------------------------------------------------------------------------------------------------
+
+@dataclass
+class Capture:
+    """One cache's state at one instant: an immutable B-tree snapshot plus what goes with it."""
+    identity: dict[str, Any]
+    rv: int
+    tree: Any
+    prefix: str
+    indexes: dict[str, Any]
+    next_slot: int
+    count: int
+
+
+def capture(wc: WatchCache, identity: dict[str, Any]) -> Capture:
+    """Synchronous (no await): the tree snapshot, the RV and the indexes belong to the same state."""
+    return Capture(identity, wc.rv, wc.store.snapshot(), wc.prefix, dump_indexes(wc.indexes),
+                   len(wc.slots), len(wc.store))
+
+
+class _Writer:
+    def __init__(self, f):
+        self.f = f
+        self.offset = 0
+
+    def raw(self, b: bytes) -> None:
+        self.f.write(b)
+        self.offset += len(b)
+
+    def frame(self, ftype: int, obj: Any) -> int:
+        payload = msgpack.packb(obj, use_bin_type=True)
+        start = self.offset
+        self.raw(_FRAME.pack(ftype, len(payload), zlib.crc32(payload)))
+        self.raw(payload)
+        return start
+
+
+async def write_snapshot(path: str, meta: dict[str, Any], captures) -> dict[str, Any]:
+    """Write every capture (an async iterator of (key, Capture), taken one at a time by the caller so each
+    is as fresh as possible) to `path` atomically. Returns {"bytes", "sections", "entries", "seconds"}."""
+    t0 = time.perf_counter()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    loop = asyncio.get_running_loop()
+    index: dict[str, list[int]] = {}
+    entries = 0
+    try:
+        with open(tmp, "wb") as f:
+            w = _Writer(f)
+            w.raw(MAGIC + struct.pack("<I", FORMAT_VERSION))
+            w.frame(META, dict(meta, version=FORMAT_VERSION, written=time.time(), pid=os.getpid()))
+            async for key, cap in captures:
+                start = w.offset
+                w.frame(SECTION, dict(cap.identity, rv=cap.rv, count=cap.count, next_slot=cap.next_slot,
+                                      indexes=cap.indexes))
+                n = 0
+                it = iter(cap.tree.iter_from(cap.prefix))
+                while True:
+                    chunk = []
+                    for k, e in it:
+                        if not k.startswith(cap.prefix):
+                            break
+                        chunk.append((k, e.rv, e.data, e.slot, e.uid_hash))
+                        if len(chunk) == CHUNK_ENTRIES:
+                            break
+                    if not chunk:
+                        break
+                    w.frame(ENTRIES, chunk)
+                    n += len(chunk)
+                    await asyncio.sleep(0)
+                    if len(chunk) < CHUNK_ENTRIES:
+                        break
+                if n != cap.count:
+                    raise RuntimeError(f"{key}: {n} entries written, {cap.count} captured")
+                w.frame(SECTION_END, {"count": n})
+                index[key] = [start, w.offset - start]
+                entries += n
+            at = w.frame(INDEX, index)
+            w.raw(_TRAILER.pack(at, END_MAGIC))
+            f.flush()
+            await loop.run_in_executor(None, os.fsync, f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(os.path.dirname(path))
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _remove_stale(path)
+    return {"bytes": w.offset, "sections": len(index), "entries": entries, "seconds": time.perf_counter() - t0}
+
+
+def _fsync_dir(d: str) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _remove_stale(path: str) -> None:
+    """Snapshot files (and temporaries of killed writers) in our directory untouched for a day: nothing
+    could resume from them (etcd compacts every 5 minutes by default)."""
+    now = time.time()
+    for p in glob.glob(os.path.join(os.path.dirname(path), "*.snap*")):
+        if p == path:
+            continue
+        try:
+            if now - os.stat(p).st_mtime > STALE_SECONDS:
+                os.unlink(p)
+        except OSError:
+            pass
+
+
+# --- reading ------------------------------------------------------------------------------------------------
+
+class _Reader:
+    def __init__(self, f, end: int):
+        self.f = f
+        self.end = end
+
+    def frame(self, expect: int) -> Any:
+        head = self.f.read(_FRAME.size)
+        if len(head) < _FRAME.size:
+            raise SnapshotError("corrupt", "truncated frame header")
+        ftype, n, crc = _FRAME.unpack(head)
+        if ftype != expect:
+            raise SnapshotError("corrupt", f"frame type {ftype}, expected {expect}")
+        if n > MAX_FRAME or self.f.tell() + n > self.end:
+            raise SnapshotError("corrupt", f"frame length {n} beyond the file")
+        payload = self.f.read(n)
+        if len(payload) != n or zlib.crc32(payload) != crc:
+            raise SnapshotError("corrupt", "frame checksum mismatch")
+        try:
+            return msgpack.unpackb(payload, raw=False, strict_map_key=False, use_list=True)
+        except Exception as e:  # a frame whose CRC matched but does not decode: a bug or a forgery
+            raise SnapshotError("corrupt", f"frame does not decode: {e!r}") from None
+
+
+@dataclass
+class Section:
+    path: str
+    offset: int
+    length: int
+
+
+class SnapshotFile:
+    """A snapshot file's header and index, read at start; sections are loaded by each Cacher."""
+
+    def __init__(self, path: str, meta: dict[str, Any], sections: dict[str, Section]):
+        self.path = path
+        self.meta = meta
+        self.sections = sections
+
+    @classmethod
+    def open(cls, path: str) -> "SnapshotFile":
+        """Raise FileNotFoundError (no snapshot) or SnapshotError (unusable)."""
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(len(MAGIC) + 4)
+            if len(head) < len(MAGIC) + 4 or head[:len(MAGIC)] != MAGIC:
+                raise SnapshotError("corrupt", "not a watch cache snapshot (bad magic)")
+            version = struct.unpack("<I", head[len(MAGIC):])[0]
+            if version != FORMAT_VERSION:
+                raise SnapshotError("version", f"format version {version}, this server reads {FORMAT_VERSION}")
+            if size < f.tell() + _TRAILER.size:
+                raise SnapshotError("corrupt", "truncated (no trailer)")
+            meta = _Reader(f, size - _TRAILER.size).frame(META)
+            f.seek(size - _TRAILER.size)
+            at, end = _TRAILER.unpack(f.read(_TRAILER.size))
+            if end != END_MAGIC or at >= size:
+                raise SnapshotError("corrupt", "truncated or torn (bad trailer)")
+            f.seek(at)
+            index = _Reader(f, size - _TRAILER.size).frame(INDEX)
+        sections = {}
+        for key, (off, length) in index.items():
+            if off + length > at:
+                raise SnapshotError("corrupt", f"section {key} beyond the index")
+            sections[key] = Section(path, off, length)
+        return cls(path, meta, sections)
+
+
+def open_snapshot(path: str) -> tuple[SnapshotFile | None, str]:
+    """(the snapshot at `path`, "") or (None, why not: missing, corrupt, version; logged and counted)."""
+    try:
+        return SnapshotFile.open(path), ""
+    except FileNotFoundError:
+        return None, "missing"
+    except (SnapshotError, OSError, ValueError, struct.error) as e:
+        reason = e.reason if isinstance(e, SnapshotError) else "corrupt"
+        metrics.snapshot_files_rejected.labels(reason).inc()
+        log.warning("watch cache snapshot ignored path=%s reason=%s error=%s", path, reason, e)
+        return None, reason
+
+
+@dataclass
+class Loaded:
+    rv: int
+    count: int
+    newest: tuple[str, int] | None   # (key, rv) of the entry with the greatest RV (the etcd probe)
+    seconds: float
+
+
+async def load_section(section: Section, wc: WatchCache, identity: dict[str, Any]) -> Loaded:
+    """Install a section into `wc` (begin_replace ... finish_replace): every frame is checked before use and
+    any failure raises SnapshotError with `wc` reset to empty, so a half-loaded state is never left behind.
+    Yields to the event loop between chunks."""
+    t0 = time.perf_counter()
+    wc.begin_replace()
+    try:
+        with open(section.path, "rb") as f:
+            f.seek(section.offset)
+            r = _Reader(f, section.offset + section.length)
+            head = r.frame(SECTION)
+            for k, v in identity.items():
+                if head.get(k) != v:
+                    raise SnapshotError("mismatch", f"{k} is {head.get(k)!r}, this cache's is {v!r}")
+            n = 0
+            newest: tuple[str, int] | None = None
+            last_key = ""
+            while True:
+                if f.tell() >= r.end:
+                    raise SnapshotError("corrupt", "section ends without its end frame")
+                ftype = f.read(1)
+                f.seek(-1, os.SEEK_CUR)
+                if ftype == bytes([SECTION_END]):
+                    end = r.frame(SECTION_END)
+                    break
+                chunk = r.frame(ENTRIES)
+                for item in chunk:
+                    key, rv = item[0], item[1]
+                    if key <= last_key or not key.startswith(wc.prefix):
+                        raise SnapshotError("corrupt", f"key {key!r} out of order or outside {wc.prefix}")
+                    last_key = key
+                    if newest is None or rv > newest[1]:
+                        newest = (key, rv)
+                wc.add_restored(chunk)
+                n += len(chunk)
+                await asyncio.sleep(0)
+            if end.get("count") != n or head.get("count") != n:
+                raise SnapshotError("corrupt", f"{n} entries, the section says {end.get('count')}")
+            wc.restore_indexes(load_indexes(head["indexes"]), head["next_slot"])
+        wc.finish_replace(head["rv"])
+    except SnapshotError:
+        wc.begin_replace()
+        raise
+    except (OSError, ValueError, KeyError, TypeError, IndexError, OverflowError, struct.error) as e:
+        wc.begin_replace()
+        raise SnapshotError("corrupt", f"{type(e).__name__}: {e}") from None
+    return Loaded(head["rv"], n, newest, time.perf_counter() - t0)

@@ -297,7 +297,8 @@ class Controller:
         keys = ("uid", "namespace", "name", "generation", "resourceVersion", "seen", "done")
         return {"name": self.name, "selector": str(self.selector), "server": self.server,
                 "synced": self.synced.is_set(), "watch_list": self.watch_list_supported,
-                "objects": len(self.store), "queue": self._queue.qsize(), "counts": dict(self.counts),
+                "objects": len(self.store), "queue": self._queue.qsize(), "in_flight": len(self._processing),
+                "counts": dict(self.counts),
                 "reconciles_total": len(self.records),
                 "reconciles": [dict(zip(keys, r)) for r in self.records[since:]]}
 

@@ -16,6 +16,7 @@ everything, controllers first and etcd last. A child that exits on its own stops
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -35,9 +36,15 @@ from storage.embedded import EmbeddedEtcd, free_port, stop_process
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@functools.cache
 def front_available() -> bool:
-    """The front (issue 11 §1) is the `front` package; the slice runs without it where it is absent."""
-    return importlib.util.find_spec("front") is not None
+    """The front (issue 11 §1: the `front` package, started as `python -m apiserver --front`); the slice
+    runs without it where the package is absent or the command line does not offer `--front` yet."""
+    if importlib.util.find_spec("front") is None:
+        return False
+    out = subprocess.run([sys.executable, "-m", "apiserver", "--help"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60, stdin=subprocess.DEVNULL)
+    return "--front" in out.stdout
 
 
 class SliceError(RuntimeError):

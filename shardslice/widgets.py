@@ -1,6 +1,6 @@
 """The custom resource of the slice: `widgets.slice.example.com/v1`, namespaced, with a status subresource.
 
-    spec:   {size: <int>}
+    spec:   {size: <int>, payload: <string, optional>}
     status: {observedGeneration: <metadata.generation reconciled>, square: size*size, shard: <controller>}
 
 A reconcile of generation g writes `status` through the status subresource with the object's
@@ -20,7 +20,8 @@ API = f"/apis/{GROUP}/{VERSION}"
 def crd() -> dict:
     """The CustomResourceDefinition (a structural schema; the status subresource)."""
     schema = {"type": "object", "properties": {
-        "spec": {"type": "object", "properties": {"size": {"type": "integer", "minimum": 0}}},
+        "spec": {"type": "object", "properties": {"size": {"type": "integer", "minimum": 0},
+                                                  "payload": {"type": "string"}}},
         "status": {"type": "object", "properties": {
             "observedGeneration": {"type": "integer"}, "square": {"type": "integer"},
             "shard": {"type": "string"}}}}}
@@ -33,11 +34,12 @@ def crd() -> dict:
                                    "schema": {"openAPIV3Schema": schema}}]}}
 
 
-def widget(name: str, namespace: str, size: int, labels: dict | None = None) -> dict:
+def widget(name: str, namespace: str, size: int, labels: dict | None = None, payload: str = "") -> dict:
     md = {"name": name, "namespace": namespace}
     if labels:
         md["labels"] = labels
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": md, "spec": {"size": size}}
+    spec = {"size": size, "payload": payload} if payload else {"size": size}
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": md, "spec": spec}
 
 
 def collection(namespace: str | None = None) -> str:

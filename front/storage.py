@@ -259,7 +259,14 @@ class FrontStorage(CacheDelegator):
             rv = int(rv_s)
         base = {"watch": "1", "resourceVersion": str(rv), "allowWatchBookmarks": "true",
                 "timeoutSeconds": shard_timeout}
-        watches = await self._open_watches(parts, ns, base, req.selectors)
+        # The 200 goes out at once (S4.3), as the cache's watch does: a client that has its watch may stop it.
+        # A shard failing now (after the health check) is an ERROR event.
+        await sink.start()
+        try:
+            watches = await self._open_watches(parts, ns, base, req.selectors)
+        except errors.StatusError as e:
+            await fail(sink, e)
+            return
         try:
             await _MergedWatch(self, watches, rv, req, sink).run(parts, ns)
         finally:
@@ -294,10 +301,14 @@ class FrontStorage(CacheDelegator):
         if req.allow_bookmarks:
             base["allowWatchBookmarks"] = "true"
         shard, sel = part
-        resp = await open_get(self.shards.session, self._url(shard, ns), self._params(base, req.selectors, sel))
+        await sink.start()
+        try:
+            resp = await open_get(self.shards.session, self._url(shard, ns), self._params(base, req.selectors, sel))
+        except errors.StatusError as e:
+            await fail(sink, e)
+            return
         w = ShardWatch(shard.url, resp)
         try:
-            await sink.start()
             deadline = time.monotonic() + req.timeout
             frames = w.frames()
             while True:
@@ -321,6 +332,11 @@ class FrontStorage(CacheDelegator):
                     await sink.write(req.frames.event(t, obj))
         finally:
             w.close()
+
+
+async def fail(sink: WatchSink, e: errors.StatusError) -> None:
+    """A shard's Status after the watch started: the ERROR event carrying it (S4.4)."""
+    await sink.write(jsonenc.watch_event("ERROR", jsonenc.dumps(e.status())))
 
 
 class _MergedWatch:
@@ -358,7 +374,6 @@ class _MergedWatch:
         req, sink = self.req, self.sink
         readers = [asyncio.create_task(self._read(i)) for i in range(len(self.watches))]
         try:
-            await sink.start()
             deadline = time.monotonic() + req.timeout
             if req.send_initial_events:
                 await self._initial(parts, ns)
@@ -413,7 +428,7 @@ class _MergedWatch:
         try:
             lists = await st._open_all(parts, ns, base, req.selectors)
         except errors.StatusError as e:
-            await sink.write(jsonenc.watch_event("ERROR", jsonenc.dumps(e.status())))
+            await fail(sink, e)
             self.error = b""
             return
         buf: list[bytes] = []

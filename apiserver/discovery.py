@@ -28,7 +28,7 @@ import re
 from typing import Any
 
 from machinery import jsonenc
-from machinery.resources import REVIEWS, Registry, Resource
+from machinery.resources import GROUP_ORDER, LEGACY_GROUP_ORDER, REVIEWS, Registry, Resource
 
 __all__ = [
     "AGGREGATED_CONTENT_TYPE", "wants_aggregated", "aggregated_etag", "etag_matches", "version_json",
@@ -37,8 +37,6 @@ __all__ = [
 ]
 
 AGGREGATED_CONTENT_TYPE = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
-
-STATUS_VERBS = ["get", "patch", "update"]
 
 
 _DISCOVERY_MEDIA = {("application", "json"), ("application", "yaml"), ("application", "vnd.kubernetes.protobuf"),
@@ -89,11 +87,12 @@ def _version_order(versions: list[str]) -> list[str]:
     return sorted(versions, key=_kube_version_key)
 
 
-# GroupPriorityMinimum of the built-in groups we serve (kubernetes pkg/controlplane/apiserver/aggregator.go);
-# custom resource groups are registered by the CRD registration controller with 1000.
-GROUP_PRIORITY = {"": 18000, "authentication.k8s.io": 17700, "authorization.k8s.io": 17600,
-                  "rbac.authorization.k8s.io": 17000, "apiextensions.k8s.io": 16700, "coordination.k8s.io": 16500}
-CRD_GROUP_PRIORITY = 1000
+# Built-in groups come in upstream's order (machinery/builtin_resources.json: the kube-aggregator sorts by
+# GroupPriorityMinimum, kubernetes pkg/controlplane/apiserver/aggregator.go); custom resource groups are
+# registered by the CRD registration controller with priority 1000, below every built-in group, and sorted
+# among themselves as upstream sorts equal priorities.
+_AGG_RANK = {g: i for i, g in enumerate(GROUP_ORDER)}
+_LEGACY_RANK = {g: i for i, g in enumerate(LEGACY_GROUP_ORDER)}
 
 
 def _groups(registry: Registry) -> dict[str, list[str]]:
@@ -112,13 +111,13 @@ def _legacy_group_order(groups: dict[str, list[str]]) -> list[str]:
     GroupPriorityMinimum, highest first, then by name, and lists each group where its first APIService
     falls (apiregistration helper SortedByGroupAndVersion)."""
     def key(g: str):
-        return (-GROUP_PRIORITY.get(g, CRD_GROUP_PRIORITY), min(f"{v}.{g}" for v in groups[g]))
+        return (_LEGACY_RANK.get(g, len(_LEGACY_RANK)), min(f"{v}.{g}" for v in groups[g]))
     return sorted(groups, key=key)
 
 
 def _aggregated_group_order(groups: dict[str, list[str]]) -> list[str]:
     """Aggregated discovery order: highest group priority first, then by group name (aggregated/handler.go)."""
-    return sorted(groups, key=lambda g: (-GROUP_PRIORITY.get(g, CRD_GROUP_PRIORITY), g))
+    return sorted(groups, key=lambda g: (_AGG_RANK.get(g, len(_AGG_RANK)), g))
 
 
 # --- unaggregated -----------------------------------------------------------------
@@ -164,13 +163,17 @@ def _api_resource(r: Resource) -> dict:
     if r.categories:
         d["categories"] = list(r.categories)
     if r.stored:  # upstream sets it for stored kinds only (a StorageVersionProvider)
-        d["storageVersionHash"] = storage_version_hash(r.group, r.storage_version, r.kind)
+        d["storageVersionHash"] = r.storage_hash or storage_version_hash(r.group, r.storage_version, r.kind)
     return d
 
 
-def _status_resource(r: Resource) -> dict:
-    return {"name": f"{r.plural}/status", "singularName": "", "namespaced": r.namespaced,
-            "kind": r.kind, "verbs": list(STATUS_VERBS)}
+def _subresource(r: Resource, s) -> dict:
+    d: dict[str, Any] = {"name": f"{r.plural}/{s.name}", "singularName": "", "namespaced": r.namespaced}
+    if s.group or s.version:  # a kind of another group version (autoscaling/v1 Scale)
+        d["group"], d["version"] = s.group, s.version
+    d["kind"] = s.kind
+    d["verbs"] = list(s.verbs)
+    return d
 
 
 def _sorted_resources(registry: Registry, group: str, version: str) -> list[Resource]:
@@ -186,8 +189,7 @@ def api_resource_list(registry: Registry, group: str, version: str) -> dict | No
     items = []
     for r in resources:
         items.append(_api_resource(r))
-        if r.status_subresource:
-            items.append(_status_resource(r))
+        items.extend(_subresource(r, s) for s in r.served_subresources)
     doc: dict[str, Any] = {"kind": "APIResourceList"}
     if group:  # the core group version is served through the version-stripping serializer
         doc["apiVersion"] = "v1"
@@ -250,12 +252,14 @@ def _resource_discovery(r: Resource) -> dict:
         d["shortNames"] = list(r.short_names)
     if r.categories:
         d["categories"] = list(r.categories)
-    if r.status_subresource:
+    subs = r.served_subresources
+    if subs:
         d["subresources"] = [{
-            "subresource": "status",
-            "responseKind": _response_kind(r),
-            "verbs": list(STATUS_VERBS),
-        }]
+            "subresource": s.name,
+            "responseKind": {"group": s.group, "version": s.version, "kind": s.kind} if s.group or s.version
+            else _response_kind(r),
+            "verbs": list(s.verbs),
+        } for s in subs]
     return d
 
 

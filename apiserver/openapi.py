@@ -159,6 +159,9 @@ def _name_param(kind: str) -> dict:
 
 
 def _article(kind: str) -> str:
+    """installer.go GetArticleForNoun: none for a plural-looking noun (`Endpoints`, not `Class`)."""
+    if kind.endswith("s") and not kind.endswith("ss"):
+        return " "
     return " an " if kind[:1].lower() in "aeiou" else " a "
 
 

@@ -7,6 +7,8 @@ subresources, and - for custom resources - the CRD's schema.
 """
 from __future__ import annotations
 
+import json
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -15,11 +17,25 @@ VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update
 # A custom resource's verbs in the order apiextensions-apiserver lists them in discovery (crdHandler).
 CR_VERBS = ["delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"]
 
+# The built-in resources as the reference kube-apiserver v1.37.2 serves them: its aggregated discovery and
+# the etcd keys it writes, extracted by tools/discovery_upstream.py (tests/test_builtin_kinds.py fails when
+# the committed file is stale).
+DATA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "builtin_resources.json")
 
-# Resources whose upstream registry sets ReturnDeletedObject (checked against kube-apiserver v1.37.2);
-# every other DELETE answers with a Success Status.
-RETURN_DELETED_OBJECT = {("", "pods"), ("", "services"), ("", "serviceaccounts"), ("", "namespaces"),
-                         ("apiextensions.k8s.io", "customresourcedefinitions")}
+# The subresources this project serves (discovery lists only these; the data file has every one upstream
+# lists, e.g. pods/exec): the endpoints implement them (apiserver/routes.py, apiserver/endpoints/).
+SERVED_SUBRESOURCES = frozenset({"status"})
+
+
+@dataclass(frozen=True)
+class Subresource:
+    """One subresource as discovery shows it: `name` (`status`, `scale`, ...), the response kind (group and
+    version empty when it is the parent's group version) and its verbs."""
+    name: str
+    group: str
+    version: str
+    kind: str
+    verbs: tuple[str, ...]
 
 
 @dataclass
@@ -40,11 +56,16 @@ class Resource:
     printer_columns: list[dict[str, Any]] = field(default_factory=list)  # CRD additionalPrinterColumns
     verbs: list[str] = field(default_factory=lambda: list(VERBS))
     # The version objects are stored in upstream (discovery's storageVersionHash is computed from it):
-    # the CRD's storage version for custom resources, v1beta1 for CRDs themselves.
+    # the CRD's storage version for custom resources.
     storage_version: str = ""
     # False: a review kind answered from the request alone (create only), never stored: no etcd key, no
     # watch cache, no storageVersionHash in discovery. Such kinds are in REVIEWS, not in the Registry.
     stored: bool = True
+    # Built-in kinds: every subresource upstream's discovery lists (served or not: SERVED_SUBRESOURCES),
+    # upstream's storageVersionHash, and whether a DELETE answers with the object (ReturnDeletedObject).
+    subresources: tuple[Subresource, ...] = ()
+    storage_hash: str = ""
+    return_deleted: bool = False
 
     def __post_init__(self) -> None:
         if not self.list_kind:
@@ -61,8 +82,19 @@ class Resource:
     @property
     def returns_deleted_object(self) -> bool:
         """A DELETE answers with the deleted object (else with a Success Status), as upstream's
-        registries set `ReturnDeletedObject`."""
-        return not self.custom and (self.group, self.plural) in RETURN_DELETED_OBJECT
+        registries set `ReturnDeletedObject` (observed on the reference by tools/discovery_upstream.py)."""
+        return not self.custom and self.return_deleted
+
+    @property
+    def served_subresources(self) -> list[Subresource]:
+        """The subresources discovery lists: those this project serves, in upstream's order."""
+        if self.custom:
+            return [Subresource("status", "", "", self.kind, ("get", "patch", "update"))] \
+                if self.status_subresource else []
+        return [s for s in self.subresources if s.name in SERVED_SUBRESOURCES]
+
+    def subresource(self, name: str) -> Subresource | None:
+        return next((s for s in self.subresources if s.name == name), None)
 
     @property
     def qualified(self) -> str:
@@ -80,49 +112,55 @@ class Resource:
         return self.prefix(etcd_prefix, namespace) + name
 
 
-def _r(group, kind, plural, namespaced, key=None, short=(), cats=(), status=False, version="v1", verbs=VERBS):
-    return Resource(group=group, version=version, kind=kind, plural=plural, singular=kind.lower(),
-                    namespaced=namespaced, key_resource=key or plural, short_names=list(short),
-                    categories=list(cats), status_subresource=status, verbs=list(verbs))
+def _builtin(e: dict[str, Any]) -> Resource:
+    subs = tuple(Subresource(s["name"], s["group"], s["version"], s["kind"], tuple(s["verbs"]))
+                 for s in e["subresources"])
+    stored = "storageVersionHash" in e
+    return Resource(group=e["group"], version=e["version"], kind=e["kind"], plural=e["plural"],
+                    singular=e["singular"], namespaced=e["scope"] == "Namespaced", key_resource=e.get("key", ""),
+                    short_names=list(e["shortNames"]), categories=list(e["categories"]),
+                    status_subresource=any(s.name == "status" for s in subs), verbs=list(e["verbs"]),
+                    stored=stored, subresources=subs, storage_hash=e.get("storageVersionHash", ""),
+                    return_deleted=e.get("returnsDeletedObject", False))
 
 
-# Key layout as upstream (k8s.io/kubernetes pkg/registry/*/storage): note
-# nodes live under "minions" and services under "services/specs".
-BUILTINS: list[Resource] = [
-    # Namespaces have no deletecollection (the namespace registry is no CollectionDeleter).
-    _r("", "Namespace", "namespaces", False, short=["ns"], status=True,
-       verbs=[v for v in VERBS if v != "deletecollection"]),
-    _r("", "ConfigMap", "configmaps", True, short=["cm"]),
-    _r("", "Secret", "secrets", True),
-    _r("", "Pod", "pods", True, short=["po"], cats=["all"], status=True),
-    _r("", "Node", "nodes", False, key="minions", short=["no"], status=True),
-    _r("", "Service", "services", True, key="services/specs", short=["svc"], cats=["all"], status=True),
-    _r("", "ServiceAccount", "serviceaccounts", True, short=["sa"]),
-    _r("", "Event", "events", True, short=["ev"]),
-    _r("coordination.k8s.io", "Lease", "leases", True),
-    _r("rbac.authorization.k8s.io", "Role", "roles", True),
-    _r("rbac.authorization.k8s.io", "RoleBinding", "rolebindings", True),
-    _r("rbac.authorization.k8s.io", "ClusterRole", "clusterroles", False),
-    _r("rbac.authorization.k8s.io", "ClusterRoleBinding", "clusterrolebindings", False),
-    Resource(group="apiextensions.k8s.io", version="v1", kind="CustomResourceDefinition",
-             plural="customresourcedefinitions", singular="customresourcedefinition", namespaced=False,
-             key_resource="apiextensions.k8s.io/customresourcedefinitions", short_names=["crd", "crds"],
-             categories=["api-extensions"], status_subresource=True, storage_version="v1beta1"),
-]
+def _load() -> tuple[dict[str, Any], list[Resource]]:
+    with open(DATA_FILE, encoding="utf-8") as f:
+        data = json.load(f)
+    return data["groups"], [_builtin(e) for e in data["resources"]]
 
-CRD = BUILTINS[-1]
+
+GROUPS, UPSTREAM = _load()
+# Upstream's group orders (aggregated discovery, and /apis: the kube-aggregator's APIService order).
+GROUP_ORDER: list[str] = GROUPS["aggregated_order"]
+LEGACY_GROUP_ORDER: list[str] = GROUPS["legacy_order"]
+
+# Served but not here (docs/differences.md): a second version of a kind, which would need conversion
+# (autoscaling/v1 HorizontalPodAutoscalers: only the preferred autoscaling/v2), and events.k8s.io/v1 Events,
+# stored with core Events under one key (upstream converts between the two).
+UNSERVED_GROUPS = frozenset({"events.k8s.io"})
+
+
+def _served_builtins() -> list[Resource]:
+    out, seen = [], set()
+    for r in UPSTREAM:
+        if not r.stored or r.group in UNSERVED_GROUPS or (r.group, r.plural) in seen:
+            continue  # componentstatuses, bindings and the reviews; a kind's later (non-preferred) versions
+        seen.add((r.group, r.plural))
+        out.append(r)
+    return out
+
+
+BUILTINS: list[Resource] = _served_builtins()
+CRD = next(r for r in BUILTINS if r.group == "apiextensions.k8s.io" and r.plural == "customresourcedefinitions")
 
 # Upstream's create-only review APIs, answered from the request (the authenticated user, an authorizer
 # decision) and never stored. Discovery lists them and the routes send them to their handlers
 # (apiserver/auth/reviews.py); they stay out of the Registry, so nothing watches, counts or stores them.
-REVIEWS: list[Resource] = [
-    Resource(group="authentication.k8s.io", version="v1", kind="SelfSubjectReview", plural="selfsubjectreviews",
-             singular="selfsubjectreview", namespaced=False, verbs=["create"], stored=False),
-    *(Resource(group="authorization.k8s.io", version="v1", kind=kind, plural=kind.lower() + "s",
-               singular=kind.lower(), namespaced=kind.startswith("Local"), verbs=["create"], stored=False)
-      for kind in ("LocalSubjectAccessReview", "SelfSubjectAccessReview", "SelfSubjectRulesReview",
-                   "SubjectAccessReview")),
-]
+REVIEW_KINDS = {("authentication.k8s.io", "selfsubjectreviews"), ("authorization.k8s.io", "localsubjectaccessreviews"),
+                ("authorization.k8s.io", "selfsubjectaccessreviews"), ("authorization.k8s.io", "selfsubjectrulesreviews"),
+                ("authorization.k8s.io", "subjectaccessreviews")}
+REVIEWS: list[Resource] = [r for r in UPSTREAM if (r.group, r.plural) in REVIEW_KINDS]
 
 
 def review(group: str, version: str, plural: str) -> Resource | None:

@@ -19,7 +19,7 @@ import pytest
 
 from apiserver import discovery, openapi
 from machinery import tables
-from machinery.resources import BUILTINS, Registry
+from machinery.resources import BUILTINS, GROUP_ORDER, Registry
 
 UTC = dt.timezone.utc
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -203,9 +203,12 @@ def _refs(x, acc):
 def test_v3_index_lists_every_group_version():
     reg = Registry()
     idx = openapi.v3_index(reg)
-    groups = ("apiextensions.k8s.io", "coordination.k8s.io", "rbac.authorization.k8s.io")
-    assert set(idx["paths"]) == {"api", "api/v1", "apis", "version"} | {f"apis/{g}" for g in groups} | \
-        {f"apis/{g}/v1" for g in groups}
+    gvs = {(r.group, r.version) for r in BUILTINS if r.group}
+    # every group of kube-apiserver v1.37.2 with a stored kind, but events.k8s.io (docs/differences.md)
+    assert {g for g, _ in gvs} == set(GROUP_ORDER) - {"", "events.k8s.io", "authentication.k8s.io",
+                                                      "authorization.k8s.io"}
+    assert set(idx["paths"]) == {"api", "api/v1", "apis", "version"} | {f"apis/{g}" for g, _ in gvs} | \
+        {f"apis/{g}/{v}" for g, v in gvs}
     url = idx["paths"]["api/v1"]["serverRelativeURL"]
     assert url.startswith("/openapi/v3/api/v1?hash=") and url.endswith(openapi.v3_hash(reg, "api/v1"))
     reg.apply_crd(CRD)

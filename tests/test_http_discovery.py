@@ -29,6 +29,7 @@ import time
 import pytest
 
 from tests.conftest import KUBECTL
+from machinery.resources import GROUP_ORDER, GROUPS, SERVED_SUBRESOURCES
 from tests.helpers import Api, crd
 
 AGG = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
@@ -36,23 +37,31 @@ KUBECTL_DISCOVERY = f"{AGG},application/json"
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
 APPLY = "application/apply-patch+yaml"
 
-# --- the known gap (issue 13): what kube-apiserver serves and we do not --------------------------
+# --- the known gap (docs/differences.md): what kube-apiserver serves and we do not --------------------------
 
-GAP_CORE = {"bindings", "componentstatuses", "endpoints", "limitranges", "namespaces/finalize", "nodes/proxy",
-            "persistentvolumeclaims", "persistentvolumeclaims/status", "persistentvolumes", "persistentvolumes/status",
-            "pods/attach", "pods/binding", "pods/ephemeralcontainers", "pods/eviction", "pods/exec", "pods/log",
-            "pods/portforward", "pods/proxy", "pods/resize", "podtemplates", "replicationcontrollers",
-            "replicationcontrollers/scale", "replicationcontrollers/status", "resourcequotas",
-            "resourcequotas/status", "serviceaccounts/token", "services/proxy"}
-GAP_GROUPS = {"admissionregistration.k8s.io", "apiregistration.k8s.io", "apps", "autoscaling", "batch", "certificates.k8s.io", "discovery.k8s.io",
-              "events.k8s.io", "flowcontrol.apiserver.k8s.io", "networking.k8s.io", "node.k8s.io", "policy",
-              "resource.k8s.io", "scheduling.k8s.io", "storage.k8s.io", "storagemigration.k8s.io"}
-SERVED_GROUPS = ["rbac.authorization.k8s.io", "apiextensions.k8s.io", "coordination.k8s.io"]  # kube's order
-# Groups of review kinds (create only, never stored: machinery.resources.REVIEWS): in discovery, with the
-# resources of theirs we do not serve; not in OpenAPI (a gap there, like GAP_GROUPS).
-REVIEW_GAP = {"authentication.k8s.io": {"tokenreviews"}, "authorization.k8s.io": set()}
-DISCOVERY_GROUPS = ["authentication.k8s.io", "authorization.k8s.io"] + SERVED_GROUPS  # kube's order
-OPENAPI_GAP_GROUPS = GAP_GROUPS | set(REVIEW_GAP)
+# Subresources (machinery.resources.SERVED_SUBRESOURCES are served; upstream's others are not).
+GAP_SUBRESOURCES = {"approval", "attach", "binding", "ephemeralcontainers", "eviction", "exec", "finalize", "log",
+                    "portforward", "proxy", "resize", "scale", "token"} - SERVED_SUBRESOURCES
+# Top-level resources, by group: not stored (bindings: a create, componentstatuses: probes), tokenreviews.
+GAP_RESOURCES = {"": {"bindings", "componentstatuses"}, "authentication.k8s.io": {"tokenreviews"}}
+# events.k8s.io/v1 Events share core Events' key (upstream converts between them), autoscaling/v1 is a second
+# version of HorizontalPodAutoscalers (conversion): neither is served.
+GAP_GROUPS = {"events.k8s.io"}
+GAP_VERSIONS = {"autoscaling/v1"}
+# Groups of review kinds (create only, never stored: machinery.resources.REVIEWS): in discovery, not in OpenAPI.
+REVIEW_GROUPS = {"authentication.k8s.io", "authorization.k8s.io"}
+OPENAPI_GAP_GROUPS = GAP_GROUPS | REVIEW_GROUPS
+SERVED_GVS = [(g, v) for g in GROUP_ORDER if g not in GAP_GROUPS for v in GROUPS["versions"][g]
+              if f"{g}/{v}" not in GAP_VERSIONS]
+DISCOVERY_GROUPS = [g for g in GROUP_ORDER if g and g not in GAP_GROUPS]  # kube's order
+
+
+def gap(name: str, group: str) -> bool:
+    """`name` (`pods`, `pods/log`) of `group` is served by kube, not here."""
+    sub = name.partition("/")[2]
+    return name in GAP_RESOURCES.get(group, ()) or sub in GAP_SUBRESOURCES
+
+
 GAP_OPENAPI_V3 = {".well-known/openid-configuration", "openid/v1/jwks"}
 
 
@@ -121,14 +130,18 @@ def test_api_versions_and_group_list(api, ref):
     kg = by(kube_groups["groups"], "name")
     for g in groups["groups"]:
         if g["name"] in DISCOVERY_GROUPS:
-            assert g == kg[g["name"]]
+            expected = kg[g["name"]]
+            if api.mode != "kube":  # less the versions we do not serve
+                expected = dict(expected, versions=[v for v in expected["versions"]
+                                                    if v["groupVersion"] not in GAP_VERSIONS])
+            assert g == expected
             one = api.get(f"/apis/{g['name']}/")  # trailing slash served too
             assert one.status_code == 200
-            assert one.json() == {"kind": "APIGroup", "apiVersion": "v1", **g} == ref.json(f"/apis/{g['name']}")
+            assert one.json() == {"kind": "APIGroup", "apiVersion": "v1", **g}
+            assert {"kind": "APIGroup", "apiVersion": "v1", **kg[g["name"]]} == ref.json(f"/apis/{g['name']}")
 
 
-@pytest.mark.parametrize("path", ["/api/v1", "/apis/rbac.authorization.k8s.io/v1", "/apis/coordination.k8s.io/v1",
-                                  "/apis/apiextensions.k8s.io/v1"] + [f"/apis/{g}/v1" for g in REVIEW_GAP])
+@pytest.mark.parametrize("path", [f"/apis/{g}/{v}" if g else "/api/v1" for g, v in SERVED_GVS])
 def test_resource_lists_equal_kube_for_what_we_serve(api, ref, path):
     doc = api.get(path).json()
     kube_doc = ref.json(path)
@@ -138,10 +151,11 @@ def test_resource_lists_equal_kube_for_what_we_serve(api, ref, path):
     for name, entry in mine.items():
         assert entry == theirs[name], name  # name, singularName, namespaced, kind, verbs, shortNames, ...
     assert [n for n in theirs if n in mine] == list(mine)  # same order
-    gap = GAP_CORE if path == "/api/v1" else REVIEW_GAP.get(path.split("/")[2], set())
-    assert gap <= set(theirs)
+    group = "" if path == "/api/v1" else path.split("/")[2]
+    missing = {n for n in theirs if gap(n, group)}
+    assert GAP_RESOURCES.get(group, set()) <= set(theirs)
     if api.mode != "kube":
-        assert set(theirs) - set(mine) == gap
+        assert set(theirs) - set(mine) == missing
 
 
 def _aggregated(api, head):
@@ -170,6 +184,8 @@ def test_aggregated_discovery_equals_kube_for_what_we_serve(api, ref, head):
     builtin = [g for g in mine if not g.endswith(".example.com")]
     assert subsequence(builtin, theirs)
     kube_items = by([dict(i, name=i["metadata"].get("name", "")) for i in kube_doc["items"]], "name")
+    if api.mode != "kube":
+        assert [g for g in theirs if g not in GAP_GROUPS] == builtin
     for item in doc["items"]:
         name = item["metadata"].get("name", "")
         if name.endswith(".example.com"):
@@ -177,7 +193,8 @@ def test_aggregated_discovery_equals_kube_for_what_we_serve(api, ref, head):
         kube_item = kube_items[name]
         assert item["metadata"] == kube_item["metadata"]
         kv = by(kube_item["versions"], "version")
-        assert [v["version"] for v in item["versions"]] == [v["version"] for v in kube_item["versions"]]
+        assert [v["version"] for v in item["versions"]] == \
+            [v["version"] for v in kube_item["versions"] if api.mode == "kube" or f"{name}/{v['version']}" not in GAP_VERSIONS]
         for v in item["versions"]:
             assert list(v) == list(kv[v["version"]]) and v["freshness"] == kv[v["version"]]["freshness"]
             kr = by(kv[v["version"]]["resources"], "resource")
@@ -190,12 +207,13 @@ def test_aggregated_discovery_equals_kube_for_what_we_serve(api, ref, head):
                 for s, entry in subs.items():
                     assert entry == ksubs[s]
                 missing = {f"{res['resource']}/{s}" for s in ksubs if s not in subs}
-                assert missing <= GAP_CORE
+                assert all(gap(m, name) for m in missing), missing
                 if api.mode != "kube":
-                    assert missing == {g for g in GAP_CORE if g.startswith(res["resource"] + "/")}
+                    assert missing == {f"{res['resource']}/{s}" for s in ksubs if s in GAP_SUBRESOURCES}
+                assert [s["subresource"] for s in res.get("subresources", [])] == [s for s in ksubs if s in subs]
             assert [x["resource"] for x in v["resources"]] == [x for x in kr if x in by(v["resources"], "resource")]
-            if api.mode != "kube" and name:  # the core group's are GAP_CORE
-                assert set(kr) - set(by(v["resources"], "resource")) == REVIEW_GAP.get(name, set()), name
+            if api.mode != "kube":
+                assert set(kr) - set(by(v["resources"], "resource")) == GAP_RESOURCES.get(name, set()), name
 
 
 @pytest.mark.parametrize("accept,aggregated", [
@@ -379,9 +397,9 @@ def test_openapi_v3_index(api, ref):
     kube_idx = ref.json("/openapi/v3")["paths"]
     builtin = {p for p in idx if ".example.com" not in p}
     assert builtin <= set(kube_idx)
-    assert {"api", "api/v1", "apis", "version"} | {f"apis/{g}" for g in SERVED_GROUPS} | \
-           {f"apis/{g}/v1" for g in SERVED_GROUPS} <= builtin
-    unserved = {p for p in kube_idx if p.startswith("apis/") and p.split("/")[1] in OPENAPI_GAP_GROUPS} | GAP_OPENAPI_V3
+    assert set(V3_DOCS) <= builtin
+    unserved = {p for p in kube_idx if p.startswith("apis/") and p.split("/")[1] in OPENAPI_GAP_GROUPS} | \
+        GAP_OPENAPI_V3 | {f"apis/{gv}" for gv in GAP_VERSIONS}
     assert unserved <= set(kube_idx)
     if api.mode != "kube":
         assert {p for p in kube_idx if ".example.com" not in p} - builtin == unserved
@@ -389,15 +407,20 @@ def test_openapi_v3_index(api, ref):
         assert re.fullmatch(rf"/openapi/v3/{re.escape(p)}\?hash=[0-9A-F]{{128}}", entry["serverRelativeURL"])
 
 
-V3_DOCS = ["api", "api/v1", "apis", "version"] + [f"apis/{g}" for g in SERVED_GROUPS] + \
-          [f"apis/{g}/v1" for g in SERVED_GROUPS]
+OPENAPI_GVS = [(g, v) for g, v in SERVED_GVS if g not in REVIEW_GROUPS]
+V3_DOCS = ["api", "api/v1", "apis", "version"] + list(dict.fromkeys(f"apis/{g}" for g, _ in OPENAPI_GVS if g)) + \
+          [f"apis/{g}/{v}" for g, v in OPENAPI_GVS if g]
 
 
 def _served(path: str) -> bool:
     parts = [p for p in path.split("/") if p]
-    if parts[0] == "apis" and (len(parts) < 2 or parts[1] in OPENAPI_GAP_GROUPS):
+    if parts[0] == "apis" and (len(parts) < 2 or parts[1] in OPENAPI_GAP_GROUPS or "/".join(parts[1:3]) in GAP_VERSIONS):
         return False
-    return parts[0] in ("api", "apis") and _path_resource(path) not in GAP_CORE
+    return parts[0] in ("api", "apis") and not gap(_path_resource(path), _path_group(path))
+
+
+def _path_group(path: str) -> str:
+    return path.split("/")[2] if path.startswith("/apis/") else ""
 
 
 def _path_resource(path: str) -> str:
@@ -433,10 +456,11 @@ def test_openapi_v3_documents_equal_kube_for_what_we_serve(api, ref, doc):
         assert item == expected["paths"][path], path
     for name, schema in mine["components"]["schemas"].items():
         assert schema == kube_doc["components"]["schemas"][name], name
+    group = doc.split("/")[1] if doc.startswith("apis/") and doc.count("/") == 2 else ""
     extra = {_path_resource(p) for p in kube_doc["paths"] if p not in mine["paths"]}
-    assert extra <= GAP_CORE, extra - GAP_CORE
+    assert all(gap(e, group) for e in extra), extra
     if api.mode != "kube":
-        assert extra == (GAP_CORE if doc == "api/v1" else set())
+        assert extra == {_path_resource(p) for p in kube_doc["paths"] if gap(_path_resource(p), group)}
 
 
 def test_openapi_v3_headers_and_caching(api):
@@ -491,14 +515,17 @@ def test_openapi_v2_equals_kube_for_what_we_serve(api, ref):
     for name, schema in mine["definitions"].items():
         if ".example.com" not in name and not name.startswith("com.example."):
             assert schema == kube_doc["definitions"][name], name
-    served_prefixes = ("/api/", "/version/", "/apis/") + tuple(f"/apis/{g}/" for g in SERVED_GROUPS)
     extra = {p for p in kube_doc["paths"] if p not in mine["paths"] and ".example.com" not in p}
-    unserved_groups = {p for p in extra if p.startswith("/apis/") and p.split("/")[2] in OPENAPI_GAP_GROUPS}
-    other = {_path_resource(p) for p in extra - unserved_groups if p != "/.well-known/openid-configuration/"
-             and not p.startswith("/openid/") and not p.startswith("/logs/")}
-    assert other <= GAP_CORE
+    unserved_groups = {p for p in extra if p.startswith("/apis/") and (
+        p.split("/")[2] in OPENAPI_GAP_GROUPS or "/".join(p.split("/")[2:4]) in GAP_VERSIONS)}
+    other = {(_path_group(p), _path_resource(p)) for p in extra - unserved_groups
+             if p != "/.well-known/openid-configuration/" and not p.startswith("/openid/") and not p.startswith("/logs/")}
+    assert all(gap(r, g) for g, r in other), other
     if api.mode != "kube":
-        assert other == GAP_CORE and all(p.startswith(served_prefixes) for p in builtin)
+        assert other == {(_path_group(p), _path_resource(p)) for p in kube_doc["paths"] if p.startswith(("/api/", "/apis/"))
+                         and len(p.split("/")) > 4 and (p.split("/")[2] not in OPENAPI_GAP_GROUPS)
+                         and "/".join(p.split("/")[2:4]) not in GAP_VERSIONS
+                         and gap(_path_resource(p), _path_group(p))}
     # Deliberate: JSON only (client-go asks for protobuf first; kubectl only falls back to v2).
     pb = api.get("/openapi/v2", headers={"Accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"})
     assert pb.headers["Content-Type"] == ("application/com.github.proto-openapi.spec.v2.v1.0+protobuf"

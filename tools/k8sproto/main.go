@@ -1,5 +1,5 @@
 // Command k8sproto writes machinery/k8s_proto_schema.json: for every built-in
-// kind the apiserver serves (and DeleteOptions), the Go struct layout that
+// kind kube-apiserver serves (machinery/builtin_resources.json) and DeleteOptions, the Go struct layout that
 // client-go's protobuf encoding follows, read by reflection from k8s.io/api.
 //
 // Each Go struct becomes a list of fields in struct order (the order Go's
@@ -21,38 +21,62 @@ import (
 	"strconv"
 	"strings"
 
-	authnv1 "k8s.io/api/authentication/v1"
-	authzv1 "k8s.io/api/authorization/v1"
-	coordv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8sschema "k8s.io/apimachinery/pkg/runtime/schema"
+	k8sscheme "k8s.io/client-go/kubernetes/scheme"
+	apiregv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 )
 
-// kinds served by the apiserver (machinery/resources.py BUILTINS and REVIEWS), keyed by apiVersion/kind.
-var kinds = map[string]any{
-	"v1/Namespace":                      corev1.Namespace{},
-	"v1/ConfigMap":                      corev1.ConfigMap{},
-	"v1/Secret":                         corev1.Secret{},
-	"v1/Pod":                            corev1.Pod{},
-	"v1/Node":                           corev1.Node{},
-	"v1/Service":                        corev1.Service{},
-	"v1/ServiceAccount":                 corev1.ServiceAccount{},
-	"v1/Event":                          corev1.Event{},
-	"coordination.k8s.io/v1/Lease":      coordv1.Lease{},
-	"rbac.authorization.k8s.io/v1/Role": rbacv1.Role{},
-	"rbac.authorization.k8s.io/v1/RoleBinding":         rbacv1.RoleBinding{},
-	"rbac.authorization.k8s.io/v1/ClusterRole":         rbacv1.ClusterRole{},
-	"rbac.authorization.k8s.io/v1/ClusterRoleBinding":  rbacv1.ClusterRoleBinding{},
-	"apiextensions.k8s.io/v1/CustomResourceDefinition": apiextv1.CustomResourceDefinition{},
-	"meta.k8s.io/v1/DeleteOptions":                     metav1.DeleteOptions{},
-	// review kinds (machinery/resources.py REVIEWS): kubectl sends them as protobuf
-	"authentication.k8s.io/v1/SelfSubjectReview":       authnv1.SelfSubjectReview{},
-	"authorization.k8s.io/v1/SelfSubjectAccessReview":  authzv1.SelfSubjectAccessReview{},
-	"authorization.k8s.io/v1/SubjectAccessReview":      authzv1.SubjectAccessReview{},
-	"authorization.k8s.io/v1/LocalSubjectAccessReview": authzv1.LocalSubjectAccessReview{},
-	"authorization.k8s.io/v1/SelfSubjectRulesReview":   authzv1.SelfSubjectRulesReview{},
+// dataFile lists the built-in kinds (tools/discovery_upstream.py extracts it from kube-apiserver's
+// discovery): every resource's kind and every subresource's request kind (Binding, Eviction, Scale,
+// TokenRequest, ...) but the *Options of connect subresources (query parameters, never bodies).
+const dataFile = "../../machinery/builtin_resources.json"
+
+type resource struct {
+	Group, Version, Kind string
+	Subresources         []struct{ Group, Version, Kind string }
+}
+
+// kinds: apiVersion/kind -> an instance of the Go type, from the schemes of k8s.io/api (client-go's),
+// apiextensions-apiserver and kube-aggregator.
+func kinds() map[string]any {
+	sch := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{k8sscheme.AddToScheme, apiextv1.AddToScheme, apiregv1.AddToScheme} {
+		if err := add(sch); err != nil {
+			panic(err)
+		}
+	}
+	raw, err := os.ReadFile(dataFile)
+	if err != nil {
+		panic(err)
+	}
+	var data struct{ Resources []resource }
+	if err := json.Unmarshal(raw, &data); err != nil {
+		panic(err)
+	}
+	out := map[string]any{"meta.k8s.io/v1/DeleteOptions": metav1.DeleteOptions{}}
+	add := func(gvk k8sschema.GroupVersionKind) {
+		obj, err := sch.New(gvk)
+		if err != nil {
+			panic(err)
+		}
+		out[gvk.GroupVersion().String()+"/"+gvk.Kind] = reflect.ValueOf(obj).Elem().Interface()
+	}
+	for _, r := range data.Resources {
+		add(k8sschema.GroupVersionKind{Group: r.Group, Version: r.Version, Kind: r.Kind})
+		for _, s := range r.Subresources {
+			if strings.HasSuffix(s.Kind, "Options") {
+				continue
+			}
+			if s.Group == "" && s.Version == "" {
+				s.Group, s.Version = r.Group, r.Version
+			}
+			add(k8sschema.GroupVersionKind{Group: s.Group, Version: s.Version, Kind: s.Kind})
+		}
+	}
+	return out
 }
 
 // special types have their own protobuf message and their own JSON form.
@@ -172,6 +196,7 @@ func walk(t reflect.Type) {
 }
 
 func main() {
+	kinds := kinds()
 	keys := make([]string, 0, len(kinds))
 	for k := range kinds {
 		keys = append(keys, k)

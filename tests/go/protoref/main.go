@@ -20,14 +20,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
+	goruntime "runtime"
 	"sort"
 	"strconv"
+	"strings"
 
-	authnv1 "k8s.io/api/authentication/v1"
-	authzv1 "k8s.io/api/authorization/v1"
-	coordv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,13 +33,22 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	k8sscheme "k8s.io/client-go/kubernetes/scheme"
+	apiregv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	"sigs.k8s.io/randfill"
 )
 
+// schemaFile: the kinds machinery/protobuf.py decodes (tools/k8sproto generates it), found from this
+// source file's directory (the binary runs from a temporary directory).
+func schemaFile() string {
+	_, here, _, _ := goruntime.Caller(0)
+	return filepath.Join(filepath.Dir(here), "..", "..", "..", "machinery", "k8s_proto_schema.json")
+}
+
 func main() {
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, coordv1.AddToScheme,
-		rbacv1.AddToScheme, apiextv1.AddToScheme, authnv1.AddToScheme, authzv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{k8sscheme.AddToScheme, apiextv1.AddToScheme,
+		apiregv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			panic(err)
 		}
@@ -55,27 +62,26 @@ func main() {
 	seed, _ := strconv.ParseInt(os.Args[1], 10, 64)
 	count, _ := strconv.Atoi(os.Args[2])
 
-	kinds := map[string]func() runtime.Object{
-		"v1/Namespace":                      func() runtime.Object { return &corev1.Namespace{} },
-		"v1/ConfigMap":                      func() runtime.Object { return &corev1.ConfigMap{} },
-		"v1/Secret":                         func() runtime.Object { return &corev1.Secret{} },
-		"v1/Pod":                            func() runtime.Object { return &corev1.Pod{} },
-		"v1/Node":                           func() runtime.Object { return &corev1.Node{} },
-		"v1/Service":                        func() runtime.Object { return &corev1.Service{} },
-		"v1/ServiceAccount":                 func() runtime.Object { return &corev1.ServiceAccount{} },
-		"v1/Event":                          func() runtime.Object { return &corev1.Event{} },
-		"coordination.k8s.io/v1/Lease":      func() runtime.Object { return &coordv1.Lease{} },
-		"rbac.authorization.k8s.io/v1/Role": func() runtime.Object { return &rbacv1.Role{} },
-		"rbac.authorization.k8s.io/v1/RoleBinding":         func() runtime.Object { return &rbacv1.RoleBinding{} },
-		"rbac.authorization.k8s.io/v1/ClusterRole":         func() runtime.Object { return &rbacv1.ClusterRole{} },
-		"rbac.authorization.k8s.io/v1/ClusterRoleBinding":  func() runtime.Object { return &rbacv1.ClusterRoleBinding{} },
-		"apiextensions.k8s.io/v1/CustomResourceDefinition": func() runtime.Object { return &apiextv1.CustomResourceDefinition{} },
-		"meta.k8s.io/v1/DeleteOptions":                     func() runtime.Object { return &metav1.DeleteOptions{} },
-		"authentication.k8s.io/v1/SelfSubjectReview":       func() runtime.Object { return &authnv1.SelfSubjectReview{} },
-		"authorization.k8s.io/v1/SelfSubjectAccessReview":  func() runtime.Object { return &authzv1.SelfSubjectAccessReview{} },
-		"authorization.k8s.io/v1/SubjectAccessReview":      func() runtime.Object { return &authzv1.SubjectAccessReview{} },
-		"authorization.k8s.io/v1/LocalSubjectAccessReview": func() runtime.Object { return &authzv1.LocalSubjectAccessReview{} },
-		"authorization.k8s.io/v1/SelfSubjectRulesReview":   func() runtime.Object { return &authzv1.SelfSubjectRulesReview{} },
+	// every kind of the committed schema, made by the scheme (DeleteOptions: meta.k8s.io/v1)
+	raw, err := os.ReadFile(schemaFile())
+	if err != nil {
+		panic(err)
+	}
+	var committed struct{ Kinds map[string]string }
+	if err := json.Unmarshal(raw, &committed); err != nil {
+		panic(err)
+	}
+	kinds := map[string]func() runtime.Object{}
+	for k := range committed.Kinds {
+		i := strings.LastIndex(k, "/")
+		gvk := schema.FromAPIVersionAndKind(k[:i], k[i+1:])
+		kinds[k] = func() runtime.Object {
+			obj, err := scheme.New(gvk)
+			if err != nil {
+				panic(err)
+			}
+			return obj
+		}
 	}
 	keys := make([]string, 0, len(kinds))
 	for k := range kinds {

@@ -66,7 +66,7 @@ class Routes:
             raise not_found()
         name = rest[1] if len(rest) >= 2 else None
         sub = rest[2] if len(rest) >= 3 else ""
-        if len(rest) > 3 or (sub and not (sub == "status" and res.status_subresource)):
+        if len(rest) > 3 or (sub and not (sub == "status" and res.status_subresource) and not serves(res, sub)):
             raise not_found()
         return RequestScope(res, namespace, name, sub)
 
@@ -126,6 +126,16 @@ class Routes:
                 and rv.namespaced:  # LocalSubjectAccessReview
             request["review_namespace"] = rest[1]
             return await self.review(request, rv)
+        if (group, version) == ("", "v1") and len(rest) == 3 and rest[0] == "namespaces" and rest[2] == "bindings":
+            # the legacy bindings collection: create only (LegacyBindingREST)
+            if request.method != "POST":
+                raise method_not_allowed()
+            pods = self.registry.lookup("", "v1", "pods")
+            scope = RequestScope(pods, rest[1], None, "binding")
+            request["scope"] = scope
+            if self.read_only:
+                raise errors.method_not_supported("bindings", "create")
+            return await write.bind(self.endpoints, request, scope)
         try:
             if not rest:
                 rl = discovery.api_resource_list(self.registry, group, version)
@@ -195,6 +205,13 @@ class Routes:
         collection = scope.name is None
         m = request.method
         res = scope.resource
+        if scope.subresource in SUBRESOURCE_VERBS:
+            endpoint, name = SUBRESOURCE_VERBS[scope.subresource].get(m, (None, ""))
+            if endpoint is None or legacy_watch or (m == "GET" and is_watch(request)):
+                raise method_not_allowed()
+            if self.read_only and m != "GET":
+                raise errors.method_not_supported(f"{res.plural}/{scope.subresource}", name, res.group)
+            return await endpoint(self.endpoints, request, scope)
         if legacy_watch and (m != "GET" or scope.subresource):
             endpoint, name = None, ""
         elif m == "GET" and (is_watch(request) or legacy_watch):
@@ -227,6 +244,21 @@ def openapi_built(key: str) -> str:
             _BUILT.clear()
         _BUILT[key] = email.utils.format_datetime(datetime.datetime.now(datetime.timezone.utc), usegmt=True)
     return _BUILT[key]
+
+
+# Subresources other than status, with their endpoints per method (anything else is 405).
+SUBRESOURCE_VERBS: dict[str, dict[str, tuple[Any, str]]] = {
+    "binding": {"POST": (write.bind, "create")},
+}
+
+
+def serves(res, sub: str) -> bool:
+    """A subresource this server implements for the resource (upstream lists it for the resource)."""
+    if sub not in SUBRESOURCE_VERBS or res.custom:
+        return False
+    if sub == "binding":
+        return (res.group, res.plural) == ("", "pods")
+    return False
 
 
 COLLECTION_VERBS = {"GET": read.list_, "POST": write.create, "DELETE": write.deletecollection}

@@ -11,13 +11,20 @@ import datetime as _dt
 import uuid
 from typing import Any
 
+from . import defaults
 from .resources import Resource
 
 Obj = dict[str, Any]
 
 # Kinds whose metadata.generation tracks spec changes (upstream sets it for
 # these strategies; ConfigMaps, Secrets, Leases, RBAC, ... have no generation).
-_GENERATION_KINDS = {"pods", "customresourcedefinitions"}
+_GENERATION_KINDS = defaults.GENERATION_KINDS | {("apiextensions.k8s.io", "customresourcedefinitions")}
+
+# The kinds served before every built-in kind was (issue 13) keep the fields a client sent as it sent them;
+# every other built-in kind (pods too) is encoded as Go encodes its struct (`defaults.go_shape`).
+_UNSHAPED = {("", "namespaces"), ("", "configmaps"), ("", "secrets"), ("", "nodes"), ("", "services"),
+             ("", "serviceaccounts"), ("", "events"), ("coordination.k8s.io", "leases"),
+             ("apiextensions.k8s.io", "customresourcedefinitions")}
 
 # Top-level field order for the Go structs we serve (typed objects are
 # encoded in struct order, S6.3); unknown fields follow in client order.
@@ -58,7 +65,14 @@ def canonical(resource: Resource, obj: Obj) -> Obj:
 
 
 def _has_generation(resource: Resource) -> bool:
-    return resource.custom or resource.plural in _GENERATION_KINDS
+    return resource.custom or (resource.group, resource.plural) in _GENERATION_KINDS
+
+
+def _shaped(resource: Resource, obj: Obj) -> Obj:
+    if resource.custom or (resource.group, resource.plural) in _UNSHAPED or \
+            resource.group == "rbac.authorization.k8s.io":
+        return obj
+    return defaults.go_shape(resource.api_version, resource.kind, obj)
 
 
 def _namespace_name_label(ns: Obj) -> None:
@@ -103,7 +117,9 @@ def _service_defaults(svc: Obj) -> None:
 
 
 def prepare_create(resource: Resource, obj: Obj) -> Obj:
-    """Server-set fields on create (uid, creationTimestamp, generation; no RV)."""
+    """Server-set fields on create (uid, creationTimestamp, generation; no RV), the scheme's defaults."""
+    if not resource.custom:
+        defaults.defaults(resource.group, resource.plural, obj)
     md = obj.setdefault("metadata", {})
     md.pop("resourceVersion", None)
     md["uid"] = str(uuid.uuid4())
@@ -119,10 +135,6 @@ def prepare_create(resource: Resource, obj: Obj) -> Obj:
         obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
         obj["status"] = {"phase": "Active"}
         _namespace_name_label(obj)
-    elif resource.plural == "pods":
-        status = obj.get("status") or {}
-        obj["status"] = {"phase": status.get("phase") or "Pending", **{k: v for k, v in status.items()
-                                                                       if k != "phase"}}
     elif resource.plural == "customresourcedefinitions":
         obj["status"] = crd_status(obj)
     elif resource.plural == "secrets":
@@ -131,12 +143,16 @@ def prepare_create(resource: Resource, obj: Obj) -> Obj:
         _service_defaults(obj)
     elif resource.custom and resource.status_subresource:
         obj.pop("status", None)  # status is written through /status only
-    return canonical(resource, obj)
+    elif not resource.custom:
+        defaults.prepare_create(resource.group, resource.plural, obj)
+    return canonical(resource, _shaped(resource, obj))
 
 
 def prepare_update(resource: Resource, new: Obj, old: Obj, subresource: str = "") -> Obj:
-    """Carry server-owned fields from `old` into `new`; status-subresource rules."""
+    """Carry server-owned fields from `old` into `new`; status-subresource rules; the scheme's defaults."""
     omd = old.get("metadata", {})
+    if not resource.custom:
+        defaults.defaults(resource.group, resource.plural, new)
     if subresource == "status":
         # Status updates change status only (upstream PrepareForUpdate of status strategies).
         merged = {**old, "metadata": dict(old.get("metadata") or {})}
@@ -171,7 +187,9 @@ def prepare_update(resource: Resource, new: Obj, old: Obj, subresource: str = ""
         _namespace_name_label(new)
     elif resource.plural == "services":
         _service_defaults(new)
-    return canonical(resource, new)
+    elif (resource.group, resource.plural) == ("apps", "daemonsets") and subresource != "status":
+        defaults.daemonset_update(old, new)
+    return canonical(resource, _shaped(resource, new))
 
 
 def _secret_conversion(obj: Obj) -> None:

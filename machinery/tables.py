@@ -42,7 +42,10 @@ Upstream behaviour reproduced (paraphrased, not copied):
 from __future__ import annotations
 
 import datetime as _dt
+import functools
+import json
 import math
+import os
 import re
 from typing import Any, Iterable, NamedTuple
 
@@ -419,10 +422,30 @@ def _crd_columns(resource: Resource) -> list[dict[str, Any]]:
     return out
 
 
+_COLUMNS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "table_columns.json")
+
+
+@functools.lru_cache(maxsize=1)
+def upstream_columns() -> dict[str, list[dict[str, Any]]]:
+    """`group/resource` -> the column definitions kube-apiserver v1.37.2 answers with
+    (machinery/table_columns.json, extracted by tools/table_columns_upstream.py)."""
+    with open(_COLUMNS_FILE, encoding="utf-8") as f:
+        return json.load(f)
+
+
 def column_definitions(resource: Resource) -> list[dict[str, Any]]:
     if resource.custom:
         return _crd_columns(resource)
-    return _COLUMNS.get((resource.group, resource.plural), _DEFAULT_COLUMNS)
+    key = (resource.group, resource.plural)
+    if key in _COLUMNS:
+        return _COLUMNS[key]
+    theirs = upstream_columns().get(f"{resource.group}/{resource.plural}")
+    if theirs is None or key in _CELLS:
+        return theirs or _DEFAULT_COLUMNS
+    if [c["name"] for c in theirs] == ["Name", "Created At"]:
+        return _DEFAULT_COLUMNS  # no printer upstream: rest.NewDefaultTableConvertor
+    # A printer upstream whose cells are not computed here: its Name and Age (docs/differences.md).
+    return [_NAME, _AGE]
 
 
 # --- cells ---------------------------------------------------------------------
@@ -819,7 +842,225 @@ def _cells(resource: Resource, obj: dict, now: _dt.datetime) -> tuple[list[Any],
         return _binding_cells(obj, now), None
     if key == ("apiextensions.k8s.io", "customresourcedefinitions"):
         return _crd_cells(obj), None
+    if key in _CELLS:
+        return _CELLS[key](obj, now), None
+    if column_definitions(resource) is not _DEFAULT_COLUMNS:
+        return [_name(obj), _age(obj, now)], None
     return [_name(obj), _rfc3339_utc(_g(obj, "metadata", "creationTimestamp"))], None
+
+
+# --- the printers of the kinds served since issue 13 (printers.go; headers from table_columns.json) ----------
+
+def _containers(spec: Any) -> tuple[str, str]:
+    """layoutContainerCells: container names and images, comma-separated."""
+    cs = [c for c in (spec or {}).get("containers") or [] if isinstance(c, dict)] if isinstance(spec, dict) else []
+    return ",".join(c.get("name", "") for c in cs), ",".join(c.get("image", "") for c in cs)
+
+
+def format_labels(labels: Any) -> str:
+    """labels.FormatLabels: `k=v` sorted by key, `<none>` when empty."""
+    if not isinstance(labels, dict) or not labels:
+        return "<none>"
+    return ",".join(f"{k}={labels[k]}" for k in sorted(labels))
+
+
+def selector_string(sel: Any) -> str | None:
+    """metav1.LabelSelectorAsSelector(sel).String(): requirements sorted by key; None when invalid."""
+    if not isinstance(sel, dict):
+        return ""
+    reqs: list[tuple[str, str]] = []
+    for k, v in (sel.get("matchLabels") or {}).items():
+        reqs.append((k, f"{k}={v}"))
+    for e in sel.get("matchExpressions") or []:
+        if not isinstance(e, dict):
+            return None
+        k, op, vals = e.get("key", ""), e.get("operator", ""), sorted(set(e.get("values") or []))
+        if op in ("In", "NotIn"):
+            if not vals:
+                return None
+            reqs.append((k, f"{k} {'in' if op == 'In' else 'notin'} ({','.join(vals)})"))
+        elif op == "Exists":
+            reqs.append((k, k))
+        elif op == "DoesNotExist":
+            reqs.append((k, "!" + k))
+        else:
+            return None
+    return ",".join(r for _, r in sorted(reqs, key=lambda x: x[0]))
+
+
+def format_selector(sel: Any) -> str:
+    """metav1.FormatLabelSelector: `<none>` for nothing or everything, `<error>` when invalid."""
+    if sel is None:
+        return "<none>"
+    s = selector_string(sel)
+    if s is None:
+        return "<error>"
+    return s or "<none>"
+
+
+def _int(v: Any) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+
+def _template_spec(obj: dict, *path: str) -> Any:
+    return _g(obj, "spec", *path, "template", "spec")
+
+
+def _deployment_cells(d: dict, now: _dt.datetime) -> list[Any]:
+    spec, status = d.get("spec") or {}, d.get("status") or {}
+    names, images = _containers(_template_spec(d))
+    sel = selector_string(spec.get("selector"))
+    return [_name(d), f"{_int(status.get('readyReplicas'))}/{_int(spec.get('replicas'))}",
+            _int(status.get("updatedReplicas")), _int(status.get("availableReplicas")), _age(d, now), names, images,
+            "<invalid>" if sel is None else sel]
+
+
+def _replicaset_cells(rs: dict, now: _dt.datetime) -> list[Any]:
+    spec, status = rs.get("spec") or {}, rs.get("status") or {}
+    names, images = _containers(_template_spec(rs))
+    return [_name(rs), _int(spec.get("replicas")), _int(status.get("replicas")), _int(status.get("readyReplicas")),
+            _age(rs, now), names, images, format_selector(spec.get("selector"))]
+
+
+def _replication_controller_cells(rc: dict, now: _dt.datetime) -> list[Any]:
+    spec, status = rc.get("spec") or {}, rc.get("status") or {}
+    names, images = _containers(_template_spec(rc))
+    return [_name(rc), _int(spec.get("replicas")), _int(status.get("replicas")), _int(status.get("readyReplicas")),
+            _age(rc, now), names, images, format_labels(spec.get("selector"))]
+
+
+def _statefulset_cells(ss: dict, now: _dt.datetime) -> list[Any]:
+    spec, status = ss.get("spec") or {}, ss.get("status") or {}
+    names, images = _containers(_template_spec(ss))
+    return [_name(ss), f"{_int(status.get('readyReplicas'))}/{_int(spec.get('replicas'))}", _age(ss, now), names,
+            images]
+
+
+def _daemonset_cells(ds: dict, now: _dt.datetime) -> list[Any]:
+    spec, status = ds.get("spec") or {}, ds.get("status") or {}
+    names, images = _containers(_template_spec(ds))
+    return [_name(ds), _int(status.get("desiredNumberScheduled")), _int(status.get("currentNumberScheduled")),
+            _int(status.get("numberReady")), _int(status.get("updatedNumberScheduled")),
+            _int(status.get("numberAvailable")), format_labels(_g(_template_spec(ds), "nodeSelector")), _age(ds, now),
+            names, images, format_selector(spec.get("selector"))]
+
+
+def _has_condition(obj: dict, typ: str) -> bool:
+    return any(isinstance(c, dict) and c.get("type") == typ and c.get("status") == "True"
+               for c in _g(obj, "status", "conditions", default=None) or [])
+
+
+_JOB_STATUS = (("Complete", "Complete"), ("Failed", "Failed"), (None, "Terminating"), ("Suspended", "Suspended"),
+               ("FailureTarget", "FailureTarget"), ("SuccessCriteriaMet", "SuccessCriteriaMet"))
+
+
+def _job_cells(job: dict, now: _dt.datetime) -> list[Any]:
+    spec, status = job.get("spec") or {}, job.get("status") or {}
+    succeeded = _int(status.get("succeeded"))
+    if spec.get("completions") is not None:
+        completions = f"{succeeded}/{_int(spec.get('completions'))}"
+    elif _int(spec.get("parallelism")) > 1:
+        completions = f"{succeeded}/1 of {_int(spec.get('parallelism'))}"
+    else:
+        completions = f"{succeeded}/1"
+    start, end = _parse_time(status.get("startTime")), _parse_time(status.get("completionTime"))
+    duration = "" if start is None else human_duration(((end or now) - start).total_seconds())
+    state = "Running"
+    for cond, word in _JOB_STATUS:
+        if (_g(job, "metadata", "deletionTimestamp") is not None) if cond is None else _has_condition(job, cond):
+            state = word
+            break
+    names, images = _containers(_template_spec(job))
+    return [_name(job), state, completions, duration, _age(job, now), names, images,
+            format_selector(spec.get("selector"))]
+
+
+def _bool_ptr(v: Any) -> str:
+    """printBoolPtr."""
+    if v is None:
+        return "<unset>"
+    return "True" if v else "False"
+
+
+def _cronjob_cells(cj: dict, now: _dt.datetime) -> list[Any]:
+    spec, status = cj.get("spec") or {}, cj.get("status") or {}
+    last = status.get("lastScheduleTime")
+    job_spec = _g(spec, "jobTemplate", "spec") or {}
+    names, images = _containers(_g(job_spec, "template", "spec"))
+    return [_name(cj), spec.get("schedule", ""), spec.get("timeZone") or "<none>", _bool_ptr(spec.get("suspend")),
+            len(status.get("active") or []), "<none>" if last is None else _since(last, now), _age(cj, now), names,
+            images, format_selector(job_spec.get("selector"))]
+
+
+def _pod_template_cells(pt: dict, now: _dt.datetime) -> list[Any]:
+    names, images = _containers(_g(pt, "template", "spec"))
+    return [_name(pt), names, images, format_labels(_g(pt, "template", "metadata", "labels"))]
+
+
+def _group_kind_name(api_version: str, kind: str, name: str) -> str:
+    """formatResourceName(GroupKind, name, withKind): `kind.group/name` in lower case."""
+    group = api_version.rpartition("/")[0] if "/" in (api_version or "") else ""
+    gk = f"{kind}.{group}" if group else kind
+    return f"{gk.lower()}/{name}" if kind else name
+
+
+def _controller_revision_cells(cr: dict, now: _dt.datetime) -> list[Any]:
+    owner = next((o for o in _g(cr, "metadata", "ownerReferences", default=None) or []
+                  if isinstance(o, dict) and o.get("controller") is True), None)
+    controller = "<none>" if owner is None else _group_kind_name(owner.get("apiVersion", ""), owner.get("kind", ""),
+                                                               owner.get("name", ""))
+    return [_name(cr), controller, _int(cr.get("revision")), _age(cr, now)]
+
+
+def _intstr(v: Any) -> str:
+    return "N/A" if v is None else str(v)
+
+
+def _pdb_cells(pdb: dict, now: _dt.datetime) -> list[Any]:
+    spec = pdb.get("spec") or {}
+    return [_name(pdb), _intstr(spec.get("minAvailable")), _intstr(spec.get("maxUnavailable")),
+            _int(_g(pdb, "status", "disruptionsAllowed")), _age(pdb, now)]
+
+
+def _count_cells(field: str, *path: str):
+    def cells(obj: dict, now: _dt.datetime) -> list[Any]:
+        return [_name(obj), len(_g(obj, *path, field, default=None) or []), _age(obj, now)]
+    return cells
+
+
+def _field_cells(*paths: tuple[str, ...]):
+    def cells(obj: dict, now: _dt.datetime) -> list[Any]:
+        return [_name(obj)] + [_g(obj, *p, default="") for p in paths] + [_age(obj, now)]
+    return cells
+
+
+def _name_age(obj: dict, now: _dt.datetime) -> list[Any]:
+    return [_name(obj), _age(obj, now)]
+
+
+def _network_policy_cells(np: dict, now: _dt.datetime) -> list[Any]:
+    return [_name(np), format_selector(_g(np, "spec", "podSelector", default={})), _age(np, now)]
+
+
+_CELLS: dict[tuple[str, str], Any] = {
+    ("apps", "deployments"): _deployment_cells,
+    ("apps", "replicasets"): _replicaset_cells,
+    ("apps", "statefulsets"): _statefulset_cells,
+    ("apps", "daemonsets"): _daemonset_cells,
+    ("apps", "controllerrevisions"): _controller_revision_cells,
+    ("batch", "jobs"): _job_cells,
+    ("batch", "cronjobs"): _cronjob_cells,
+    ("", "replicationcontrollers"): _replication_controller_cells,
+    ("", "podtemplates"): _pod_template_cells,
+    ("policy", "poddisruptionbudgets"): _pdb_cells,
+    ("networking.k8s.io", "networkpolicies"): _network_policy_cells,
+    ("node.k8s.io", "runtimeclasses"): _field_cells(("handler",)),
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): _count_cells("webhooks"),
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): _count_cells("webhooks"),
+    ("storage.k8s.io", "csinodes"): _count_cells("drivers", "spec"),
+    ("resource.k8s.io", "deviceclasses"): _name_age,
+    ("resource.k8s.io", "resourceclaimtemplates"): _name_age,
+}
 
 
 # --- assembling ------------------------------------------------------------------

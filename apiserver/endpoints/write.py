@@ -8,7 +8,7 @@ from typing import Callable
 
 from aiohttp import web
 
-from machinery import bodies, errors, gocompat, jsonenc, objects, patch as patchmod, protobuf, typed, validation
+from machinery import bodies, defaults, errors, gocompat, jsonenc, objects, patch as patchmod, protobuf, typed, validation
 from machinery.encoding import encode_list_item
 from machinery.listoptions import parse_resource_version
 from machinery.resources import Resource
@@ -81,6 +81,8 @@ async def create(ctx: Context, request: web.Request, scope: RequestScope) -> web
     validation.validate_object(res.plural, res.kind, res.group, obj, namespaced=res.namespaced)
     if res.namespaced:
         await ensure_namespace(ctx, scope.namespace)
+    if (res.group, res.plural) == ("", "pods"):
+        await admit_pod_priority(ctx, obj)
     obj = objects.prepare_create(res, obj)
     if dry_run(request):
         return respond_obj(request, res, obj, 201)
@@ -491,3 +493,119 @@ def _same_content(new: Obj, cur: Obj) -> bool:
     b["metadata"] = {k: v for k, v in (b.get("metadata") or {}).items() if k != "resourceVersion"}
     return a == b
 
+
+# --- admission plugins a pod create goes through ---------------------------------------------------
+
+# The PriorityClasses kube-apiserver creates at start (scheduling.SystemPriorityClasses).
+SYSTEM_PRIORITY_CLASSES = {"system-node-critical": 2000001000, "system-cluster-critical": 2000000000}
+
+
+async def admit_pod_priority(ctx: Context, pod: Obj) -> None:
+    """The Priority admission plugin on a pod create: spec.priority and spec.preemptionPolicy computed from
+    spec.priorityClassName (0 and PreemptLowerPriority without one), 403 when the class does not exist or the
+    pod gives other values itself. (A globalDefault PriorityClass is not looked up: docs/differences.md.)"""
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return
+    md = pod.get("metadata") or {}
+    class_name = spec.get("priorityClassName") or ""
+    priority, policy = 0, "PreemptLowerPriority"
+    if class_name in SYSTEM_PRIORITY_CLASSES:
+        priority = SYSTEM_PRIORITY_CLASSES[class_name]
+    elif class_name:
+        pc = await _priority_class(ctx, class_name)
+        if pc is None:
+            raise _forbidden_pod(md, f"no PriorityClass with name {class_name} was found")
+        priority, policy = int(pc.get("value") or 0), pc.get("preemptionPolicy") or policy
+    given = spec.get("priority")
+    if given is not None and given != priority:
+        raise _forbidden_pod(md, f"the integer value of priority ({given}) must not be provided in pod spec; "
+                                 f"priority admission controller computed {priority} from the given PriorityClass name")
+    given_policy = spec.get("preemptionPolicy")
+    if given_policy is not None and given_policy != policy:
+        raise _forbidden_pod(md, f"the string value of PreemptionPolicy ({given_policy}) must not be provided in "
+                                 f"pod spec; priority admission controller computed {policy} from the given "
+                                 f"PriorityClass name")
+    spec["priority"], spec["preemptionPolicy"] = priority, policy
+
+
+async def _priority_class(ctx: Context, name: str) -> Obj | None:
+    res = ctx.registry.lookup("scheduling.k8s.io", "v1", "priorityclasses")
+    if res is None:
+        return None
+    try:
+        return await ctx.storage(res).get(res.key(ctx.etcd_prefix, None, name))
+    except serr.StorageError as e:
+        if e.code is serr.Code.KEY_NOT_FOUND:
+            return None
+        raise map_storage_error(e, res, name) from None
+
+
+def _forbidden_pod(md: Obj, why: str) -> errors.StatusError:
+    name = md.get("name") or ""
+    return errors.StatusError(403, "Forbidden", f'pods "{name}" is forbidden: {why}', {"name": name, "kind": "pods"})
+
+
+# --- pods/binding and the legacy bindings collection ----------------------------------------------
+
+BINDING = Resource(group="", version="v1", kind="Binding", plural="bindings", singular="binding", namespaced=True,
+                   verbs=["create"], stored=False)
+
+
+def _binding_errors(binding: Obj) -> list[str]:
+    """validation.ValidatePodBinding."""
+    target = binding.get("target") if isinstance(binding.get("target"), dict) else {}
+    out = []
+    kind = target.get("kind") or ""
+    if kind and kind != "Node":
+        out.append(f'target.kind: Unsupported value: {gocompat.quote(kind)}: supported values: "Node", '
+                   f'"<empty>"')
+    if not target.get("name"):
+        out.append("target.name: Required value")
+    return out
+
+
+async def bind(ctx: Context, request: web.Request, scope: RequestScope) -> web.Response:
+    """POST .../pods/<name>/binding (scope.name set) or .../namespaces/<ns>/bindings (the Binding's name):
+    upstream's BindingREST. The pod gets spec.nodeName, the Binding's annotations and the PodScheduled
+    condition in one guaranteed update of its own (no strategy: the generation stays); 409 on pods/binding when
+    it is bound already or being deleted, 404 when it does not exist. The answer is a Success Status (201)."""
+    binding = await decode_body(request, BINDING)
+    md = binding.get("metadata") if isinstance(binding.get("metadata"), dict) else {}
+    if md.get("namespace") and md["namespace"] != scope.namespace:
+        raise errors.bad_request("the namespace of the provided object does not match the namespace sent on "
+                                 "the request")
+    name = md.get("name") or ""
+    if scope.name is not None and name != scope.name:
+        raise errors.bad_request("name in URL does not match name in Binding object")
+    problems = _binding_errors(binding)
+    if problems:  # upstream returns an aggregate, not a Status error: a 500 without a reason
+        raise errors.StatusError(500, "", problems[0] if len(problems) == 1 else "[" + ", ".join(problems) + "]")
+    dry = dry_run(request)
+    pods = ctx.registry.lookup("", "v1", "pods")
+    key = pods.key(ctx.etcd_prefix, scope.namespace, name)
+    target = binding["target"]["name"]
+
+    def assign(cur: Obj) -> Obj:
+        pod = jsonenc.loads(jsonenc.dumps(cur))
+        pmd = pod.get("metadata") or {}
+        if pmd.get("deletionTimestamp"):
+            raise errors.conflict("pods/binding", name, "", f"pod {name} is being deleted, cannot be assigned to a host")
+        node = (pod.get("spec") or {}).get("nodeName") or ""
+        if node:
+            raise errors.conflict("pods/binding", name, "",
+                                  f"pod {name} is already assigned to node {gocompat.quote(node)}")
+        pmd.pop("resourceVersion", None)
+        return objects.canonical(pods, defaults.go_shape(pods.api_version, pods.kind, defaults.bind(
+            pod, target, md.get("annotations"), objects.now_rfc3339())))
+    store = ctx.storage(pods)
+    try:
+        if dry:
+            assign(await store.get(key))
+        else:
+            out = await store.guaranteed_update(key, assign)
+            await ctx.after_write(pods, "MODIFIED", out)
+    except serr.StorageError as e:
+        raise map_storage_error(e, pods, name) from None
+    return json_response(jsonenc.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                                        "code": 201}) + b"\n", 201)

@@ -26,21 +26,26 @@ class KnownProblem(Exception):
 # the first is down. apiserver-kill alone shows it only when a write was committed but its event not yet sent
 # at the kill, so there a run showing only that problem is an xfail and any other run must pass.
 STRICT = {("apiserver-kill-ha", True)}
-# Every scenario with the cache on ConfigMaps; etcd-kill also without the cache and on a custom resource.
+# Every scenario with the cache on ConfigMaps; etcd-kill also without the cache, on a custom resource and on a
+# resident shard (--residency: sharded requests in its range from its cache, the rest from etcd).
 SHORT = ([(name, True, CONFIGMAPS) for name in SCENARIOS]
-         + [("etcd-kill", False, CONFIGMAPS), ("etcd-kill", True, WIDGETS)])
+         + [("etcd-kill", False, CONFIGMAPS), ("etcd-kill", True, WIDGETS), ("etcd-kill", "resident", CONFIGMAPS)])
 
 
 def _param(name, cache, kind):
-    known = KNOWN_IN.get((name, cache))
+    known = KNOWN_IN.get((name, bool(cache)))
     marks = ([pytest.mark.xfail(reason=KNOWN[known][0], raises=KnownProblem, strict=True)]
              if (name, cache) in STRICT else [])
-    return pytest.param(name, cache, kind, id=f"{name}-{'cache' if cache else 'nocache'}-{kind.plural}", marks=marks)
+    mode = cache if isinstance(cache, str) else ("cache" if cache else "nocache")
+    return pytest.param(name, cache, kind, id=f"{name}-{mode}-{kind.plural}", marks=marks)
 
 
 @pytest.mark.parametrize("name,watch_cache,kind", [_param(*p) for p in SHORT])
 def test_scenario_short(name, watch_cache, kind):
-    r = asyncio.run(run_scenario(name, seed=1, duration=5.0, rate=60.0, watch_cache=watch_cache, kind=kind))
+    resident = watch_cache == "resident"
+    watch_cache = bool(watch_cache)
+    r = asyncio.run(run_scenario(name, seed=1, duration=5.0, rate=60.0, watch_cache=watch_cache, kind=kind,
+                                 residency=resident))
     print(table([r]))
     if r.get("known"):
         if (name, watch_cache) in STRICT:
@@ -200,3 +205,78 @@ def test_checkers_find_a_watch_left_behind():
                                       "was acknowledged 8 s before"]
     h.marks["traffic_stop"] = 5.0   # the writes were acknowledged too recently to be due
     assert violations(h) == []
+
+
+def _uid_in(shard: str, avoid: str = "") -> str:
+    """A UID whose hash lies in `shard`'s range."""
+    import uuid
+    from machinery.shard_selector import parse_shard_selector
+    from tests.robustness.traffic import NAMESPACE
+    sel = parse_shard_selector(shard)
+    return next(u for u in (str(uuid.UUID(int=i * 7919 + 1)) for i in range(1000))
+                if sel.matches(u, NAMESPACE) and u != avoid)
+
+
+def sharded_violations(h: History) -> list[checkers.Violation]:
+    from tests.robustness.traffic import SHARDS
+    truth = Recorder.offline(TRUTH)
+    truth.uids = {"a": _uid_in(SHARDS[0]), "b": _uid_in(SHARDS[1])}
+    return checkers.check_reads(h, truth, []) + checkers.check_watches(h, truth, [])
+
+
+def test_sharded_watches_and_lists_are_the_filtered_stream():
+    """Sharded watches are exactly etcd's stream filtered to their range, sharded lists exactly etcd's state
+    filtered to it (a is in the low shard, b in the high one)."""
+    from tests.robustness.traffic import SHARDS
+    low, high = SHARDS
+    h = History()
+    ch = WatchChain("x", 1, 1, 0.0, shard=low)
+    ch.events = [(0.1, "ADDED", "a", 2, "w-1"), (0.2, "MODIFIED", "a", 3, "w-2"), (0.9, "BOOKMARK", None, 5, None)]
+    hi = WatchChain("x", 2, 1, 0.0, shard=high)
+    hi.events = [(0.4, "ADDED", "b", 4, "w-3"), (0.6, "DELETED", "b", 5, "w-3")]
+    h.chains = [ch, hi]
+    h.ops = [Op("l", "list_consistent", 0.55, 0.6, 200, rv=4, items=[("a", 3, "w-2")], shard=low),
+             Op("l", "list_consistent", 0.55, 0.6, 200, rv=4, items=[("b", 4, "w-3")], shard=high)]
+    assert sharded_violations(h) == []
+    ch.events.insert(2, (0.4, "ADDED", "b", 4, "w-3"))       # an event outside the range
+    hi.events.pop(1)                                         # a missing event in range (before a later bookmark)
+    hi.events.append((0.9, "BOOKMARK", None, 5, None))
+    h.ops[0].items.append(("b", 4, "w-3"))                   # an item outside the range
+    v = sharded_violations(h)
+    assert sorted(x.checker for x in v) == ["reads", "watch", "watch"], [x.message for x in v]
+    assert any("unexpected (4, 'ADDED', 'b', 'w-3')" in x.message for x in v)
+    assert any("missing (5, 'DELETED', 'b', 'w-3')" in x.message for x in v)
+    assert any("differs from etcd" in x.message and x.excerpt[1]["name"] == "b" for x in v)
+
+
+def lin(h: History, events=TRUTH) -> list[str]:
+    return [x.message for x in checkers.check_linearizable(h, Recorder.offline(events))]
+
+
+def test_linearizability_checker():
+    """The per-key register model (CAS on resourceVersion): the good history is linearizable; a GET that
+    returns an overwritten version after the overwrite was answered, writes whose etcd order contradicts
+    real time, a 409 while the version read was current, a 404 while the object existed are not."""
+    assert lin(good_history()) == []
+    h = good_history()
+    h.ops.append(Op("w", "get", 0.5, 0.55, 200, rv=2, name="a", opid="w-1"))   # w-2 answered at 0.3
+    assert lin(h) == ["a: GET sent at 0.500 returned rv 2, but rv 3 (the next version) was answered at 0.300, "
+                      "before it (a stale read)"]
+    h = good_history()
+    h.ops[0].start, h.ops[0].end = 0.25, 0.28    # the create (rv 2) sent after the update (rv 3) was answered?
+    h.ops[1].start, h.ops[1].end = 0.1, 0.2
+    assert lin(h)[0].startswith("a: update at rv 3 was answered at 0.200, before the create")
+    h = good_history()
+    h.ops.append(Op("w", "update", 0.21, 0.22, 409, name="a", opid="w-8", read_rv=2))   # rv 3 current since 0.3?
+    h.ops[1].start, h.ops[1].end = 0.25, 0.3
+    assert lin(h) == ["a: update conditioned on rv 2 got 409, but rv 2 was current for its whole interval"]
+    h.ops[1].start = 0.2                       # the update that superseded rv 2 was in flight: fine
+    assert lin(h) == []
+    h = good_history()
+    h.ops.append(Op("w", "get", 0.45, 0.5, 404, name="b"))      # b created (0.4-0.5), deleted later
+    assert lin(h) == []
+    h.ops[-1].start = 0.55
+    h.ops[-1].end = 0.58                                        # the delete was sent only at 0.6
+    assert lin(h) == ["b: get got 404 while the object existed for its whole interval"]
+    h.ops[-1].end = 0.65                                        # overlapping the delete: fine
+    assert lin(h) == []

@@ -1,17 +1,28 @@
-"""`python -m tests.robustness [--scenario NAME ...] [--seed N] [--seeds K] [--duration S] [--rate R]
-[--watch-cache true|false|both] [--kind configmaps|widgets|both] [--json PATH]`: run scenarios, print the
-table (and, for each failure, the violations with the excerpt of history that shows them), write every
-result as JSON. Exit 1 if any failed (known problems included)."""
+"""`python -m tests.robustness [--scenario NAME ...] [--seed N] [--seeds K | --seed-range A-B] [--duration S]
+[--rate R] [--watch-cache true|false|resident|both|all] [--kind configmaps|widgets|both] [--jobs J]
+[--soak SECONDS] [--json PATH]`: run scenarios, print the table per run and the summary per scenario (and, for
+each failure, the violations with the excerpt of history that shows them), write every result as JSON.
+Exit 1 if any failed (known problems included)."""
 from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import json
 import os
 import sys
 
-from tests.robustness.scenarios import SCENARIOS, explain, run_scenario, table
+from tests.robustness.scenarios import SCENARIOS, compare_rss, explain, run_scenario, summary, table
 from tests.robustness.traffic import KINDS
+
+MODES = {"true": [(True, False)], "false": [(False, False)], "resident": [(True, True)],
+         "both": [(True, False), (False, False)], "all": [(True, False), (False, False), (True, True)]}
+
+
+def _one(job: tuple) -> dict:
+    name, seed, duration, rate, wc, res, kind, rss_every = job
+    return asyncio.run(run_scenario(name, seed=seed, duration=duration, rate=rate, watch_cache=wc, residency=res,
+                                    kind=KINDS[kind], rss_every=rss_every))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,35 +31,65 @@ def main(argv: list[str] | None = None) -> int:
                     help="a scenario (repeatable); default: all")
     ap.add_argument("--seed", type=int, default=1, help="first seed (the fault's moment and the traffic)")
     ap.add_argument("--seeds", type=int, default=1, help="how many seeds from --seed on")
+    ap.add_argument("--seed-range", help="A-B: seeds A to B (instead of --seed/--seeds)")
     ap.add_argument("--duration", type=float, default=20.0, help="seconds of traffic (the fault's traffic after "
                                                                   "extends it until the server recovers)")
     ap.add_argument("--rate", type=float, default=100.0, help="target requests per second, all clients together")
-    ap.add_argument("--watch-cache", choices=["true", "false", "both"], default="true")
+    ap.add_argument("--watch-cache", choices=list(MODES), default="true",
+                    help="true: cache on; false: --watch-cache=false; resident: cache on with --residency (one of "
+                         "two shards); both: true and false; all: all three")
     ap.add_argument("--kind", choices=list(KINDS) + ["both"], default="configmaps",
                     help="the resource written: ConfigMaps, or widgets (a custom resource; its CRD is created)")
+    ap.add_argument("--jobs", type=int, default=1, help="runs at once (each its own etcd and apiserver)")
+    ap.add_argument("--soak", type=float, default=0.0,
+                    help="instead of the scenarios: one run of mixed traffic this many seconds long on the cache "
+                         "path (scenario none) with the apiserver's RSS sampled every 10 s")
     ap.add_argument("--json", default=os.path.join("bench", "out", "robustness.json"), help="where to write results")
     a = ap.parse_args(argv)
     names = SCENARIOS if not a.scenario or "all" in a.scenario else a.scenario
-    caches = {"true": [True], "false": [False], "both": [True, False]}[a.watch_cache]
-    kinds = list(KINDS.values()) if a.kind == "both" else [KINDS[a.kind]]
+    if a.seed_range:
+        lo, _, hi = a.seed_range.partition("-")
+        seeds = list(range(int(lo), int(hi or lo) + 1))
+    else:
+        seeds = list(range(a.seed, a.seed + a.seeds))
+    kinds = list(KINDS) if a.kind == "both" else [a.kind]
+    if a.soak:
+        jobs = [("none", s, a.soak, a.rate, wc, res, k, 10.0) for s in seeds for wc, res in MODES[a.watch_cache]
+                for k in kinds]
+    else:
+        jobs = [(n, s, a.duration, a.rate, wc, res, k, 10.0) for s in seeds for n in names
+                for wc, res in MODES[a.watch_cache] for k in kinds]
     results = []
-    for seed in range(a.seed, a.seed + a.seeds):
-        for name in names:
-            for wc in caches:
-                for kind in kinds:
-                    r = asyncio.run(run_scenario(name, seed=seed, duration=a.duration, rate=a.rate, watch_cache=wc,
-                                                 kind=kind))
-                    results.append(r)
-                    print(f"{r['scenario']} seed {seed}: {'pass' if r['passed'] else 'FAIL'} ({r['wall_s']} s)",
-                          file=sys.stderr, flush=True)
-                    if not r["passed"]:
-                        print(explain(r), file=sys.stderr, flush=True)
+
+    def report(r: dict) -> None:
+        results.append(r)
+        print(f"{r['scenario']} seed {r['seed']}: {'pass' if r['passed'] else 'FAIL'} ({r['wall_s']} s)",
+              file=sys.stderr, flush=True)
+        if not r["passed"]:
+            print(explain(r), file=sys.stderr, flush=True)
+        _write(a.json, results)   # as it goes: a long run interrupted keeps what it did
+
+    if a.jobs > 1:
+        with concurrent.futures.ProcessPoolExecutor(a.jobs) as ex:
+            for r in ex.map(_one, jobs):
+                report(r)
+    else:
+        for j in jobs:
+            report(_one(j))
+    compare_rss(results)
     print(table(results))
-    os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
-    with open(a.json, "w") as f:
-        json.dump(results, f, indent=1, default=str)
+    print()
+    print(summary(results))
+    _write(a.json, results)
     print(f"JSON: {a.json}")
     return 0 if all(r["passed"] for r in results) else 1
+
+
+def _write(path: str, results: list[dict]) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(results, f, indent=1, default=str)
+    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":

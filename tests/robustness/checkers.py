@@ -10,7 +10,7 @@ from tests.robustness.traffic import History, Op, WatchChain
 from tests.robustness.truth import Recorder
 
 WRITES = ("create", "update", "delete")
-LISTS = ("list_consistent", "list_rv0", "list_exact", "list_paged", "list_watchlist")
+LISTS = ("list_consistent", "list_rv0", "list_exact", "list_paged", "list_watchlist", "list_watchlist_rv0")
 CONSISTENT = ("list_consistent", "list_paged", "list_watchlist")   # no older than what was acknowledged
 # Non-2xx answers a client may see: normal ones (404, 409), compaction (410), outages (429, 500, 504).
 ALLOWED_ERRORS = {404, 409, 410, 429, 500, 504}
@@ -132,28 +132,12 @@ def check_reads(h: History, truth: Recorder, compactions: list[tuple[float, int]
         m = max(m, a[1])
         run_max.append(m)
     lists = [op for op in h.ops if op.kind in LISTS and ok(op) and op.items is not None]
-    states = truth.states_at([op.rv for op in lists])
+    by_rv: dict[int, list[Op]] = {}
     for op in lists:
-        if op.kind == "list_exact" and op.rv != op.read_rv:
-            out.append(Violation("reads", f"Exact list at rv {op.read_rv} answered at rv {op.rv}", [op.brief()]))
-            continue
-        if op.kind in CONSISTENT:
-            i = bisect.bisect_left(ends, op.start) - 1   # writes acknowledged before the list was sent
-            if i >= 0 and op.rv < run_max[i]:
-                w = max(acked[:i + 1], key=lambda a: a[1])[2]
-                out.append(Violation("reads", f"stale {op.kind}: rv {op.rv} older than write acknowledged "
-                                              f"before it was sent (rv {run_max[i]})", [w.brief(), op.brief()]))
-                continue
-        if op.pages and len(set(op.pages)) != 1:
-            out.append(Violation("reads", f"paged list pages at different RVs {op.pages}", [op.brief()]))
-            continue
-        got = {n: (rv, o) for n, rv, o in op.items}
-        if len(got) != len(op.items):
-            out.append(Violation("reads", f"{op.kind} returned an item twice", [op.brief()]))
-        want = states[op.rv]
-        if got != want:
-            out.append(Violation("reads", f"{op.kind} at rv {op.rv} differs from etcd's state at that rv",
-                                 [op.brief()] + diff_states(want, got, "etcd", "list")))
+        by_rv.setdefault(op.rv, []).append(op)
+    for rev, state in truth.iter_states(by_rv):
+        for op in by_rv[rev]:
+            out += _check_list(op, state, truth, ends, run_max, acked)
     # single-object GETs (the read half of updates): a version etcd had, no older than the last acked write
     per_name: dict[str, list] = {}
     for end, rev, op in acked:
@@ -180,6 +164,35 @@ def check_reads(h: History, truth: Recorder, compactions: list[tuple[float, int]
     return out
 
 
+def _check_list(op: Op, state: dict, truth: Recorder, ends, run_max, acked) -> list[Violation]:
+    """One successful list against etcd's state at its RV (and, if consistent, its freshness)."""
+    out: list[Violation] = []
+    if op.kind == "list_exact" and op.rv != op.read_rv:
+        out.append(Violation("reads", f"Exact list at rv {op.read_rv} answered at rv {op.rv}", [op.brief()]))
+        return out
+    if op.kind in CONSISTENT:
+        i = bisect.bisect_left(ends, op.start) - 1   # writes acknowledged before the list was sent
+        if i >= 0 and op.rv < run_max[i]:
+            w = max(acked[:i + 1], key=lambda a: a[1])[2]
+            out.append(Violation("reads", f"stale {op.kind}: rv {op.rv} older than write acknowledged "
+                                          f"before it was sent (rv {run_max[i]})", [w.brief(), op.brief()]))
+            return out
+    if op.pages and len(set(op.pages)) != 1:
+        out.append(Violation("reads", f"paged list pages at different RVs {op.pages}", [op.brief()]))
+        return out
+    got = {n: (rv, o) for n, rv, o in op.items}
+    if len(got) != len(op.items):
+        out.append(Violation("reads", f"{op.kind} returned an item twice", [op.brief()]))
+    want = state
+    if op.shard:   # a sharded list is exactly etcd's state filtered to its range
+        in_shard = truth.in_shard(op.shard)
+        want = {n: v for n, v in want.items() if in_shard(n)}
+    if got != want:
+        out.append(Violation("reads", f"{op.kind} at rv {op.rv} differs from etcd's state at that rv",
+                             [op.brief()] + diff_states(want, got, "etcd", "list")))
+    return out
+
+
 def compacted_before(compactions: list[tuple[float, int]], rv: int, t: float) -> bool:
     """Some compaction at a revision > rv was done before time t."""
     return any(c_t <= t and c_rev > rv for c_t, c_rev in compactions)
@@ -197,9 +210,10 @@ def check_watches(h: History, truth: Recorder, compactions: list[tuple[float, in
         out += check_chain(ch, truth, compactions)
     stop = h.marks.get("traffic_stop")
     if stop is not None:
-        acked = [(end, rev) for end, rev, _ in acked_write_revs(h, truth) if end <= stop - WATCH_LAG]
-        due = max((rev for _, rev in acked), default=0)
+        acked = [(end, rev, op.name) for end, rev, op in acked_write_revs(h, truth) if end <= stop - WATCH_LAG]
         for ch in h.chains:
+            in_shard = truth.in_shard(ch.shard)
+            due = max((rev for _, rev, name in acked if in_shard(name)), default=0)
             if ch.expired is None and ch.sessions and ch.sessions[-1][3] == "stopped" and ch.last_rv() < due:
                 out.append(Violation("watch", f"watch chain {ch.client}#{ch.id} fell behind: at rv {ch.last_rv()} "
                                               f"when the traffic stopped, but rv {due} was acknowledged "
@@ -209,7 +223,7 @@ def check_watches(h: History, truth: Recorder, compactions: list[tuple[float, in
 
 def check_chain(ch: WatchChain, truth: Recorder, compactions) -> list[Violation]:
     out: list[Violation] = []
-    where = f"watch chain {ch.client}#{ch.id} from rv {ch.start_rv}"
+    where = f"watch chain {ch.client}#{ch.id} from rv {ch.start_rv}" + (f" ({ch.shard})" if ch.shard else "")
     last_event = ch.start_rv
     last_bookmark = 0
     delivered = []
@@ -231,7 +245,10 @@ def check_chain(ch: WatchChain, truth: Recorder, compactions) -> list[Violation]
         out.append(Violation("watch", f"{where}: saw rv {upto} beyond what etcd had ({truth.progress})",
                              _frames(ch.events[-3:])))
         return out
-    want = [(e.rev, e.watch_type(), e.name, e.opid) for e in truth.events_between(ch.start_rv, upto)]
+    # a sharded watch: exactly etcd's stream filtered to its range
+    in_shard = truth.in_shard(ch.shard)
+    want = [(e.rev, e.watch_type(), e.name, e.opid) for e in truth.events_between(ch.start_rv, upto)
+            if in_shard(e.name)]
     got = sorted(set(delivered))
     if got != want:
         n = min(len(got), len(want))
@@ -316,4 +333,112 @@ def diff_states(a: dict, b: dict, an: str, bn: str, limit: int = 6) -> list:
             out.append({"name": k, an: a.get(k), bn: b.get(k)})
             if len(out) >= limit:
                 break
+    return out
+
+
+# --- linearizability of each object's history ---------------------------------------------------------------
+
+def check_linearizable(h: History, truth: Recorder) -> list[Violation]:
+    """A linearizability check of every object's recorded history, as porcupine does for etcd's robustness
+    tests, with a register model per key: writes (create, update = compare-and-swap on resourceVersion, delete),
+    reads (GET), and the failures that are answers too (409 on an update, 404). Every written value is unique
+    and every update is conditioned on the version it read, so the order of the writes that took effect is
+    forced (etcd's revision order, the only candidate); what is left to decide is whether linearization points
+    exist, each inside its operation's interval [sent, answered] (an indeterminate write that took effect:
+    [sent, inf)), increasing with that order, each read inside its version's lifetime, each 409 / 404 at a
+    moment the version it was conditioned on / the object was not current. Earliest points are optimal
+    (every constraint is a lower bound except the upper ends), so one greedy pass per key decides it."""
+    out: list[Violation] = []
+    INF = float("inf")
+    by_name: dict[str, list] = {}
+    ops_by_opid = {op.opid: op for op in h.ops if op.kind in ("create", "update") and op.opid}
+    deletes: dict[str, list[Op]] = {}
+    for op in h.ops:
+        if op.kind == "delete":
+            deletes.setdefault(op.name, []).append(op)
+    # versions per key in etcd order: (rev, type, op interval start, end)
+    for e in truth.events:
+        by_name.setdefault(e.name, [])
+    for e in truth.events:
+        if e.type == "PUT":
+            op = ops_by_opid.get(e.opid)
+            if op is None:
+                continue   # not issued by the traffic (check_writes reports it)
+            end = op.end if ok(op) else INF
+            by_name[e.name].append((e.rev, "PUT", op.start, end, op))
+        else:
+            cands = [d for d in deletes.get(e.name, []) if d.opid is None or d.opid == e.opid]
+            if not cands:
+                continue
+            # the acknowledged delete of this key if there is one, else the earliest indeterminate one
+            acked = [d for d in cands if ok(d)]
+            d = acked[0] if acked else min(cands, key=lambda d: d.start)
+            by_name[e.name].append((e.rev, "DELETE", d.start, d.end if ok(d) else INF, d))
+    reads: dict[str, list[Op]] = {}
+    for op in h.ops:
+        if op.name and ((op.kind == "get" and (ok(op) or op.status == 404))
+                        or (op.kind in WRITES and op.status in (404, 409))):
+            reads.setdefault(op.name, []).append(op)
+    for name, versions in by_name.items():
+        versions.sort(key=lambda v: v[0])
+        out += _linearize(name, versions, reads.get(name, []))
+    return out
+
+
+def _linearize(name: str, versions: list, reads: list[Op]) -> list[Violation]:
+    out: list[Violation] = []
+    index = {v[0]: i for i, v in enumerate(versions)}
+    of_version: dict[int, list[Op]] = {}
+    failures: list[Op] = []
+    for op in reads:
+        if op.kind == "get" and ok(op):
+            if op.rv in index and versions[index[op.rv]][1] == "PUT":
+                of_version.setdefault(index[op.rv], []).append(op)
+            # a GET of a version etcd never had is check_reads' finding
+        else:
+            failures.append(op)
+    points: list[float] = []
+    t, why = float("-inf"), None     # the earliest next point, and the operation that forces it
+    for i, (rev, typ, start, end, wop) in enumerate(versions):
+        p = max(start, t)
+        if p > end:
+            if why is not None and why.kind == "get":
+                msg = (f"{name}: GET sent at {why.start:.3f} returned rv {why.rv}, but rv {rev} (the next version) "
+                       f"was answered at {end:.3f}, before it (a stale read)")
+            else:
+                msg = (f"{name}: {wop.kind} at rv {rev} was answered at {end:.3f}, before the {why.kind} that "
+                       f"precedes it in etcd's order was sent ({why.start:.3f})")
+            out.append(Violation("linearizability", msg, [why.brief(), wop.brief()]))
+            return out
+        points.append(p)
+        if p > t:
+            t, why = p, wop
+        for r in of_version.get(i, []):
+            q = max(r.start, p)
+            if q > r.end:
+                out.append(Violation("linearizability", f"{name}: GET answered at {r.end:.3f} returned rv {rev}, "
+                                                        f"written by a request sent only at {start:.3f}",
+                                     [wop.brief(), r.brief()]))
+                continue
+            if q > t:
+                t, why = q, r
+    for r in failures:
+        if r.status == 409:
+            i = index.get(r.read_rv)
+            if i is None:
+                continue
+            nxt = points[i + 1] if i + 1 < len(points) else None
+            if nxt is None or nxt > r.end:
+                out.append(Violation("linearizability", f"{name}: update conditioned on rv {r.read_rv} got 409, "
+                                                        f"but rv {r.read_rv} was current for its whole interval",
+                                     [versions[i][4].brief(), r.brief()]
+                                     + ([versions[i + 1][4].brief()] if i + 1 < len(versions) else [])))
+        elif r.status == 404:
+            first = next((k for k, v in enumerate(versions) if v[1] == "PUT"), None)
+            # absent before the create's latest possible point, or after the delete's earliest
+            absent_ok = (first is None or r.start < versions[first][3]
+                         or any(v[1] == "DELETE" and points[k] <= r.end for k, v in enumerate(versions)))
+            if not absent_ok:
+                out.append(Violation("linearizability", f"{name}: {r.kind} got 404 while the object existed for "
+                                                        "its whole interval", [versions[first][4].brief(), r.brief()]))
     return out

@@ -178,8 +178,10 @@ class Apiserver:
     """One `python -m apiserver` process on a fixed port, so it can be killed and restarted there."""
 
     def __init__(self, etcd_endpoint: str, *args: str):
-        self.proc = ApiserverProcess(*args, etcd_servers=etcd_endpoint, etcd_prefix="/registry",
-                                     name="robust-apiserver", ready_timeout=60.0)
+        # its own state directory (the warm restart's cache snapshot), kept across a restart
+        self.state_dir = tempfile.mkdtemp(prefix="robust-state-")
+        self.proc = ApiserverProcess(*args, "--state-dir", self.state_dir, etcd_servers=etcd_endpoint,
+                                     etcd_prefix="/registry", name="robust-apiserver", ready_timeout=60.0)
         self.restarts = 0
 
     @property
@@ -218,6 +220,7 @@ class Apiserver:
 
     def stop(self) -> None:
         self.proc.stop(timeout=15, strict=False)
+        shutil.rmtree(self.state_dir, ignore_errors=True)
 
 
 def wait_until(pred, timeout: float, step: float = 0.1) -> bool:

@@ -15,13 +15,15 @@ import aiohttp
 from storage.compact import compact_now
 from storage.etcd import EtcdClient
 from tests.robustness import checkers
+from tests.robustness.informer import Informer
 from tests.robustness.cluster import Apiserver, Etcd, EtcdCluster, Proxy
-from tests.robustness.traffic import CONFIGMAPS, NAMESPACE, History, Kind, Traffic
+from tests.robustness.traffic import CONFIGMAPS, NAMESPACE, SHARDS, History, Kind, Traffic
 from tests.robustness.truth import Recorder
 
 REQUEST_TIMEOUT = 10.0    # the apiserver's --request-timeout in every scenario
 TIMEOUT_MARGIN = 5.0      # a loaded 2-core machine: answers may come this late after the timeout
 RECOVERY_LIMIT = 30.0     # /readyz must pass this soon after etcd returns
+INFORMER_LIMIT = 10.0     # a client-go informer must equal etcd's state this soon after the traffic
 
 
 @dataclass
@@ -354,16 +356,40 @@ async def _create_crd(s: aiohttp.ClientSession, kind: Kind, apis: list[Apiserver
                 raise RuntimeError(f"{kind.plural} not served by {a.base} 10 s after its CRD")
 
 
+def rss_mib(pid: int) -> float | None:
+    """A process's resident set (VmRSS), MiB."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+async def _sample_rss(api: "Apiserver", h: History, into: list, every: float) -> None:
+    while True:
+        if api.alive():
+            into.append((round(h.now(), 1), rss_mib(api.proc.popen.pid)))
+        await asyncio.sleep(every)
+
+
 async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate: float = 100.0,
-                       watch_cache: bool = True, kind: Kind = CONFIGMAPS) -> dict:
+                       watch_cache: bool = True, kind: Kind = CONFIGMAPS, residency: bool = False,
+                       rss_every: float = 10.0) -> dict:
+    """One scenario. `residency`: the apiserver keeps only SHARDS[0] (--residency), so sharded requests for
+    that range are served by its cache and everything else goes to etcd. RSS is sampled every `rss_every` s."""
     fault = FAULTS[name]
     spec = SETUPS.get(name, {})
     rng = random.Random(f"{name}/{seed}")
-    label = name + ("" if kind is CONFIGMAPS else f" {kind.plural}") + ("" if watch_cache else " (no cache)")
-    result: dict = {"scenario": label, "seed": seed, "duration": duration, "rate": rate,
-                    "watch_cache": watch_cache, "kind": kind.plural}
+    mode = "resident" if residency else ("cache" if watch_cache else "nocache")
+    label = name + ("" if kind is CONFIGMAPS else f" {kind.plural}") + {"cache": "", "nocache": " (no cache)",
+                                                                          "resident": " (resident)"}[mode]
+    result: dict = {"scenario": label, "name": name, "mode": mode, "seed": seed, "duration": duration,
+                    "rate": rate, "watch_cache": watch_cache, "residency": residency, "kind": kind.plural}
     etcd = EtcdCluster() if spec.get("cluster") else Etcd()
-    api = api2 = proxy = None
+    api = api2 = proxy = informer = None
     truth = None
     t_start = time.monotonic()
     try:
@@ -372,6 +398,8 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
             proxy = Proxy(etcd.member.client_port).start()
         flags = (f"--watch-cache={'true' if watch_cache else 'false'}", "--request-timeout",
                  f"{REQUEST_TIMEOUT:.0f}s", "--etcd-compaction-interval", "0")
+        if residency:
+            flags += ("--residency", SHARDS[0])
         api = Apiserver(proxy.endpoint if proxy else etcd.endpoint, *flags)
         await asyncio.to_thread(api.start)
         if spec.get("second"):
@@ -389,7 +417,12 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
         traffic = Traffic(api.base, h, seed=rng.randrange(1 << 30), rate=rate, request_timeout=REQUEST_TIMEOUT,
                           write_bases=[api.base, api2.base] if api2 else None, kind=kind, watch_list=watch_cache, pad=run.pad)
         await traffic.setup()
+        group, _, version = kind.api_version.rpartition("/")
+        informer = await asyncio.to_thread(lambda: Informer(api.base, NAMESPACE, group, version, kind.plural,
+                                                            api.log_path + ".informer").start())
         tasks = [asyncio.create_task(traffic.run()), asyncio.create_task(traffic.probe_health())]
+        rss_samples: list = []
+        sampler = asyncio.create_task(_sample_rss(api, h, rss_samples, rss_every))
         fault_task = asyncio.create_task(fault(run))
         await sleep_until(h, duration)
         if name != "compaction":
@@ -411,10 +444,14 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
         elif fault_task.done() and fault_task.exception():
             raise fault_task.exception()
         ready = await asyncio.to_thread(api.wait_ready, RECOVERY_LIMIT)
+        sampler.cancel()
+        rss_end = rss_mib(api.proc.popen.pid) if api.alive() else None
         final_rev = await truth.catch_up()
         state, _ = await truth.etcd_state(final_rev)
         final = {"rev": final_rev, "state": state}
         reads = await _final_reads(api.base, kind.path) if ready else {}
+        # the client-go informer (watch-list on) converges to etcd's state within 10 s
+        converged, last = await asyncio.to_thread(informer.converge, state, INFORMER_LIMIT)
         alive = api.alive() and etcd.alive() and (api2 is None or api2.alive())
 
         v: list[checkers.Violation] = []
@@ -423,6 +460,7 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
         v += checkers.check_writes(h, truth, final)
         v += checkers.check_reads(h, truth, run.compactions)
         v += checkers.check_watches(h, truth, run.compactions)
+        v += checkers.check_linearizable(h, truth)
         outage, info = checkers.check_outage(h, REQUEST_TIMEOUT, TIMEOUT_MARGIN, run.no_answer_ok, run.etcd_fault)
         v += outage
         recover = checkers.recovery_time(h, run.fault_end)
@@ -443,6 +481,11 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
         if "consistent" in reads and reads["consistent"][0] < final_rev:
             v.append(checkers.Violation("cache", f"final consistent list at rv {reads['consistent'][0]} older than "
                                                  f"etcd's {final_rev}"))
+        if converged is None:
+            v.append(checkers.Violation("informer", f"the client-go informer did not converge to etcd's state "
+                                                    f"within {INFORMER_LIMIT:.0f} s of the traffic's end",
+                                        [{"synced": last.get("synced"), "exited": last.get("exited")}]
+                                        + checkers.diff_states(state, last.get("items") or {}, "etcd", "informer")))
         if not alive:
             v.append(checkers.Violation("crash", f"process gone: apiserver exit {api.exit_code()}, "
                                                  f"etcd alive {etcd.alive()}"))
@@ -465,17 +508,23 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
             "lists": sum(1 for op in h.ops if op.kind in checkers.LISTS),
             "watch_events": sum(sum(1 for e in c.events if e[1] != "BOOKMARK") for c in h.chains),
             "watch_chains": len(h.chains),
+            "sharded_lists": sum(1 for op in h.ops if op.shard and op.kind in checkers.LISTS and checkers.ok(op)),
+            "sharded_watch_events": sum(sum(1 for e in c.events if e[1] != "BOOKMARK") for c in h.chains if c.shard),
             "etcd_events": len(truth.events),
             "compactions": len(run.compactions),
             "lost": sum(1 for x in v if x.checker == "writes"),
             "stale": sum(1 for x in v if x.checker == "reads"),
             "watch_violations": sum(1 for x in v if x.checker == "watch"),
-            "other_violations": sum(1 for x in v if x.checker not in ("writes", "reads", "watch")),
+            "linearizability": sum(1 for x in v if x.checker == "linearizability"),
+            "other_violations": sum(1 for x in v if x.checker not in ("writes", "reads", "watch", "linearizability")),
             "recover_s": None if recover is None else round(recover, 2),
             "fault_at": round(run.fault_at, 2) if name not in ("none", "compaction") else None,
             "fault_window": None if run.etcd_fault is None else [round(x, 2) for x in run.etcd_fault],
             "fault_end": None if run.fault_end is None else round(run.fault_end, 2),
             "apiserver_restarts": api.restarts,
+            "informer_converged_s": None if converged is None else round(converged, 2),
+            "rss_mib": None if rss_end is None else round(rss_end, 1),
+            "rss_samples": rss_samples,
             "truth_reconnects": truth.reconnects,
             **({"fault_info": run.notes_info} if run.notes_info else {}),
             **{k: (None if val is None else round(val, 2)) for k, val in info.items()},
@@ -489,6 +538,8 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
         if api is not None:
             result["apiserver_log"] = api.log_path
     finally:
+        if informer is not None:
+            await asyncio.to_thread(informer.stop)
         if truth is not None:
             await truth.stop()
         for a in (api, api2):
@@ -507,9 +558,58 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
 
 # --- reporting ------------------------------------------------------------------------------------------------
 
-COLUMNS = [("scenario", "scenario"), ("ops", "ops"), ("acknowledged", "acked writes"), ("lost", "lost"),
-           ("stale", "stale reads"), ("watch_violations", "watch violations"), ("other_violations", "other"),
-           ("recover_s", "recover (s)"), ("passed", "result")]
+COLUMNS = [("scenario", "scenario"), ("seed", "seed"), ("ops", "ops"), ("acknowledged", "acked writes"),
+           ("lost", "lost"), ("stale", "stale reads"), ("watch_violations", "watch violations"),
+           ("linearizability", "not linearizable"), ("other_violations", "other"), ("recover_s", "recover (s)"), ("rss_mib", "RSS MiB"),
+           ("rss_vs_none", "RSS / none"), ("passed", "result")]
+RSS_BOUND = 1.10   # RSS after a scenario within 10 % of the same run (seed, mode, kind) without the fault
+
+
+def compare_rss(results: list[dict]) -> None:
+    """RSS against the `none` run of the same seed, mode and kind (when it is among `results`): sets
+    `rss_vs_none`, and a run more than 10 % above it gets a `memory` violation and fails."""
+    base = {(r["seed"], r.get("mode"), r.get("kind")): r.get("rss_mib") for r in results if r.get("name") == "none"}
+    for r in results:
+        ref = base.get((r["seed"], r.get("mode"), r.get("kind")))
+        if r.get("name") == "none" or not ref or not r.get("rss_mib"):
+            continue
+        r["rss_vs_none"] = round(r["rss_mib"] / ref, 3)
+        if r["rss_vs_none"] > RSS_BOUND and r.get("apiserver_restarts", 0) == 0:
+            r.setdefault("violations", []).append(
+                {"checker": "memory", "message": f"RSS {r['rss_mib']} MiB is {r['rss_vs_none']:.2f} x the "
+                                                 f"no-fault run's {ref} MiB (bound {RSS_BOUND})",
+                 "excerpt": r.get("rss_samples", [])[-6:]})
+            r["other_violations"] = r.get("other_violations", 0) + 1
+            r["passed"] = False
+
+
+def summary(results: list[dict]) -> str:
+    """One row per scenario (and mode, kind) over all its seeds: runs, ops, acknowledged writes, lost,
+    stale reads, watch violations, other violations, worst recovery, worst RSS ratio, passed runs."""
+    groups: dict[str, list[dict]] = {}
+    for r in results:
+        groups.setdefault(r["scenario"], []).append(r)
+    rows = [["scenario", "runs", "ops", "acked writes", "lost", "stale reads", "watch violations",
+             "not linearizable", "other",
+             "recover max (s)", "RSS / none max", "passed"]]
+    for name, rs in groups.items():
+        rec = [r["recover_s"] for r in rs if r.get("recover_s") is not None]
+        ratio = [r["rss_vs_none"] for r in rs if r.get("rss_vs_none") is not None]
+        known = sum(1 for r in rs if r.get("known"))
+        rows.append([name, str(len(rs)), str(sum(r.get("ops", 0) for r in rs)),
+                     str(sum(r.get("acknowledged", 0) for r in rs)),
+                     *(str(sum(r.get(k, 0) for r in rs)) for k in ("lost", "stale", "watch_violations",
+                                                                     "linearizability", "other_violations")),
+                     f"{max(rec):.2f}" if rec else "-", f"{max(ratio):.2f}" if ratio else "-",
+                     f"{sum(1 for r in rs if r.get('passed'))}/{len(rs)}" + (f" (known {known})" if known else "")])
+    return _grid(rows)
+
+
+def _grid(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
 
 
 def table(results: list[dict]) -> str:
@@ -524,10 +624,7 @@ def table(results: list[dict]) -> str:
                 val = "-"
             row.append(str(val))
         rows.append(row)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
-    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    return "\n".join(lines)
+    return _grid(rows)
 
 
 def explain(result: dict, limit: int = 5) -> str:

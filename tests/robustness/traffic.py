@@ -18,6 +18,10 @@ import aiohttp
 
 NAMESPACE = "robust"
 HOT_KEYS = 3
+# Two complementary shardSelectors (KEP-5866): sharded lists and watches use one of them, and a resident
+# apiserver (--residency) keeps the first.
+SHARDS = ("shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')",
+          "shardRange(object.metadata.uid, '0x8000000000000000', '0xffffffffffffffff')")
 PAD = 24 * 1024
 
 
@@ -67,6 +71,7 @@ class Op:
     pages: list | None = None    # paged lists: the RV each page reported
     longest: float | None = None  # paged lists: the longest page request (s)
     read_rv: int | None = None   # updates: the RV the PUT was conditioned on
+    shard: str | None = None     # lists: the shardSelector sent
 
     def brief(self) -> dict:
         d = {k: v for k, v in self.__dict__.items() if v is not None and k != "items"}
@@ -86,6 +91,7 @@ class WatchChain:
     events: list = field(default_factory=list)      # (t, type, name, rv, opid), BOOKMARKs included
     sessions: list = field(default_factory=list)    # (t0, t1, from_rv, outcome, timeoutSeconds)
     expired: tuple | None = None                    # (t, from_rv, message)
+    shard: str | None = None                        # the shardSelector of every session
 
     def last_rv(self) -> int:
         return max([self.start_rv] + [e[3] for e in self.events[-1:]])
@@ -124,7 +130,7 @@ def _items(body: dict) -> list:
 
 class Traffic:
     def __init__(self, base: str, history: History, *, seed: int, rate: float, request_timeout: float,
-                 writers: int = 5, listers: int = 3, watchers: int = 2, write_bases: list[str] | None = None,
+                 writers: int = 5, listers: int = 3, watchers: int = 4, write_bases: list[str] | None = None,
                  kind: Kind = CONFIGMAPS, watch_list: bool = True, pad: asyncio.Event | None = None):
         self.pad = pad    # while set, written objects carry PAD bytes of padding (the slow-watcher scenario)
         self.base = base
@@ -284,21 +290,23 @@ class Traffic:
             while not self.stopping.is_set():
                 t = self.h.now()
                 r = rng.random()
+                shard = rng.choice(SHARDS) if rng.random() < 0.35 else None   # a sharded list now and then
+                sp = {"shardSelector": shard} if shard else {}
                 if r < 0.3 or (r < 0.7 and not seen_rvs):
-                    op = Op(cid, "list_consistent", t)
-                    doc = await self.call(s, op, "GET", self.path)
+                    op = Op(cid, "list_consistent", t, shard=shard)
+                    doc = await self.call(s, op, "GET", self.path, params=sp)
                 elif r < 0.5:
-                    op = Op(cid, "list_rv0", t)
-                    doc = await self.call(s, op, "GET", self.path, params={"resourceVersion": "0"})
+                    op = Op(cid, "list_rv0", t, shard=shard)
+                    doc = await self.call(s, op, "GET", self.path, params={"resourceVersion": "0", **sp})
                 elif r < 0.7:
                     # Exact at an RV this client saw earlier (a snapshot of the cache, or etcd at that revision)
-                    op = Op(cid, "list_exact", t, read_rv=rng.choice(seen_rvs[-20:]))
+                    op = Op(cid, "list_exact", t, read_rv=rng.choice(seen_rvs[-20:]), shard=shard)
                     doc = await self.call(s, op, "GET", self.path, params={
-                        "resourceVersion": str(op.read_rv), "resourceVersionMatch": "Exact"})
+                        "resourceVersion": str(op.read_rv), "resourceVersionMatch": "Exact", **sp})
                 else:
                     # a slow reader now and then: pages apart in time, so compaction can pass them
                     pause = rng.uniform(0.2, 0.8) if rng.random() < 0.3 else 0.0
-                    op = await self.paged(s, cid, rng.randint(3, 8), pause)
+                    op = await self.paged(s, cid, rng.randint(3, 8), pause, shard)
                     doc = None
                 if doc is not None:
                     op.rv = int(doc["metadata"]["resourceVersion"])
@@ -308,11 +316,14 @@ class Traffic:
                 await self.backoff(op)
                 await self.pace(t, active)
 
-    async def paged(self, s: aiohttp.ClientSession, cid: str, limit: int, pause: float) -> Op:
+    async def paged(self, s: aiohttp.ClientSession, cid: str, limit: int, pause: float,
+                    shard: str | None = None) -> Op:
         """A consistent paged list followed to the end, `pause` s between pages; one Op for the whole (its
-        status is the last page's); `pages` holds every page's RV."""
-        op = Op(cid, "list_paged", self.h.now(), items=[], pages=[])
-        params = {"limit": str(limit)}
+        status is the last page's); `pages` holds every page's RV. A sharded one sends its selector with
+        every page (continue tokens carry no shard, S7.14)."""
+        op = Op(cid, "list_paged", self.h.now(), items=[], pages=[], shard=shard)
+        sp = {"shardSelector": shard} if shard else {}
+        params = {"limit": str(limit), **sp}
         while True:
             page = Op(cid, "page", self.h.now())
             doc = await self.call(s, page, "GET", self.path, params=params)
@@ -328,7 +339,7 @@ class Traffic:
             if not cont:
                 op.rv = op.pages[0]
                 break
-            params = {"limit": str(limit), "continue": cont}
+            params = {"limit": str(limit), "continue": cont, **sp}
             if pause:
                 await asyncio.sleep(pause)
         op.end = self.h.now()
@@ -338,37 +349,47 @@ class Traffic:
     async def watcher(self, cid: str, rng: random.Random) -> None:
         async with self.session() as s, self.session(watch=True) as ws:
             while not self.stopping.is_set():
-                # A new chain: a consistent list then watches from its RV, or a watch-list (its initial
-                # events end at a bookmark) then watches from the last RV seen.
+                # A new chain, sharded half the time: a consistent list then watches from its RV, or a
+                # watch-list (its initial events end at a bookmark; from RV unset, consistent, or from RV 0)
+                # then watches from the last RV seen.
+                shard = rng.choice(SHARDS) if rng.random() < 0.5 else None
                 if self.watch_list_ok and rng.random() < 0.5:
-                    chain = await self.watch_list(ws, cid, rng.randint(2, 5))
+                    chain = await self.watch_list(ws, cid, rng.randint(2, 5), shard,
+                                                  from_zero=rng.random() < 0.3)
                     if chain is None:
                         await asyncio.sleep(0.3)
                         continue
                 else:
-                    op = Op(cid, "list_consistent", self.h.now())
-                    doc = await self.call(s, op, "GET", self.path)
+                    op = Op(cid, "list_consistent", self.h.now(), shard=shard)
+                    doc = await self.call(s, op, "GET", self.path, params={"shardSelector": shard} if shard else None)
                     if doc is None:
                         await asyncio.sleep(0.3)
                         continue
                     op.rv = int(doc["metadata"]["resourceVersion"])
                     op.items = _items(doc)
                     self._chain_ids += 1
-                    chain = WatchChain(cid, self._chain_ids, op.rv, self.h.now())
+                    chain = WatchChain(cid, self._chain_ids, op.rv, self.h.now(), shard=shard)
                     self.h.chains.append(chain)
                 while not self.stopping.is_set() and chain.expired is None:
-                    await self.watch_session(ws, chain, rng.randint(2, 5))
+                    await self.watch_session(ws, chain, rng.randint(1, 4))
+                    if rng.random() < 0.35:  # a client that starts over (a new list or watch-list)
+                        break
                     if rng.random() < 0.5:   # a client that takes its time to come back
                         await asyncio.sleep(rng.uniform(0.5, 2.5))
 
-    async def watch_list(self, ws: aiohttp.ClientSession, cid: str, timeout: int) -> WatchChain | None:
+    async def watch_list(self, ws: aiohttp.ClientSession, cid: str, timeout: int, shard: str | None = None,
+                         from_zero: bool = False) -> WatchChain | None:
         """A consistent watch-list (sendInitialEvents, RV unset): its initial events are recorded as a
         `list_watchlist` Op at the initial-events-end bookmark's RV (checked as a consistent list), and the
         rest of the stream as the first session of a new chain from that RV. None if the stream ended before
-        the bookmark."""
-        op = Op(cid, "list_watchlist", self.h.now(), items=[])
+        the bookmark. `from_zero`: resourceVersion=0 (any state, `list_watchlist_rv0`, not checked for freshness)."""
+        op = Op(cid, "list_watchlist_rv0" if from_zero else "list_watchlist", self.h.now(), items=[], shard=shard)
         params = {"watch": "1", "sendInitialEvents": "true", "allowWatchBookmarks": "true",
                   "resourceVersionMatch": "NotOlderThan", "timeoutSeconds": str(timeout)}
+        if from_zero:
+            params["resourceVersion"] = "0"
+        if shard:
+            params["shardSelector"] = shard
         chain = None
         try:
             async with ws.get(self.path, params=params,
@@ -401,7 +422,7 @@ class Traffic:
                         op.rv = int(md["resourceVersion"])
                         op.end = self.h.now()
                         self._chain_ids += 1
-                        chain = WatchChain(cid, self._chain_ids, op.rv, op.end)
+                        chain = WatchChain(cid, self._chain_ids, op.rv, op.end, shard=shard)
                     else:
                         op.status, op.error = 0, f"unexpected {ev.get('type')} before the initial-events-end bookmark"
                         return None
@@ -455,6 +476,8 @@ class Traffic:
         frm = chain.last_rv()
         params = {"watch": "1", "resourceVersion": str(frm), "allowWatchBookmarks": "true",
                   "timeoutSeconds": str(timeout)}
+        if chain.shard:
+            params["shardSelector"] = chain.shard
         outcome = "ended"
         stop = asyncio.ensure_future(self.stopping.wait())
         try:

@@ -29,11 +29,16 @@ class TEvent:
         return {"rev": self.rev, "type": self.watch_type(), "name": self.name, "op": self.opid}
 
 
-def opid_of(key: str, value: bytes) -> str | None:
+def opid_of(key: str, value: bytes, uids: dict | None = None) -> str | None:
+    """data.op of a stored value; its UID goes into `uids` (name -> uid: names are never reused)."""
     try:
         obj = decode_value(key, value)
     except Exception:  # noqa: BLE001 - a value we cannot decode has no op id
         return None
+    if uids is not None:
+        md = (obj or {}).get("metadata") or {}
+        if md.get("uid") and md.get("name"):
+            uids[md["name"]] = md["uid"]
     return ((obj or {}).get("data") or {}).get("op")
 
 
@@ -48,6 +53,7 @@ class Recorder:
         self.events: list[TEvent] = []
         self.revs: list[int] = []
         self.initial: dict[str, tuple[int, str | None]] = {}   # name -> (mod_rev, opid) at start_rev
+        self.uids: dict[str, str] = {}     # name -> metadata.uid (sharded reads are checked by it)
         self.start_rev = 0
         self.progress = 0          # every event with rev <= progress has been recorded
         self.reconnects = 0
@@ -63,7 +69,17 @@ class Recorder:
         r.initial, r.start_rev = dict(initial or {}), start_rev
         r.progress = max([start_rev] + r.revs)
         r.reconnects, r.broken = 0, None
+        r.uids = {}
         return r
+
+    def in_shard(self, selector) -> "callable":
+        """name -> whether the object is in `selector`'s range (a parsed ShardSelector; None: everything)."""
+        if selector is None:
+            return lambda name: True
+        from machinery.shard_selector import parse_shard_selector
+        from tests.robustness.traffic import NAMESPACE
+        sel = parse_shard_selector(selector)
+        return lambda name: sel.matches(self.uids.get(name, ""), NAMESPACE)
 
     def name_of(self, key: str) -> str:
         return key[len(self.prefix):]
@@ -73,7 +89,7 @@ class Recorder:
         self.start_rev = self.progress = rev
         for kv in kvs:
             k = kv.key.decode()
-            self.initial[self.name_of(k)] = (kv.mod_revision, opid_of(k, kv.value))
+            self.initial[self.name_of(k)] = (kv.mod_revision, opid_of(k, kv.value, self.uids))
         self._task = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
@@ -108,7 +124,7 @@ class Recorder:
             op = opid_of(key, ev.prev.value) if ev.prev is not None else None
             te = TEvent(rev, "DELETE", key, self.name_of(key), op, 0, False)
         else:
-            te = TEvent(rev, "PUT", key, self.name_of(key), opid_of(key, ev.kv.value), ev.kv.create_revision,
+            te = TEvent(rev, "PUT", key, self.name_of(key), opid_of(key, ev.kv.value, self.uids), ev.kv.create_revision,
                         ev.kv.create_revision == rev)
         if self.revs and rev <= self.revs[-1]:
             self.broken = f"the ground-truth watch went backwards: {rev} after {self.revs[-1]}"
@@ -148,6 +164,21 @@ class Recorder:
         await self.client.close()
 
     # --- the model ---------------------------------------------------------------------------------
+
+    def iter_states(self, revs):
+        """(rev, state) for each revision in `revs`, ascending; the state is one dict updated in place
+        (compare it before the next step; a long soak's lists need not each hold a copy)."""
+        state = dict(self.initial)
+        i = 0
+        for r in sorted(set(revs)):
+            while i < len(self.events) and self.events[i].rev <= r:
+                e = self.events[i]
+                if e.type == "DELETE":
+                    state.pop(e.name, None)
+                else:
+                    state[e.name] = (e.rev, e.opid)
+                i += 1
+            yield r, state
 
     def states_at(self, revs) -> dict[int, dict[str, tuple[int, str | None]]]:
         """The range's state (name -> (mod_rev, opid)) at each revision in `revs`, by replaying the

@@ -1,0 +1,79 @@
+"""A client-go informer (dynamic, watch-list on) beside the traffic: tests/clientgo/robustinformer, built once
+into .cache/robust-informer. After the fault it must converge to etcd's state (issue 10: within 10 s)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SRC = os.path.join(ROOT, "tests", "clientgo")
+MAIN = os.path.join(SRC, "robustinformer", "main.go")
+BINARY = os.path.join(ROOT, ".cache", "robust-informer", "robustinformer")
+
+
+def build() -> str:
+    """The binary, built if missing or older than its source (client-go from the module cache or proxy)."""
+    if os.path.exists(BINARY) and os.path.getmtime(BINARY) >= os.path.getmtime(MAIN):
+        return BINARY
+    go = shutil.which("go")
+    if not go:
+        raise RuntimeError("`go` not found: the informer check needs Go and the module proxy")
+    os.makedirs(os.path.dirname(BINARY), exist_ok=True)
+    tmp = BINARY + f".tmp{os.getpid()}"
+    r = subprocess.run([go, "build", "-o", tmp, "./robustinformer"], cwd=SRC, capture_output=True, text=True,
+                       env=dict(os.environ, GOFLAGS="-mod=mod", CGO_ENABLED="0"), timeout=1800)
+    if r.returncode != 0:
+        raise RuntimeError(f"go build robustinformer failed:\n{r.stdout}\n{r.stderr}")
+    os.replace(tmp, BINARY)
+    return BINARY
+
+
+class Informer:
+    def __init__(self, base: str, namespace: str, group: str, version: str, resource: str, log_path: str):
+        self.argv = [build(), "--server", base, "--namespace", namespace, "--group", group, "--version", version,
+                     "--resource", resource]
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "Informer":
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                         text=True, env=dict(os.environ, KUBE_FEATURE_WatchListClient="true"))
+        return self
+
+    def dump(self) -> dict:
+        """{"synced": bool, "items": {name: (rv, op)}} from the informer's store."""
+        self.proc.stdin.write("dump\n")
+        self.proc.stdin.flush()
+        doc = json.loads(self.proc.stdout.readline())
+        return {"synced": doc["synced"], "items": {n: (int(rv), op or None) for n, (rv, op) in doc["items"].items()}}
+
+    def converge(self, want: dict, timeout: float) -> tuple[float | None, dict]:
+        """Seconds until the store equals `want` (None if not within `timeout`), and the last dump."""
+        t0 = time.monotonic()
+        last: dict = {}
+        while True:
+            if self.proc.poll() is not None:
+                return None, {"exited": self.proc.returncode}
+            last = self.dump()
+            if last["synced"] and last["items"] == want:
+                return time.monotonic() - t0, last
+            if time.monotonic() - t0 > timeout:
+                return None, last
+            time.sleep(0.25)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()

@@ -168,10 +168,10 @@ class FrontStorage(CacheDelegator):
             page.continue_ = m.get("continue") or None
             page.remaining = m.get("remainingItemCount")
 
-        async def items() -> AsyncIterator[bytes]:
+        async def items() -> AsyncIterator[list[bytes]]:
             try:
-                async for _, item in lst.items():
-                    yield item
+                async for batch in lst.batches():
+                    yield [item for _, item in batch]
             finally:
                 lst.close()
             take_meta()
@@ -180,24 +180,41 @@ class FrontStorage(CacheDelegator):
         page.stream = items()
         return page
 
-    async def _merged_stream(self, lists: list[ShardList]) -> AsyncIterator[bytes]:
-        """The K key-ordered streams merged item by item (each shard's items read as they arrive)."""
-        its = [ls.items() for ls in lists]
-        heap: list[tuple[str, int, bytes]] = []
+    async def _merged_stream(self, lists: list[ShardList]) -> AsyncIterator[list[bytes]]:
+        """The K key-ordered streams merged item by item, in batches: what every shard has sent so far is merged
+        up to the smallest key a shard still owes (each shard's items read as they arrive)."""
+        its = [ls.batches() for ls in lists]
+        bufs: list[list[tuple[str, bytes]]] = [[] for _ in its]
+        at = [0] * len(its)
+        live = list(range(len(its)))
         try:
-            for i, it in enumerate(its):
-                kv = await anext(it, None)
-                if kv is not None:
-                    heap.append((kv[0], i, kv[1]))
-            heapq.heapify(heap)
-            while heap:
-                key, i, item = heap[0]
-                yield item
-                kv = await anext(its[i], None)
-                if kv is None:
-                    heapq.heappop(heap)
-                else:
-                    heapq.heapreplace(heap, (kv[0], i, kv[1]))
+            while live:
+                for i in live:   # every live shard has at least one item buffered
+                    if at[i] >= len(bufs[i]):
+                        nxt = await anext(its[i], None)
+                        bufs[i], at[i] = (nxt or []), 0
+                live = [i for i in live if at[i] < len(bufs[i])]
+                if not live:
+                    return
+                if len(live) == 1:
+                    i = live[0]
+                    yield [b for _, b in bufs[i][at[i]:]]
+                    at[i] = len(bufs[i])
+                    continue
+                # Everything up to the smallest last-buffered key is safe to send.
+                bound = min(bufs[i][-1][0] for i in live)
+                out = []
+                heads = [(bufs[i][at[i]][0], i) for i in live]
+                heapq.heapify(heads)
+                while heads and heads[0][0] <= bound:
+                    key, i = heads[0]
+                    out.append(bufs[i][at[i]][1])
+                    at[i] += 1
+                    if at[i] < len(bufs[i]):
+                        heapq.heapreplace(heads, (bufs[i][at[i]][0], i))
+                    else:
+                        heapq.heappop(heads)
+                yield out
         finally:
             for ls in lists:
                 ls.close()
@@ -433,10 +450,11 @@ class _MergedWatch:
             return
         buf: list[bytes] = []
         size = 0
-        async for item in st._merged_stream(lists):
-            b = req.frames.event("ADDED", st.wire(item))
-            buf.append(b)
-            size += len(b)
+        async for batch in st._merged_stream(lists):
+            for item in batch:
+                b = req.frames.event("ADDED", st.wire(item))
+                buf.append(b)
+                size += len(b)
             if size >= 64 * 1024:
                 await sink.write(b"".join(buf))
                 buf, size = [], 0

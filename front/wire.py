@@ -97,26 +97,35 @@ class ShardList:
         self.pos = i + len(_ITEMS)
         return self
 
-    async def items(self) -> AsyncIterator[tuple[str, bytes]]:
-        """(key, item bytes) in the shard's (key) order; then `meta` is set."""
+    async def batches(self) -> AsyncIterator[list[tuple[str, bytes]]]:
+        """(key, item bytes) in the shard's (key) order, as many as each read brought; then `meta` is set."""
+        cluster_wide, end_of = self.cluster_wide, ext.container_end
         while True:
-            while self.pos < len(self.buf) and self.buf[self.pos] in b", \n":
-                self.pos += 1
-            if self.pos >= len(self.buf):
-                if not await self._more():
-                    raise unreachable(self.url, EOFError("list cut short"))
-                continue
-            if self.buf[self.pos] == 0x5D:  # ']'
-                self.pos += 1
+            buf, pos, n = self.buf, self.pos, len(self.buf)
+            batch = []
+            closed = False
+            while True:
+                while pos < n and buf[pos] in b", \n":
+                    pos += 1
+                if pos >= n:
+                    break
+                if buf[pos] == 0x5D:  # ']'
+                    pos += 1
+                    closed = True
+                    break
+                end = end_of(buf, pos)
+                if end < 0:
+                    break
+                item = buf[pos:end]
+                batch.append((item_key(item, cluster_wide), item))
+                pos = end
+            self.pos = pos
+            if batch:
+                yield batch
+            if closed:
                 break
-            end = ext.container_end(self.buf, self.pos)
-            if end < 0:
-                if not await self._more():
-                    raise unreachable(self.url, EOFError("list cut short"))
-                continue
-            item = self.buf[self.pos:end]
-            self.pos = end
-            yield item_key(item, self.cluster_wide), item
+            if not await self._more():
+                raise unreachable(self.url, EOFError("list cut short"))
         while await self._more():
             pass
         tail = self.buf[self.pos:].strip()
@@ -125,7 +134,7 @@ class ShardList:
         self.resp.release()
 
     async def all(self) -> list[tuple[str, bytes]]:
-        return [kv async for kv in self.items()]
+        return [kv async for batch in self.batches() for kv in batch]
 
     def close(self) -> None:
         self.resp.close()

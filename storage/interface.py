@@ -46,9 +46,9 @@ class ListPage:
     objects: list[Obj] | None = None
     raw: list[bytes] | None = None
     decode: Callable[[bytes], Obj] | None = None
-    # List items still arriving (the front streaming a shard's list through): read once, in order; the fields
-    # above are final once the stream has ended (a custom resource's list carries its metadata last).
-    stream: AsyncIterator[bytes] | None = None
+    # List items still arriving (the front streaming a shard's list through), in batches: read once, in order;
+    # the fields above are final once the stream has ended (a custom resource's list carries its metadata last).
+    stream: AsyncIterator[list[bytes]] | None = None
 
     def items(self) -> list[Obj]:
         """Whole objects (kind and apiVersion included), decoding the cache's bytes if needed."""

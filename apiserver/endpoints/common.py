@@ -233,9 +233,10 @@ def respond_obj(request: web.Request, res: Resource, obj: Obj, status: int = 200
 
 
 async def stream_list(request: web.Request, res: Resource, meta: Obj | Callable[[], Obj],
-                      items: Iterable[bytes] | AsyncIterator[bytes]) -> web.StreamResponse:
-    """Write the list item by item (streaming encoding, S6.1-S6.2). Items may arrive asynchronously (the front),
-    with `meta` then a function called where the envelope writes it (a custom resource's list: after the items)."""
+                      items: Iterable[bytes] | AsyncIterator[list[bytes]]) -> web.StreamResponse:
+    """Write the list item by item (streaming encoding, S6.1-S6.2). Items may arrive asynchronously in batches (the
+    front), with `meta` then a function called where the envelope writes it (a custom resource's list: after the
+    items)."""
     resp = web.StreamResponse(status=200)
     resp.content_type = "application/json"
     await resp.prepare(request)
@@ -258,17 +259,19 @@ async def stream_list(request: web.Request, res: Resource, meta: Obj | Callable[
 
 
 async def _stream_async(resp: web.StreamResponse, res: Resource, enc, meta: Callable[[], Obj],
-                        items: AsyncIterator[bytes]) -> None:
+                        batches: AsyncIterator[list[bytes]]) -> None:
     head = next(iter(enc(res.list_kind, res.api_version, meta() if not res.custom else None, ())))
     buf: list[bytes] = [head]
     size = len(head)
     first = True
-    async for item in items:
+    async for batch in batches:
+        if not batch:
+            continue
         if not first:
             buf.append(b",")
         first = False
-        buf.append(item)
-        size += len(item)
+        buf.append(b",".join(batch))
+        size += sum(map(len, batch))
         if size >= 64 * 1024:
             await resp.write(b"".join(buf))
             buf, size = [], 0

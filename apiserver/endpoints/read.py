@@ -63,7 +63,7 @@ async def list_(ctx: Context, request: web.Request, scope: RequestScope) -> web.
     if page.stream is not None:  # the front: items arrive from a shard while the list is written
         if target is None:
             return await stream_list(request, res, meta, page.stream)
-        page.raw = [b async for b in page.stream]
+        page.raw = [b async for batch in page.stream for b in batch]
     if target is not None:
         return json_response(converted(request, res, target, list(page.items()), meta(), is_list=True))
     items = page.raw if page.raw is not None else (encode_list_item(res, o) for o in page.objects or ())

@@ -45,7 +45,7 @@ import threading
 from typing import Any, Callable
 
 from machinery import jsonenc
-from machinery.resources import Registry, Resource
+from machinery.resources import Registry, Resource, Subresource
 
 from . import discovery
 
@@ -165,6 +165,63 @@ def _article(kind: str) -> str:
     return " an " if kind[:1].lower() in "aeiou" else " a "
 
 
+def _item_ops(r: Resource, path: str, item_params: list[dict], delete_ref: str, p, media: list[str],
+              consumes: list[str], common: dict) -> list[Op]:
+    """get, put, delete, patch of one object."""
+    k, custom, nsd = r.kind, r.custom, "Namespaced" if r.namespaced else ""
+    kind_ref = definition_name(r)
+    get_params = item_params + (p(["resourceVersion"]) if custom else [])
+    return [
+        Op(path, "get", "read", f"{nsd}{k}", f"read the specified {k}", "get", get_params,
+           [("200", "OK", kind_ref)], media, consumes, **common),
+        Op(path, "put", "replace", f"{nsd}{k}", f"replace the specified {k}", "put", item_params + p(_WRITE_PARAMS),
+           [("200", "OK", kind_ref), ("201", "Created", kind_ref)], media, consumes, body=(kind_ref, True), **common),
+        Op(path, "delete", "delete", f"{nsd}{k}", f"delete{_article(k)}{k}", "delete", item_params + p(_DELETE_PARAMS),
+           [("200", "OK", delete_ref), ("202", "Accepted", delete_ref)], media, consumes,
+           body=(META + "DeleteOptions", False), **common),
+        _patch_op(r, path, f"{nsd}{k}", f"partially update the specified {k}", item_params, kind_ref, p, media,
+                  common)]
+
+
+def _patch_op(r: Resource, path: str, rest: str, description: str, params: list[dict], ref: str, p, media,
+              common: dict) -> Op:
+    patch_types = [t for t in PATCH_TYPES if not r.custom or "strategic" not in t]
+    return Op(path, "patch", "patch", rest, description, "patch", params + p(_WRITE_PARAMS + ["force"], patch=True),
+              [("200", "OK", ref)] + ([] if r.custom else [("201", "Created", ref)]), media, patch_types,
+              body=(META + "Patch", True), **common)
+
+
+def _subresource_ops(r: Resource, sub: Subresource, item: str, ns_param: list[dict], p, media: list[str],
+                     consumes: list[str]) -> list[Op]:
+    """installer.go for `<item>/<subresource>`: the verbs discovery lists, on the subresource's kind (the
+    parent's for status; autoscaling/v1 Scale, core Binding, policy/v1 Eviction, ...)."""
+    k, nsd, path, title = r.kind, "Namespaced" if r.namespaced else "", f"{item}/{sub.name}", sub.name.title()
+    if r.custom or not (sub.group or sub.version):
+        ref, gvk = definition_name(r, sub.kind), {"group": r.group, "version": r.version, "kind": sub.kind}
+    else:
+        ref = _data()["kinds"][f"{sub.group}/{sub.version}/{sub.kind}"]
+        gvk = {"group": sub.group, "version": sub.version, "kind": sub.kind}
+    common = dict(group=r.group, version=r.version, gvk=gvk)
+    params = [_name_param(sub.kind)] + ns_param + [_param("pretty")]
+    what = f"{sub.name} of the specified {k}"
+    rest = f"{nsd}{k}{title}"
+    ops = []
+    if "create" in sub.verbs:
+        ops.append(Op(path, "post", "create", rest, f"create {sub.name} of{_article(k)}{k}", "post",
+                      params + p(_WRITE_PARAMS), [("200", "OK", ref), ("201", "Created", ref), ("202", "Accepted", ref)],
+                      media, consumes, body=(ref, True), **common))
+    if "get" in sub.verbs:
+        get_params = params + (p(["resourceVersion"]) if r.custom else [])
+        ops.append(Op(path, "get", "read", rest, f"read {what}", "get", get_params, [("200", "OK", ref)], media,
+                      consumes, **common))
+    if "update" in sub.verbs:
+        ops.append(Op(path, "put", "replace", rest, f"replace {what}", "put", params + p(_WRITE_PARAMS),
+                      [("200", "OK", ref), ("201", "Created", ref)], media, consumes, body=(ref, True), **common))
+    if "patch" in sub.verbs:
+        ops.append(_patch_op(r, path, rest, f"partially update {what}", params, ref, p, media, common))
+    return ops
+
+
 def _resource_ops(r: Resource) -> list[Op]:
     """installer.go registerResourceHandlers for a built-in resource; apiextensions' builder for a custom
     one."""
@@ -214,25 +271,9 @@ def _resource_ops(r: Resource) -> list[Op]:
                           "deletecollection", coll_params + p(_DELETECOLLECTION_PARAMS),
                           [("200", "OK", status_ref)], media, consumes, body=(META + "DeleteOptions", False),
                           **common))
-    for sub in ("", "status") if r.status_subresource else ("",):
-        path = item + (f"/{sub}" if sub else "")
-        what = f"{sub} of the specified {k}" if sub else f"the specified {k}"
-        title = sub.title()
-        get_params = item_params + (p(["resourceVersion"]) if custom else [])
-        ops.append(Op(path, "get", "read", f"{nsd}{k}{title}", f"read {what}", "get", get_params,
-                      [("200", "OK", kind_ref)], media, consumes, **common))
-        ops.append(Op(path, "put", "replace", f"{nsd}{k}{title}", f"replace {what}", "put",
-                      item_params + p(_WRITE_PARAMS), [("200", "OK", kind_ref), ("201", "Created", kind_ref)],
-                      media, consumes, body=(kind_ref, True), **common))
-        if not sub:
-            ops.append(Op(path, "delete", "delete", f"{nsd}{k}", f"delete{_article(k)}{k}", "delete",
-                          item_params + p(_DELETE_PARAMS), [("200", "OK", delete_ref), ("202", "Accepted", delete_ref)],
-                          media, consumes, body=(META + "DeleteOptions", False), **common))
-        patch_types = [t for t in PATCH_TYPES if not custom or "strategic" not in t]
-        ops.append(Op(path, "patch", "patch", f"{nsd}{k}{title}", f"partially update {what}", "patch",
-                      item_params + p(_WRITE_PARAMS + ["force"], patch=True),
-                      [("200", "OK", kind_ref)] + ([] if custom else [("201", "Created", kind_ref)]),
-                      media, patch_types, body=(META + "Patch", True), **common))
+    ops.extend(_item_ops(r, item, item_params, delete_ref, p, media, consumes, common))
+    for sub in r.served_subresources:
+        ops.extend(_subresource_ops(r, sub, item, ns_param, p, media, consumes))
     if not custom:
         watch_ref = META + "WatchEvent"
         wbase = f"{base}/watch"

@@ -6,7 +6,7 @@
 Writes `apiserver/openapi_upstream.json`:
 
 * `schemas`: the OpenAPI v3 schemas (components.schemas, as kube-apiserver v1.37.2 serves them) of every
-  built-in kind this project serves, their lists, and everything they reference, plus the meta types the
+  built-in kind this project serves, their lists, their subresources' kinds, and everything they reference, plus the meta types the
   operations and discovery documents use (DeleteOptions, Status, Patch, WatchEvent, APIResourceList,
   APIVersions, APIGroupList, APIGroup, version.Info). Upstream generates them from the Go types'
   comments and tags (k8s.io/kubernetes pkg/generated/openapi, apiextensions-apiserver's generated
@@ -71,13 +71,17 @@ def extract(get) -> dict:
         for name, s in d.get("components", {}).get("schemas", {}).items():
             all_schemas.setdefault(name, s)
     kinds: dict[str, str] = {}
-    for r in BUILTINS:
-        for kind in (r.kind, r.list_kind):
-            gvk = {"group": r.group, "kind": kind, "version": r.version}
-            names = [n for n, s in all_schemas.items() if gvk in s.get("x-kubernetes-group-version-kind", [])]
-            if len(names) != 1:
-                raise SystemExit(f"no single schema for {gvk}: {names}")
-            kinds[f"{r.group}/{r.version}/{kind}"] = names[0]
+    # every built-in kind and its list, and the kinds of their subresources (autoscaling/v1 Scale, Binding,
+    # Eviction, TokenRequest, ...; not the connect subresources' *Options, which are query parameters)
+    gvks = {(r.group, r.version, kind) for r in BUILTINS for kind in (r.kind, r.list_kind)}
+    gvks |= {(s.group or r.group, s.version or r.version, s.kind) for r in BUILTINS for s in r.subresources
+             if not s.kind.endswith("Options")}
+    for group, version, kind in sorted(gvks):
+        gvk = {"group": group, "kind": kind, "version": version}
+        names = [n for n, s in all_schemas.items() if gvk in s.get("x-kubernetes-group-version-kind", [])]
+        if len(names) != 1:
+            raise SystemExit(f"no single schema for {gvk}: {names}")
+        kinds[f"{group}/{version}/{kind}"] = names[0]
     todo = list(kinds.values()) + EXTRA_ROOTS
     closure: dict = {}
     while todo:

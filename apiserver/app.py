@@ -191,8 +191,11 @@ class APIServer:
 
     async def write_snapshot(self) -> dict | None:
         """Write every ready cache to the snapshot file (atomically); None if it failed (logged, counted)."""
+        cachers = list(self.cachers().items())
+        await asyncio.gather(*(c.freshen() for _, c in cachers))
+
         async def captures():
-            for (group, plural), c in list(self.cachers().items()):
+            for (group, plural), c in cachers:
                 cap = await c.capture()
                 if cap is not None:
                     yield f"{group}/{plural}", cap

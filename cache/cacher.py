@@ -266,6 +266,20 @@ class Cacher:
         return {"resource": self.resource_label, "group": self.group, "prefix": self.prefix,
                 "residency": self.residency_name if self.residency is not None else "", "head": self.head}
 
+    async def freshen(self, timeout: float = 1.0) -> None:
+        """Bring the cache's RV up to etcd's current revision before a snapshot (progress requests, as a
+        consistent read waits): a quiet resource's snapshot then carries a recent revision, not the one of its
+        last event or list, which etcd may have compacted by the time the process restarts."""
+        if not self.ready or not self.progress_supported:
+            return
+
+        async def fresh() -> None:
+            await self.wait_until_fresh(await self.current_revision(), timeout)
+        try:
+            await asyncio.wait_for(fresh(), timeout)
+        except Exception as e:  # etcd away or slow: the snapshot carries the RV the cache has
+            log.debug("cache freshen before snapshot failed resource=%s error=%r", self.resource_label, e)
+
     async def capture(self) -> "snapshot.Capture | None":
         """This cache's state for a snapshot file, between two etcd responses (a transaction's events are
         all in or all out); None while not ready (listing or catching up)."""

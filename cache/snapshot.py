@@ -283,6 +283,15 @@ class SnapshotFile:
             sections[key] = Section(path, off, length)
         return cls(path, meta, sections)
 
+    def section_head(self, key: str) -> dict[str, Any]:
+        """A section's identity, RV and count (tools and tests)."""
+        s = self.sections[key]
+        with open(self.path, "rb") as f:
+            f.seek(s.offset)
+            head = _Reader(f, s.offset + s.length).frame(SECTION)
+        head.pop("indexes", None)
+        return head
+
 
 def open_snapshot(path: str) -> tuple[SnapshotFile | None, str]:
     """(the snapshot at `path`, "") or (None, why not: missing, corrupt, version; logged and counted)."""

@@ -323,6 +323,39 @@ def test_compacted_snapshot_revision_lists(env):
     assert cache_state(srv)[1] == etcd_state(other)
 
 
+def test_quiet_resource_snapshot_is_fresh(env):
+    """A resource nobody writes to is saved at etcd's revision at the time, not at its last event's: etcd
+    compacting the history between that event and the shutdown does not turn its warm start into a list."""
+    srv, other = env
+    srv.start()
+    for i in range(5):
+        create(srv.api, f"c{i}")
+    last_cm = etcd_revision(srv.etcd.endpoint)
+    for i in range(5):
+        r = srv.api.post("/api/v1/namespaces/default/secrets", {"metadata": {"name": f"s{i}"}})
+        assert r.status_code == 201, r.text
+    srv.stop()
+    rev = etcd_revision(srv.etcd.endpoint)
+    f = snapshot.SnapshotFile.open(snapshot.snapshot_path(srv.state_dir, srv.prefix, "", [srv.etcd.endpoint]))
+    head = f.section_head("/configmaps")
+    assert head["count"] == 5 and last_cm < head["rv"] == rev
+    from storage.compact import compact_now
+    from storage.etcd import EtcdClient
+    import asyncio
+
+    async def compact():
+        c = EtcdClient([srv.etcd.endpoint])
+        try:
+            await compact_now(c, rev)
+        finally:
+            await c.close()
+    asyncio.run(compact())
+    srv.start()
+    assert srv.loads() == {"warm": 1} and srv.loads("secrets") == {"warm": 1} and srv.full_lists() == 0
+    other.start()
+    assert cache_state(srv)[1] == etcd_state(other)
+
+
 @pytest.mark.parametrize("how", ["truncated", "flipped", "version", "torn"])
 def test_damaged_snapshot_lists(env, how):
     srv, other = env

@@ -8,15 +8,18 @@ each process's heap three ways: tracemalloc, native bytes (sum of the cache's st
 `/debug/residency`) and RSS, plus the floor of an empty apiserver (cache on, empty `--etcd-prefix`).
 
     .venv/bin/python -m bench.residency [--quick] [--objects N] [--ks 1,2,4,8] [--profiles node,churn,state]
-                                        [--out bench/out/residency.json] [--png bench/out/residency.png]
+                                        [--kwok] [--out bench/out/residency.json] [--png bench/out/residency.png]
 
 Profiles: node-bound (Nodes ~3 KB, Leases ~0.4 KB, heartbeats while measuring), churn-bound (custom
 resources created/updated/deleted while measuring), state-bound (ConfigMaps, Secrets, Pods,
 RoleBindings, a few 100 KB ConfigMaps; shards run with `--residency-full-resources
 namespaces,customresourcedefinitions`, so RBAC is sharded too). A correctness check per profile and K:
 with writers stopped, the union of the shards' sharded lists equals the full replica's list at the same
-resourceVersion, no object in two shards. In-process micro-benchmarks: dropping a non-resident event,
-ingest events/s, label-selector list from bitmaps vs a scan.
+resourceVersion, no object in two shards. `--kwok` (or the profile `kwok`): the node-bound profile driven by
+kwok v0.8.0 (tools/build_kwok.py) instead of our own writer: --objects / 12 simulated nodes, a Lease each
+renewed every ~10 s as kubelets do and 10 pods bound to each that kwok runs, kwok writing through the loader
+for the whole profile (bench/nodes.py measures what those heartbeats cost). In-process micro-benchmarks:
+dropping a non-resident event, ingest events/s, label-selector list from bitmaps vs a scan.
 
 Progress on stderr, a table per profile on stdout, every figure plus versions to --out (JSON), a PNG
 (matplotlib, Agg) to --png. Targets are printed beside the figures, never asserted.
@@ -82,6 +85,109 @@ async def wait_ready(procs: list[Apiserver], timeout: float = 180.0) -> None:
 
 def stop_procs(procs: list[Apiserver]) -> None:
     stop_all(procs, timeout=15, strict=False)
+
+
+# --- the node-bound profile driven by kwok ---------------------------------------------------------------
+
+class KwokNodeProfile(Profile):
+    """The node-bound profile with real simulated nodes (`--kwok`): N Nodes that kwok v0.8.0 manages with
+    upstream's stages (Ready through nodes/status patches, a Lease each in kube-node-lease renewed every
+    ~10 s as kubelets do) and PODS_PER_NODE pods bound to each (kwok runs them: pods/status). kwok runs
+    against the loader from the load until the profile ends; it is the writer while measuring (its writes
+    counted from the loader's request metrics). `--objects` is split as N x (Node + Lease + pods)."""
+    name = "kwok"
+    title = "node-bound (kwok)"
+    PODS_PER_NODE = 10
+    NS = "bench-kwok"
+    resources = (("nodes", "/api/v1/nodes"), ("leases.coordination.k8s.io", "/apis/coordination.k8s.io/v1/leases"),
+                 ("pods", "/api/v1/pods"))
+
+    def __init__(self, n: int):
+        super().__init__(n)
+        self.nodes = max(2, n // (2 + self.PODS_PER_NODE))
+        self.pods = self.nodes * self.PODS_PER_NODE
+        self.kwok = None
+
+    def _pod(self, i: int) -> dict:
+        obj = pod(self.NS, i)
+        obj.pop("status", None)   # kwok's pod-ready stage runs it
+        obj["spec"]["nodeName"] = f"kwok-{i % self.nodes:06d}"
+        return obj
+
+    async def load(self, s, base, clients):
+        from bench.harness import run_pool
+        from bench.nodes import count_ready, create_nodes
+        from bench.workloads import ensure_namespace
+        from tests.helpers.kwok import KwokProcess
+        await ensure_namespace(s, base, self.NS)
+        self.kwok = KwokProcess(base, options={"nodeLeaseParallelism": 32, "nodePlayStageParallelism": 16,
+                                               "podPlayStageParallelism": 16}).start()
+        await create_nodes(s, base, self.nodes, clients)   # kwok running: renewals spread over the period
+        await run_pool(self.pods, clients, lambda i: self.create(s, base, f"/api/v1/namespaces/{self.NS}/pods",
+                                                                 self._pod(i), "Pods"), "pods", steps=5)
+        deadline = time.monotonic() + 900
+        while True:
+            if not self.kwok.alive():
+                raise BenchError(f"kwok exited: {self.kwok.log()[-2000:]}")
+            ready, leases = await count_ready(s, base)
+            running = await self._running(s, base)
+            if ready >= self.nodes and leases >= self.nodes and running >= self.pods:
+                break
+            if time.monotonic() > deadline:
+                raise BenchError(f"kwok: {ready}/{self.nodes} nodes Ready, {leases} Leases, {running}/{self.pods} "
+                                 "pods Running after 900 s")
+            await asyncio.sleep(1.0)
+        log(f"kwok: {self.nodes} nodes Ready with Leases, {self.pods} pods Running")
+        await self._sizes(s, base)
+
+    async def _running(self, s, base) -> int:
+        n, params = 0, {"limit": "2000"}
+        while True:
+            doc = await get_json(s, base + f"/api/v1/namespaces/{self.NS}/pods", params)
+            n += sum((it.get("status") or {}).get("phase") == "Running" for it in doc["items"])
+            if not doc["metadata"].get("continue"):
+                return n
+            params = {"limit": "2000", "continue": doc["metadata"]["continue"]}
+
+    async def _sizes(self, s, base) -> None:
+        """Counts and sizes as served once kwok has written the statuses (and created the Leases)."""
+        self.counts, self.sample_bytes, self.bytes_total = {}, {}, 0
+        for kind, path in (("Nodes", "/api/v1/nodes"), ("Leases", "/apis/coordination.k8s.io/v1/leases"),
+                           ("Pods", f"/api/v1/namespaces/{self.NS}/pods")):
+            n = size = 0
+            params = {"limit": "2000"}
+            while True:
+                doc = await get_json(s, base + path, params)
+                for it in doc["items"]:
+                    n += 1
+                    size += len(orjson.dumps(it))
+                if not doc["metadata"].get("continue"):
+                    break
+                params = {"limit": "2000", "continue": doc["metadata"]["continue"]}
+            self.counts[kind] = n
+            self.bytes_total += size
+            self.sample_bytes[kind] = size // n if n else 0
+
+    async def writer(self, s, base, stop):
+        from bench.nodes import WRITE_VERBS, delta_sum, metrics as request_metrics
+        m0 = await request_metrics(s, base)
+        await stop.wait()
+        m1 = await request_metrics(s, base)
+        self.writes += int(sum(delta_sum(m0, m1, "apiserver_request_total", verb=v) for v in WRITE_VERBS))
+        self.write_errors += int(sum(delta_sum(m0, m1, "apiserver_request_total", verb=v, code=c)
+                                     for v in WRITE_VERBS for c in ("409", "500", "503", "504")))
+
+    def close(self) -> None:
+        if self.kwok is not None:
+            self.kwok.stop()
+            self.kwok = None
+
+    def describe(self) -> str:
+        return super().describe() + (f"; kwok v0.8.0 simulating {self.nodes} nodes (Lease renewals every ~10 s, "
+                                     f"~{self.nodes / 10.2:.0f}/s) and running {self.pods} pods")
+
+
+ALL_PROFILES = {**PROFILES, "kwok": KwokNodeProfile}
 
 
 # --- measuring -------------------------------------------------------------------
@@ -296,6 +402,9 @@ async def run_profile(s, etcd_ep: str, prof: Profile, ks: list[int], p: argparse
                 "shard_full_resources": prof.full_resources or "(default: namespaces, CRDs and RBAC fully resident)",
                 "rbac_sharded": prof.full_resources == STATE_FULL_RESOURCES, "runs": runs}
     finally:
+        close = getattr(prof, "close", None)   # the kwok profile's kwok process
+        if close is not None:
+            close()
         stop_procs(procs_alive)
 
 
@@ -672,7 +781,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="small run for CI (< 1 min)")
     ap.add_argument("--objects", type=int, help="objects per profile (default 8000; --quick 300)")
     ap.add_argument("--ks", help="shard counts (default 1,2,4,8; --quick 1,2)")
-    ap.add_argument("--profiles", help="comma-separated: node, churn, state (default all three)")
+    ap.add_argument("--profiles", help="comma-separated: node, churn, state, kwok (default node,churn,state)")
+    ap.add_argument("--kwok", action="store_true",
+                    help="the node-bound profile driven by kwok's simulated nodes and pods (the 'kwok' profile "
+                         "instead of 'node')")
     ap.add_argument("--read-only", action="store_true",
                     help="residency advisor: measure the data already under --prefix of --etcd-servers (every "
                          "apiserver started with --read-only; nothing loaded, nothing written)")
@@ -692,7 +804,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     if p.read_only:
         if not p.etcd_servers:
             ap.error("--read-only needs --etcd-servers (the etcd whose data is measured)")
-        for flag, v in (("--objects", p.objects), ("--profiles", p.profiles), ("--quick", p.quick or None)):
+        for flag, v in (("--objects", p.objects), ("--profiles", p.profiles), ("--quick", p.quick or None),
+                        ("--kwok", p.kwok or None)):
             if v is not None:
                 ap.error(f"{flag} makes no sense with --read-only (the data is what the etcd holds)")
         if not p.prefix.startswith("/"):
@@ -703,14 +816,16 @@ def parse_args(argv=None) -> argparse.Namespace:
             if getattr(p, flag):
                 ap.error(f"--{flag.replace('_', '-')} needs --read-only (the normal run starts its own etcd)")
         p.profiles = [x.strip() for x in (p.profiles or "node,churn,state").split(",") if x.strip()]
+        if p.kwok:
+            p.profiles = list(dict.fromkeys("kwok" if x == "node" else x for x in p.profiles))
     name = "residency_data" if p.read_only else "residency"
     p.out = p.out or f"bench/out/{name}.json"
     p.png = p.png or f"bench/out/{name}.png"
     p.objects = p.objects or (300 if q else 8000)
     p.ks = [int(x) for x in (p.ks or ("1,2" if q else "1,2,4,8")).split(",")]
     for x in p.profiles:
-        if x not in PROFILES:
-            ap.error(f"--profiles: unknown profile {x!r} (node, churn, state)")
+        if x not in ALL_PROFILES:
+            ap.error(f"--profiles: unknown profile {x!r} (node, churn, state, kwok)")
     p.warmup = p.warmup if p.warmup is not None else (1.0 if q else 5.0)
     p.select_objects = p.select_objects or (20_000 if q else 100_000)
     return p
@@ -724,7 +839,7 @@ async def run(p: argparse.Namespace, etcd_ep: str) -> dict:
         log(f"floor: tracemalloc {floor['tracemalloc'] / MIB:.1f} MiB, RSS {floor['rss'] / MIB:.1f} MiB")
         profiles = {}
         for name in p.profiles:
-            profiles[name] = await run_profile(s, etcd_ep, PROFILES[name](p.objects), p.ks, p, floor)
+            profiles[name] = await run_profile(s, etcd_ep, ALL_PROFILES[name](p.objects), p.ks, p, floor)
     return {"floor": floor, "profiles": profiles}
 
 

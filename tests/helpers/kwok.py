@@ -22,6 +22,12 @@ from tests.helpers.etcd import load_tool
 ANNOTATION = "kwok.x-k8s.io/node"
 SELECTOR = f"{ANNOTATION}=fake"
 NODE_LEASE_NAMESPACE = "kube-node-lease"
+# kwok's KwokConfiguration defaults (its defaulter-gen output): a configuration file replaces them all,
+# so one with a few options must repeat the rest.
+CONFIG_DEFAULTS = {"cidr": "10.0.0.0/24", "manageAllNodes": False, "enableDebuggingHandlers": True,
+                   "enableContentionProfiling": False, "enableProfilingHandler": True, "podPlayStageParallelism": 4,
+                   "nodePlayStageParallelism": 4, "nodeLeaseParallelism": 4, "podsOnNodeSyncParallelism": 1,
+                   "enablePodsOnNodeSyncListPager": True, "enablePodsOnNodeSyncStreamWatch": False}
 
 
 def kwok_binary() -> str:
@@ -62,20 +68,28 @@ def kwok_node(name: str, *, labels: dict | None = None, cpu: str = "32", memory:
 class KwokProcess:
     """One kwok process against `server`; started by `start()` (or as a context manager), stopped by pid.
 
-    `extra` flags are appended (e.g. `-v=DEBUG`). The log is `<dir>/kwok.log` (`log()` reads it)."""
+    `options` become a KwokConfiguration (`{"nodeLeaseParallelism": 32}`); `extra` flags are appended (e.g.
+    `-v=DEBUG`). The log is `<dir>/kwok.log` (`log()` reads it)."""
 
     def __init__(self, server: str, *, lease_seconds: int = 40, stages: list[str] | None = None,
-                 extra: tuple[str, ...] = (), name: str = "kwok"):
+                 options: dict[str, int | bool | str] | None = None, extra: tuple[str, ...] = (), name: str = "kwok"):
         self.name = name
         self.server = server
         self.dir = tempfile.mkdtemp(prefix="kwok-")
         self.kubeconfig = write_kubeconfig(os.path.join(self.dir, "kubeconfig"), server)
+        config = []
+        if options:  # KwokConfiguration options without a flag (nodeLeaseParallelism, ...)
+            config.append(os.path.join(self.dir, "kwok-config.yaml"))
+            with open(config[0], "w") as f:
+                f.write("apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:\n"
+                        + "".join(f"  {k}: {str(v).lower() if isinstance(v, bool) else v}\n"
+                                  for k, v in {**CONFIG_DEFAULTS, **options}.items()))
         self.port = free_port()
         self.argv = [kwok_binary(), "--kubeconfig", self.kubeconfig,
                      "--manage-all-nodes=false", f"--manage-nodes-with-annotation-selector={SELECTOR}",
                      f"--node-lease-duration-seconds={lease_seconds}",
                      f"--server-address=127.0.0.1:{self.port}"]
-        for path in stage_files() if stages is None else stages:
+        for path in config + (stage_files() if stages is None else stages):
             self.argv += ["--config", path]
         self.argv += list(extra)
         self.log_path = os.path.join(self.dir, "kwok.log")

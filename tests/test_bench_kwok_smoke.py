@@ -1,0 +1,55 @@
+"""Smoke tests of the kwok-driven benchmarks (issue 13 §2): `python -m bench.nodes --quick` (50 kwok nodes,
+a 21 s window, ~55 s) and `python -m bench.residency --quick --kwok` (the node-bound profile with kwok's
+nodes and pods, K = 1, 2, ~70 s) run end to end with real processes. No timing thresholds (the machine is
+shared): every figure present and positive, the heartbeat arithmetic consistent, the residency check passed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from bench.nodes import FIGURES
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(args: list[str], timeout: int) -> subprocess.CompletedProcess:
+    r = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert r.stdout.strip(), "no table on stdout"
+    return r
+
+
+def test_nodes_quick(tmp_path):
+    out = tmp_path / "nodes.json"
+    r = _run(["bench.nodes", "--quick", "--out", str(out)], 240)
+    assert "Lease share" in r.stdout and "largest node count" in r.stdout, r.stdout
+    doc = json.loads(out.read_text())
+    assert [run["nodes"] for run in doc["runs"]] == [50]
+    run = doc["runs"][0]
+    for name in FIGURES:
+        v = doc["figures"][f"n50_{name}"]
+        assert isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, (name, v)
+    # kwok renews each of the 50 Leases every ~10.2 s; the window holds whole rounds, hence the margin.
+    assert 0.6 * 50 / 10.2 <= run["lease_renewals_per_s"] <= 1.5 * 50 / 10.2, run
+    assert run["lease_share"] <= 1.0 and run["leases_leases"] == 50 and run["leases_expired"] == 0
+    assert run["probe_renewals"] > 0.5 * 5 * run["window_s"]
+    assert run["write_errors"] == 0
+    assert doc["versions"].get("etcd") and doc["versions"].get("python")
+
+
+def test_residency_kwok_quick(tmp_path):
+    out = tmp_path / "residency.json"
+    _run(["bench.residency", "--quick", "--kwok", "--profiles", "node", "--objects", "240", "--ks", "1,2",
+          "--out", str(out), "--png", str(tmp_path / "residency.png")], 300)
+    doc = json.loads(out.read_text())
+    assert list(doc["profiles"]) == ["kwok"]
+    pr = doc["profiles"]["kwok"]
+    assert pr["counts"] == {"Nodes": 20, "Leases": 20, "Pods": 200}, pr["counts"]
+    assert [r["k"] for r in pr["runs"]] == [1, 2]
+    for run in pr["runs"]:
+        assert run["check"]["passed"], run["check"]["problems"]
+        assert run["check"]["resources"]["pods"]["full_items"] == 200
+    assert doc["figures"]["kwok_k2_native_mean_over_full"] < 0.8   # the shards really split the objects

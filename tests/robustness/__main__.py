@@ -17,6 +17,7 @@ from tests.robustness.traffic import KINDS
 
 MODES = {"true": [(True, False)], "false": [(False, False)], "resident": [(True, True)],
          "both": [(True, False), (False, False)], "all": [(True, False), (False, False), (True, True)]}
+ROTATE = [(True, False), (False, False), (True, True)]   # --watch-cache rotate: seed n runs ROTATE[n % 3]
 
 
 def _one(job: tuple) -> dict:
@@ -35,11 +36,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=20.0, help="seconds of traffic (the fault's traffic after "
                                                                   "extends it until the server recovers)")
     ap.add_argument("--rate", type=float, default=100.0, help="target requests per second, all clients together")
-    ap.add_argument("--watch-cache", choices=list(MODES), default="true",
+    ap.add_argument("--watch-cache", choices=list(MODES) + ["rotate"], default="true",
                     help="true: cache on; false: --watch-cache=false; resident: cache on with --residency (one of "
-                         "two shards); both: true and false; all: all three")
-    ap.add_argument("--kind", choices=list(KINDS) + ["both"], default="configmaps",
-                    help="the resource written: ConfigMaps, or widgets (a custom resource; its CRD is created)")
+                         "two shards); both: true and false; all: all three; rotate: one of the three per seed (seed mod 3)")
+    ap.add_argument("--kind", choices=list(KINDS) + ["both", "rotate"], default="configmaps",
+                    help="the resource written: ConfigMaps, or widgets (a custom resource; its CRD is created); both; "
+                         "rotate: ConfigMaps for even seeds, widgets for odd ones")
     ap.add_argument("--jobs", type=int, default=1, help="runs at once (each its own etcd and apiserver)")
     ap.add_argument("--soak", type=float, default=0.0,
                     help="instead of the scenarios: one run of mixed traffic this many seconds long on the cache "
@@ -52,13 +54,17 @@ def main(argv: list[str] | None = None) -> int:
         seeds = list(range(int(lo), int(hi or lo) + 1))
     else:
         seeds = list(range(a.seed, a.seed + a.seeds))
-    kinds = list(KINDS) if a.kind == "both" else [a.kind]
+    def kinds_of(seed: int) -> list[str]:
+        """rotate: ConfigMaps for even seeds, the custom resource for odd ones."""
+        return list(KINDS) if a.kind == "both" else [list(KINDS)[seed % 2]] if a.kind == "rotate" else [a.kind]
+
+    def modes(seed: int) -> list:
+        return [ROTATE[seed % 3]] if a.watch_cache == "rotate" else MODES[a.watch_cache]
     if a.soak:
-        jobs = [("none", s, a.soak, a.rate, wc, res, k, 10.0) for s in seeds for wc, res in MODES[a.watch_cache]
-                for k in kinds]
+        jobs = [("none", s, a.soak, a.rate, wc, res, k, 10.0) for s in seeds for wc, res in modes(s) for k in kinds_of(s)]
     else:
         jobs = [(n, s, a.duration, a.rate, wc, res, k, 10.0) for s in seeds for n in names
-                for wc, res in MODES[a.watch_cache] for k in kinds]
+                for wc, res in modes(s) for k in kinds_of(s)]
     results = []
 
     def report(r: dict) -> None:

@@ -301,6 +301,8 @@ def check_outage(h: History, request_timeout: float, margin: float, no_answer_ok
                 out.append(Violation("outage", f"{op.kind} answered {op.status}", [op.brief()]))
             elif not op.status_kind:
                 out.append(Violation("outage", f"{op.kind} answered {op.status} without a Status", [op.brief()]))
+            elif op.status == 429 and "(Retry-After None)" in (op.error or ""):
+                out.append(Violation("outage", f"{op.kind} answered 429 without Retry-After", [op.brief()]))
     info: dict = {}
     if etcd_fault is not None:
         a, b = etcd_fault

@@ -22,7 +22,8 @@ HOT_KEYS = 3
 # apiserver (--residency) keeps the first.
 SHARDS = ("shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')",
           "shardRange(object.metadata.uid, '0x8000000000000000', '0xffffffffffffffff')")
-PAD = 24 * 1024
+PAD = 64 * 1024
+MAX_COLD = 30    # cold objects per writer at most (a long soak's state stays bounded)
 
 
 @dataclass(frozen=True)
@@ -249,6 +250,8 @@ class Traffic:
                 seq += 1
                 opid = f"{cid}-{seq}"
                 r = rng.random()
+                if len(mine) >= MAX_COLD and r < 0.75:
+                    r = 0.8                  # enough cold objects of this writer: delete one instead
                 if r < 0.3 or (r >= 0.75 and not mine):
                     name = f"c{cid}-{seq}"
                     op = Op(cid, "create", t, name=name, opid=opid)
@@ -440,6 +443,8 @@ class Traffic:
                 op.end = self.h.now()
             if chain is None and op.status == 200 and not op.error:
                 op.status, op.error = 0, "no initial-events-end bookmark"
+            if chain is None:
+                op.items = None   # no complete initial state (e.g. timeoutSeconds passed while etcd was away)
             self.h.ops.append(op)
 
     async def _read_events(self, r, chain: WatchChain, frm: int, t0: float, timeout: int) -> None:

@@ -4,12 +4,17 @@ whole API from K residency shards (front/): the same routes, endpoints, filters 
 per shard (`shard-<host:port>`), `/debug/residency` reports the shard map."""
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 from urllib.parse import urlsplit
 
+from aiohttp import web
+
 from front.shards import ShardMap
 from front.storage import FrontStorage
+from machinery import errors
 from machinery.resources import Resource
+from machinery.shard_selector import ShardSelectorError, parse_shard_selector
 
 from .app import APIServer, Config
 from .health import Health, process_memory
@@ -47,6 +52,8 @@ class FrontServer(APIServer):
         self.endpoints.watch_list_enabled = True
         self.routes.health = self.health = FrontHealth(self.health, self.shards)
         self.routes.residency_report = self.report
+        self._dispatch = self.routes.dispatch
+        self.routes.dispatch = self.dispatch   # /debug/shards first, then the API
 
     def storage_for(self, res: Resource) -> FrontStorage:
         k = (res.group, res.plural)
@@ -56,10 +63,41 @@ class FrontServer(APIServer):
         return d
 
     def report(self) -> dict[str, Any]:
-        return {"residency": "", "front": True, "shards": [
-            {"url": s.url, "residency": str(s.selector) if s.selector else None, "ready": s.ready,
-             "error": s.error, "fullResources": sorted(s.full_resources)} for s in self.shards.shards],
-            "coverage": self.shards.coverage_problem() or "ok", "resources": {}, "process": process_memory()}
+        return {"residency": "", "front": True, "shards": self.shard_map(),
+                "coverage": self.shards.coverage_problem() or "ok", "resources": {}, "process": process_memory()}
+
+    def shard_map(self) -> list[dict[str, Any]]:
+        return [{"url": s.url, "range": str(s.selector) if s.selector else None,
+                 "residency": str(s.residency) if s.residency else None, "ready": s.ready, "error": s.error,
+                 "fullResources": sorted(s.full_resources)} for s in self.shards.shards]
+
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        if request.path.rstrip("/") == "/debug/shards":
+            return await self.shards_endpoint(request)
+        return await self._dispatch(request)
+
+    async def shards_endpoint(self, request: web.Request) -> web.Response:
+        """GET: the shard map. PUT {"shards": [{"url": U, "range": "<shard selector>"}, ...]}: resharding (range
+        omitted: the shard's residency). The new map applies to requests from now on; merged watches that take
+        bookmarks end at a bookmark once every old shard has passed the current revision (their clients go on
+        through the new map from there, no relist); the others keep their shards until their timeout."""
+        if request.method == "PUT":
+            try:
+                doc = await request.json()
+                entries = [(e["url"], parse_shard_selector(e.get("range") or "")) for e in doc["shards"]]
+            except (ValueError, KeyError, TypeError, ShardSelectorError) as e:
+                raise errors.bad_request(f"shard map: {e}") from None
+            try:
+                await self.shards.replace(entries)
+            except ValueError as e:
+                raise errors.StatusError(422, "Invalid", f"shard map: {e}") from None
+            rv = await self.router.default_client().current_revision((self.etcd_prefix + "/").encode(), "front")
+            draining = [w for w in list(self.shards.watches) if w.drain(rv)]
+            for w in draining:
+                asyncio.ensure_future(w.poke())
+        elif request.method != "GET":
+            raise errors.StatusError(405, "MethodNotAllowed", "GET or PUT")
+        return web.json_response({"shards": self.shard_map()})
 
     async def start(self) -> None:
         await self.shards.start()

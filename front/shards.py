@@ -25,10 +25,16 @@ HEALTH_INTERVAL = 1.0
 @dataclass
 class Shard:
     url: str
-    selector: ShardSelector | None = None   # the shard's --residency (None: not learnt yet)
+    residency: ShardSelector | None = None   # the shard's --residency (None: not learnt yet)
     full_resources: frozenset[str] = frozenset()
     ready: bool = False
     error: str = "not contacted yet"
+    assigned: ShardSelector | None = None    # the range the front asks it for (None: its residency)
+
+    @property
+    def selector(self) -> ShardSelector | None:
+        """The range this shard answers for in the front's map: within its residency (resharding narrows it)."""
+        return self.assigned if self.assigned is not None else self.residency
 
     def overlap(self, request: ShardSelector | None) -> ShardSelector | None:
         """The part of `request` (None: everything) this shard holds, or None if nothing."""
@@ -50,7 +56,8 @@ class ShardMap:
     shards: list[Shard]
     session: aiohttp.ClientSession | None = None
     _task: asyncio.Task | None = field(default=None, repr=False)
-    changed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    # The merged watches being served (front.storage._MergedWatch): resharding drains them onto the new map.
+    watches: set = field(default_factory=set, repr=False)
 
     @classmethod
     def of(cls, urls: list[str]) -> "ShardMap":
@@ -78,23 +85,48 @@ class ShardMap:
                 log.exception("shard health check failed")
 
     async def check_all(self) -> None:
-        await asyncio.gather(*(self.check(s) for s in self.shards))
+        await asyncio.gather(*(self.check(s) for s in list(self.shards)))
+
+    # --- resharding ------------------------------------------------------------------------------
+
+    async def replace(self, entries: list[tuple[str, ShardSelector | None]]) -> list[Shard]:
+        """A new map: (url, range or None for the shard's residency). Every shard must be ready, every range
+        inside its shard's residency, and the ranges must partition the hash space; then the map is swapped at
+        once (requests already running keep the shards they started with). Returns the old map. ValueError
+        says what is wrong."""
+        known = {s.url: s for s in self.shards}
+        new = []
+        for url, rng in entries:
+            url = url.rstrip("/")
+            s = known.get(url) or Shard(url)
+            s = Shard(s.url, s.residency, s.full_resources, s.ready, s.error, rng)
+            await self.check(s)
+            if not s.ready:
+                raise ValueError(f"shard {url} is not ready ({s.error})")
+            if rng is not None and not s.residency.contains(rng):
+                raise ValueError(f"shard {url}: range {rng} is not inside its residency {s.residency}")
+            new.append(s)
+        problem = ShardMap(new).coverage_problem()
+        if problem:
+            raise ValueError(problem)
+        old, self.shards = self.shards, new
+        log.info("shard map: %s", "; ".join(f"{s.url} {s.selector}" for s in new))
+        return old
 
     async def check(self, s: Shard) -> None:
         """Learn the shard's range (once), then its readiness."""
         assert self.session is not None
         t = aiohttp.ClientTimeout(total=2)
         try:
-            if s.selector is None:
+            if s.residency is None:
                 async with self.session.get(s.url + "/debug/residency", timeout=t) as r:
                     if r.status != 200:
                         raise RuntimeError(f"/debug/residency: HTTP {r.status}")
                     doc = await r.json()
                 sel = parse_shard_selector(doc.get("residency") or "")
                 # A shard without --residency holds everything.
-                s.selector = sel if sel is not None else ShardSelector("uid", [(0, FULL)])
+                s.residency = sel if sel is not None else ShardSelector("uid", [(0, FULL)])
                 s.full_resources = frozenset(doc.get("fullResources") or ())
-                self.changed.set()
             async with self.session.get(s.url + "/readyz", timeout=t) as r:
                 ok = r.status == 200
                 s.error = "" if ok else f"/readyz: HTTP {r.status}"

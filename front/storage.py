@@ -371,6 +371,7 @@ class _MergedWatch:
         self.ended = False
         self.error: bytes | None = None
         self.wake = asyncio.Event()
+        self.drain_to = 0            # resharding: end (after a bookmark) once every shard has passed this RV
 
     async def _read(self, i: int) -> None:
         try:
@@ -387,9 +388,32 @@ class _MergedWatch:
             self.ended = True
             self.wake.set()
 
+    def drain(self, rv: int) -> bool:
+        """The shard map changed: a watch with bookmarks ends at a bookmark at or past `rv` (so its client goes on
+        from there, through the new map); one without keeps its shards until its timeout. True if it will."""
+        if not self.req.allow_bookmarks:
+            return False
+        self.drain_to = rv
+        self.wake.set()
+        return True
+
+    async def poke(self) -> None:
+        """Make every shard of this watch learn etcd's current revision now (a consistent list: the cache asks
+        etcd for progress), so their watermarks pass the drain RV even on a quiet resource."""
+        async def one(part: Part) -> None:
+            try:
+                ls = await self.st._open_list(part, None, {"limit": "1"}, None)
+                await ls.all()
+                ls.close()
+            except (errors.StatusError, serr.StorageError):
+                pass
+        await asyncio.gather(*(one(p) for p in self.parts))
+
     async def run(self, parts: list[Part], ns: str | None) -> None:
         req, sink = self.req, self.sink
+        self.parts = parts
         readers = [asyncio.create_task(self._read(i)) for i in range(len(self.watches))]
+        self.st.shards.watches.add(self)
         try:
             deadline = time.monotonic() + req.timeout
             if req.send_initial_events:
@@ -404,6 +428,10 @@ class _MergedWatch:
                     await sink.write(b"".join(req.frames.event(t, obj) for _, t, obj in out))
                 if self.error is not None:
                     await sink.write(self.error)
+                    return
+                if self.drain_to and mark >= self.drain_to:
+                    if mark > sent:
+                        await sink.write(req.frames.bookmark(mark))
                     return
                 now = time.monotonic()
                 if now >= deadline or self.ended:
@@ -420,6 +448,7 @@ class _MergedWatch:
                 except asyncio.TimeoutError:
                     pass
         finally:
+            self.st.shards.watches.discard(self)
             for r in readers:
                 r.cancel()
             await asyncio.gather(*readers, return_exceptions=True)

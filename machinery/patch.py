@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 from typing import Any
 
@@ -329,77 +330,24 @@ def json_patch(doc: Any, ops: list) -> Any:
 
 # --------------------------------------------------------------------------- strategic merge patch
 #
-# The "schema": the patchStrategy / patchMergeKey struct tags of the k8s.io/api types
-# (core/v1 types.go, apimachinery meta/v1 types.go; coordination/v1, rbac/v1 and core/v1 Event
-# carry no list tags beyond ObjectMeta). Paths are dotted field names; "[]" steps into the
-# elements of a merging list. Entry = (strategy, mergeKey); strategy "merge" on a list of
-# scalars is a set-union list. Lists not listed here are atomic (the patch replaces them).
+# The "schema": the patchStrategy / patchMergeKey struct tags of the k8s.io/api types, as upstream's
+# published OpenAPI carries them (x-kubernetes-patch-strategy / x-kubernetes-patch-merge-key), per built-in
+# resource: machinery/strategic_merge.json, derived by tools/openapi_upstream.py from the reference
+# kube-apiserver's schemas. Paths are dotted field names; "[]" steps into the elements of a list. Entry =
+# (strategy, mergeKey); strategy "merge" on a list of scalars is a set-union list. Lists not listed are
+# atomic (the patch replaces them).
 
 _MERGE = "merge"
 
-_OBJECT_META = {
-    "metadata.finalizers": (_MERGE, None),
-    "metadata.ownerReferences": (_MERGE, "uid"),
-}
 
-_CONTAINER_LISTS = {  # core/v1 Container and EphemeralContainerCommon
-    "ports": (_MERGE, "containerPort"),
-    "env": (_MERGE, "name"),
-    "volumeMounts": (_MERGE, "mountPath"),
-    "volumeDevices": (_MERGE, "devicePath"),
-}
+def _load_strategic_schema() -> dict[str, dict[str, tuple[str, str | None]]]:
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "strategic_merge.json"),
+              encoding="utf-8") as f:
+        data = json.load(f)
+    return {plural: {path: (_MERGE, key) for path, key in table.items()} for plural, table in data.items()}
 
 
-def _pod_spec(prefix: str) -> dict[str, tuple[str, str | None]]:
-    out = {
-        f"{prefix}.volumes": (_MERGE, "name"),              # merge,retainKeys
-        f"{prefix}.initContainers": (_MERGE, "name"),
-        f"{prefix}.containers": (_MERGE, "name"),
-        f"{prefix}.ephemeralContainers": (_MERGE, "name"),
-        f"{prefix}.imagePullSecrets": (_MERGE, "name"),
-        f"{prefix}.hostAliases": (_MERGE, "ip"),
-        f"{prefix}.topologySpreadConstraints": (_MERGE, "topologyKey"),
-        f"{prefix}.schedulingGates": (_MERGE, "name"),
-        f"{prefix}.resourceClaims": (_MERGE, "name"),       # merge,retainKeys
-    }
-    for c in ("initContainers", "containers", "ephemeralContainers"):
-        for f, tag in _CONTAINER_LISTS.items():
-            out[f"{prefix}.{c}[].{f}"] = tag
-    return out
-
-
-STRATEGIC_SCHEMA: dict[str, dict[str, tuple[str, str | None]]] = {
-    "namespaces": {**_OBJECT_META, "status.conditions": (_MERGE, "type")},
-    "configmaps": dict(_OBJECT_META),
-    "secrets": dict(_OBJECT_META),
-    "pods": {
-        **_OBJECT_META, **_pod_spec("spec"),
-        "status.conditions": (_MERGE, "type"),
-        "status.podIPs": (_MERGE, "ip"),
-        "status.hostIPs": (_MERGE, "ip"),
-        "status.resourceClaimStatuses": (_MERGE, "name"),   # merge,retainKeys
-    },
-    "nodes": {
-        **_OBJECT_META,
-        "spec.podCIDRs": (_MERGE, None),
-        "status.conditions": (_MERGE, "type"),
-        "status.addresses": (_MERGE, "type"),
-    },
-    "services": {
-        **_OBJECT_META,
-        "spec.ports": (_MERGE, "port"),
-        "status.conditions": (_MERGE, "type"),
-    },
-    "serviceaccounts": {**_OBJECT_META, "secrets": (_MERGE, "name")},
-    "events": dict(_OBJECT_META),
-    "leases": dict(_OBJECT_META),
-    "roles": dict(_OBJECT_META),
-    "rolebindings": dict(_OBJECT_META),
-    "clusterroles": dict(_OBJECT_META),
-    "clusterrolebindings": dict(_OBJECT_META),
-    # A built-in kind too (apiextensions v1 types carry no patchStrategy tags): only ObjectMeta's.
-    "customresourcedefinitions": dict(_OBJECT_META),
-}
+STRATEGIC_SCHEMA: dict[str, dict[str, tuple[str, str | None]]] = _load_strategic_schema()
 
 _DIRECTIVE = "$patch"
 _RETAIN_KEYS = "$retainKeys"

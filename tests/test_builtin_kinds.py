@@ -130,3 +130,45 @@ def test_every_kind_through_our_server(api):
     stop.set()
     missing = {k for k in want if not {"ADDED", "DELETED"} <= seen.get(k, set())}
     assert not missing, missing
+
+
+def test_openapi_extract_and_merge_tables_are_current(kube_apiserver):
+    """apiserver/openapi_upstream.json equals a fresh extract from the reference, and
+    machinery/strategic_merge.json the merge tables derived from it (tools/openapi_upstream.py)."""
+    from tests.helpers.client import Api
+    oa = load_tool("openapi_upstream")
+    api = Api(kube_apiserver.url, cert=kube_apiserver.client_cert, verify=kube_apiserver.ca)
+
+    def get(path):
+        r = api.get(path, timeout=120)
+        assert r.status_code == 200, r.text
+        return r.json()
+    data = oa.extract(get)
+    with open(oa.OUT, encoding="utf-8") as f:
+        assert f.read() == oa.render(data), "apiserver/openapi_upstream.json is stale: run python tools/openapi_upstream.py"
+    with open(oa.SMP_OUT, encoding="utf-8") as f:
+        assert f.read() == oa.render(oa.strategic_merge_tables(data)), "machinery/strategic_merge.json is stale"
+
+
+def test_strategic_merge_patch_of_a_new_kind(differential_api, request):
+    """A Deployment's containers merge by name and their env by name, as on kube-apiserver (the merge keys
+    come from upstream's OpenAPI)."""
+    api = differential_api
+    ns = f"smp-{abs(hash(request.node.nodeid)) % 10**6}"
+    assert api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                           "metadata": {"name": ns}}).status_code == 201
+    labels = {"app": "web"}
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": ns},
+           "spec": {"selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {
+               "containers": [{"name": "a", "image": "nginx", "env": [{"name": "X", "value": "1"}]},
+                              {"name": "b", "image": "busybox"}]}}}}
+    base = f"/apis/apps/v1/namespaces/{ns}/deployments"
+    assert api.post(base, dep).status_code == 201, api.post(base, dep).text
+    patch = {"spec": {"template": {"spec": {"containers": [
+        {"name": "a", "env": [{"name": "Y", "value": "2"}]}, {"name": "c", "image": "redis"}]}}}}
+    r = api.patch(f"{base}/web", patch, "application/strategic-merge-patch+json")
+    assert r.status_code == 200, r.text
+    got = [(c["name"], c["image"], c.get("env")) for c in r.json()["spec"]["template"]["spec"]["containers"]]
+    assert got == [("a", "nginx", [{"name": "Y", "value": "2"}, {"name": "X", "value": "1"}]),
+                   ("c", "redis", None), ("b", "busybox", None)]
+    api.delete(f"/api/v1/namespaces/{ns}")

@@ -427,6 +427,9 @@ def test_unsupported_content_types_415():
 
 
 def test_schema_covers_the_kinds_kubectl_applies():
-    assert set(STRATEGIC_SCHEMA) == {"namespaces", "configmaps", "secrets", "pods", "nodes", "services",
-                                     "serviceaccounts", "events", "leases", "roles", "rolebindings",
-                                     "clusterroles", "clusterrolebindings", "customresourcedefinitions"}
+    # every served built-in kind, from upstream's published OpenAPI (machinery/strategic_merge.json)
+    from machinery.resources import BUILTINS
+    assert set(STRATEGIC_SCHEMA) == {r.plural for r in BUILTINS}
+    assert STRATEGIC_SCHEMA["deployments"]["spec.template.spec.containers"] == ("merge", "name")
+    assert STRATEGIC_SCHEMA["deployments"]["spec.template.spec.containers[].ports"] == ("merge", "containerPort")
+    assert STRATEGIC_SCHEMA["nodes"]["status.conditions"] == ("merge", "type")

@@ -17,8 +17,15 @@ Writes `apiserver/openapi_upstream.json`:
 * `parameters`: the query and path parameters of the resource operations, by name (the `fieldManager`
   of PATCH differs: `fieldManager+patch`), as documented by the Go option types.
 
-The tests compare what our server serves with a running kube-apiserver; this file only needs
-regenerating when the reference version changes (tests/test_http_discovery.py fails when it is stale).
+And `machinery/strategic_merge.json`, derived from those schemas (`strategic_merge_tables`): per built-in
+resource (plural), every list field strategic merge patch merges, as a dotted path (`[]` steps into the
+elements of a list) -> its merge key (null for a list of scalars merged as a set). These are the published
+`x-kubernetes-patch-strategy` / `x-kubernetes-patch-merge-key` of the Go types' `patchStrategy` /
+`patchMergeKey` tags, which upstream's strategic merge patch follows (`PatchMetaFromStruct`); list-map keys
+(`x-kubernetes-list-map-keys`) only matter to server-side apply and are not used. machinery/patch.py reads it.
+
+The tests compare what our server serves with a running kube-apiserver; these files only need
+regenerating when the reference version changes (tests/test_http_discovery.py fails when they are stale).
 """
 from __future__ import annotations
 
@@ -30,6 +37,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 OUT = os.path.join(ROOT, "apiserver", "openapi_upstream.json")
+SMP_OUT = os.path.join(ROOT, "machinery", "strategic_merge.json")
 
 META = "io.k8s.apimachinery.pkg.apis.meta.v1."
 # The parameters of the operations this project serves (connect/log/exec options are not).
@@ -109,6 +117,44 @@ def extract(get) -> dict:
             "schemas": dict(sorted(closure.items()))}
 
 
+def _ref_of(prop: dict) -> str | None:
+    """The schema a property refers to: `$ref`, or v3's `allOf: [{$ref}]` wrapper."""
+    if "$ref" in prop:
+        return prop["$ref"].rsplit("/", 1)[-1]
+    return next((a["$ref"].rsplit("/", 1)[-1] for a in prop.get("allOf", []) if "$ref" in a), None)
+
+
+def _merge_lists(schemas: dict, name: str, path: str, out: dict, stack: frozenset) -> None:
+    if name in stack:  # recursive types (JSONSchemaProps): upstream's tags repeat, the paths would not end
+        return
+    stack = stack | {name}
+    for field, prop in schemas[name].get("properties", {}).items():
+        fp = f"{path}.{field}" if path else field
+        if prop.get("type") == "array":
+            if "merge" in prop.get("x-kubernetes-patch-strategy", "").split(","):
+                out[fp] = prop.get("x-kubernetes-patch-merge-key")
+            ref = _ref_of(prop.get("items", {}))
+            if ref:
+                _merge_lists(schemas, ref, fp + "[]", out, stack)
+        else:
+            ref = _ref_of(prop)
+            if ref:
+                _merge_lists(schemas, ref, fp, out, stack)
+
+
+def strategic_merge_tables(data: dict) -> dict:
+    """machinery/strategic_merge.json from the extracted schemas (`data`: openapi_upstream.json's content)."""
+    sys.path.insert(0, ROOT)
+    from machinery.resources import BUILTINS  # noqa: PLC0415
+    out: dict = {}
+    for r in sorted(BUILTINS, key=lambda r: r.plural):
+        assert r.plural not in out, f"two served kinds named {r.plural}"
+        table: dict = {}
+        _merge_lists(data["schemas"], data["kinds"][f"{r.group}/{r.version}/{r.kind}"], "", table, frozenset())
+        out[r.plural] = dict(sorted(table.items()))
+    return out
+
+
 def _start_and_extract() -> dict:
     sys.path.insert(0, ROOT)
     from tests.helpers.client import Api  # noqa: PLC0415
@@ -132,16 +178,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="compare with the committed file instead of writing it")
     args = ap.parse_args(argv)
-    text = render(_start_and_extract())
+    data = _start_and_extract()
+    texts = {OUT: render(data), SMP_OUT: render(strategic_merge_tables(data))}
     if args.check:
-        with open(OUT, encoding="utf-8") as f:
-            if f.read() != text:
-                print(f"{OUT} is stale: run python tools/openapi_upstream.py", file=sys.stderr)
-                return 1
-        return 0
-    with open(OUT, "w", encoding="utf-8") as f:
-        f.write(text)
-    print(OUT, file=sys.stderr)
+        stale = False
+        for path, text in texts.items():
+            with open(path, encoding="utf-8") as f:
+                if f.read() != text:
+                    print(f"{path} is stale: run python tools/openapi_upstream.py", file=sys.stderr)
+                    stale = True
+        return int(stale)
+    for path, text in texts.items():
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        print(path, file=sys.stderr)
     return 0
 
 

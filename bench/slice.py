@@ -2,8 +2,9 @@
 against one full replica, over one etcd, for K = 1, 2, 4.
 
     .venv/bin/python -m bench.slice [--quick] [--ks 1,2,4] [--profiles churn,state] [--objects N]
-                                    [--churn-seconds S] [--rate R] [--lists N]
-                                    [--out bench/out/slice.json] [--docs] [--png bench/out/slice.png]
+                                    [--churn-seconds S] [--rate R] [--lists N] [--big N]
+                                    [--list-path PROFILE=PATH] [--out bench/out/slice.json] [--docs]
+                                    [--png bench/out/slice.png]
 
 Per profile the objects are loaded once through a `--watch-cache=false` loader; a full replica (one
 ordinary apiserver, cache on) runs beside every slice. Per K a slice is started (`shardslice.launcher.Slice`:
@@ -18,7 +19,8 @@ measured while the profile's writers run:
   each by the owner of its UID's range; out-of-range reads/writes 0.
 * state-bound: bench/workloads.StateProfile (ConfigMaps, Secrets, Pods, RoleBindings, a few 100 KB
   ConfigMaps; shards with `--residency-full-resources namespaces,customresourcedefinitions`), a trickle of
-  ConfigMap updates.
+  ConfigMap updates; `--big N` adds N more 100 KB ConfigMaps (the same shapes, more bytes: at 8,000
+  objects every process's ~65 MiB empty floor dominates RSS, so the memory target is for large states).
 
 Then, writers stopped: `--lists` unsharded consistent lists (`/apis/.../widgets`, `/api/v1/configmaps`)
 through the front and on the full replica (p50/p99), and on one shard (the unsharded list a shard sends to
@@ -48,11 +50,14 @@ import orjson
 from bench.harness import (Apiserver, BenchError, current_etcd, get_json, log, post, proc_status_kib, run_pool,
                            stop_all, versions, wait_all_ready_async, write_json)
 from bench.report import MIB, pct, render
-from bench.workloads import STATE_FULL_RESOURCES, StateProfile, ensure_namespace, paced
+from bench.workloads import StateProfile, blob_configmap, ensure_namespace, paced
 from shardslice import widgets
 from shardslice.launcher import Slice, front_available
 
 NS = "churn"
+# The etcd requests a list can cause: a range read of the resource, the current revision (a consistent list).
+# Every apiserver also sends periodic ones (object counts, "count"; single-key reads, "get") whatever the lists.
+LIST_READS = ("list", "getCurrentResourceVersion")
 JSON_CT = {"Content-Type": "application/json"}
 _METRIC = re.compile(r'^etcd_requests_total\{operation="([^"]*)",type="([^"]*)"\} ([0-9.e+]+)$', re.M)
 
@@ -143,7 +148,20 @@ class SliceChurn:
 
 
 class SliceState(StateProfile):
+    """bench/workloads.StateProfile, plus `big` more 100 KB ConfigMaps (--big: the same shapes with more
+    bytes, so the objects rather than the processes' floors dominate RSS)."""
     list_path = "/api/v1/configmaps"
+    big = 0
+
+    async def load(self, s, base, clients):
+        await super().load(s, base, clients)
+        first = max(2, self.n // 1000)
+
+        async def op(i):
+            ns = f"state-{i % self.NS}"
+            await self.create(s, base, f"/api/v1/namespaces/{ns}/configmaps", blob_configmap(ns, first + i),
+                              "100KB-ConfigMaps")
+        await run_pool(self.big, min(clients, 4), op, "more big", steps=5)
 
     async def writer(self, s, base, stop: asyncio.Event, rate: float):   # noqa: ARG002 (its own trickle)
         await super().writer(s, base, stop)
@@ -322,7 +340,7 @@ async def run_k(s, k: int, etcd_ep: str, prefix: str, prof, full: Apiserver, loa
     sl = Slice(k, etcd_servers=etcd_ep, etcd_prefix=prefix, shard_args=extra, log_dir=log_dir)
     log(f"K={k}: starting {k} shard(s), {'the front, ' if front_available() else ''}{k} controller(s)")
     t0 = time.perf_counter()
-    await asyncio.to_thread(sl.start, 300.0)
+    await asyncio.to_thread(sl.start, a.start_timeout)
     start_s = time.perf_counter() - t0
     try:
         apis = [p.base for p in ([sl.front] if sl.front else []) + sl.shards]
@@ -387,6 +405,8 @@ async def run_k(s, k: int, etcd_ep: str, prefix: str, prof, full: Apiserver, loa
         s_after = await etcd_requests(s, sl.shards[0].base)
         lists["shard_to_etcd"] = dict(stats(lat), items=items, etcd_requests_per_list=sum(
             delta(s_after, s_before).values()) / a.lists, etcd_ops=delta(s_after, s_before))
+        for lst in lists.values():
+            lst["etcd_reads_per_list"] = sum(lst["etcd_ops"].get(op, 0.0) for op in LIST_READS) / lst["n"]
         sl.check_alive()
         run = {"k": k, "selectors": [str(x) for x in sl.selectors], "front": bool(sl.front), "start_s": start_s,
                "writes": writes, "write_errors": prof.write_errors, "writes_per_s": writes / (t_end - t_start),
@@ -419,6 +439,10 @@ async def measure_floor(s, etcd_ep: str) -> int:
 
 async def run_profile(s, etcd_ep: str, name: str, a: argparse.Namespace, log_dir: str) -> dict:
     prof = PROFILES[name](a.objects)
+    if name == "state":
+        prof.big = a.big
+    if a.list_path.get(name):
+        prof.list_path = a.list_path[name]
     prefix = f"/registry-slice-{name}-{os.getpid()}"
     loader = Apiserver(etcd_ep, "--watch-cache=false", etcd_prefix=prefix, name=f"{name}-loader",
                        log_name="bench-slice-loader").start()
@@ -454,7 +478,7 @@ def above_floor(run: dict, floor: int) -> str:
 def per_list(lst: dict | None) -> str:
     if not lst:
         return "n/a"
-    return f"{lst['etcd_requests_per_list']:.1f} ({lst['etcd_ops'].get('list', 0.0) / lst['n']:.1f})"
+    return f"{lst['etcd_reads_per_list']:.1f} ({lst['etcd_ops'].get('list', 0.0) / lst['n']:.1f})"
 
 
 def ratio(a, b) -> str:
@@ -523,13 +547,13 @@ def table(doc: dict) -> str:
                 f"{R['duplicates']}/{R['out_of_range_reads'] + R['out_of_range_writes'] + R['outside_range_by_uid']}"))
         lines.append(render(rows, ("K", "slice RSS MiB", "full MiB", "slice/full", "-floor", "slice/(K*full)",
                                    "list p50/p99 front", "list p50/p99 full", "front/full p50", "list p50 shard->etcd",
-                                   "watch p99 front/direct", "etcd lists", "etcd req (lists) per list front/full/shard",
+                                   "watch p99 front/direct", "etcd lists", "etcd reads (lists) per list front/full/shard",
                                    "reconcile p50/p99", "reconciles/s", "dup/out")))
     lines.append("")
     lines.append("# slice RSS = front + K shards (VmRSS while the writers run, after gc); -floor = the same ratio with "
                  "an empty apiserver's RSS taken from every process; the controllers are clients and "
                  "not counted (their RSS is in the JSON); etcd lists = etcd range reads of a whole resource by the front "
-                 "and shards after start-up; etcd req (lists) per list = all etcd requests of the serving processes per unsharded list (of them, range reads of a whole resource); "
+                 "and shards after start-up; etcd reads (lists) per list = range reads and current-revision reads of the serving processes per unsharded list (of them, range reads of a whole resource; the periodic count and get requests every apiserver makes are in the JSON); "
                  "reconcile latency from the write's acknowledgement to the status write; dup/out = generations "
                  "reconciled twice / objects read or written outside a controller's range")
     lines.append("")
@@ -623,6 +647,11 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--rate", type=float, default=60.0, help="churn writes per second (create:update:delete 1:1:1)")
     p.add_argument("--lists", type=int, default=20, help="unsharded lists per path")
     p.add_argument("--clients", type=int, default=8)
+    p.add_argument("--start-timeout", type=float, default=300.0, help="seconds for a slice to be ready")
+    p.add_argument("--big", type=int, default=0, help="state-bound: this many more 100 KB ConfigMaps")
+    p.add_argument("--list-path", action="append", default=[], metavar="PROFILE=PATH",
+                   help="the unsharded list of a profile (default: churn=/apis/slice.example.com/v1/widgets, "
+                        "state=/api/v1/configmaps)")
     p.add_argument("--out", default="bench/out/slice.json")
     p.add_argument("--png", default="bench/out/slice.png")
     p.add_argument("--docs", action="store_true", help="also write docs/slice.json and docs/slice.png")
@@ -630,6 +659,7 @@ def main(argv: list[str] | None = None) -> dict:
         p.set_defaults(ks="1,2", objects=300, churn_seconds=4.0, rate=30.0, lists=5)
     a = p.parse_args(argv)
     a.ks = [int(x) for x in a.ks.split(",")]
+    a.list_path = dict(x.split("=", 1) for x in a.list_path)
     a.profiles = [x for x in a.profiles.split(",") if x]
     for x in a.profiles:
         if x not in PROFILES:

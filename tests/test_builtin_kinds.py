@@ -27,6 +27,8 @@ tool = load_tool("discovery_upstream")
 with open(os.path.join(ROOT, "machinery", "builtin_resources.json"), encoding="utf-8") as f:
     DATA = json.load(f)
 STORED = [e for e in DATA["resources"] if "storageVersionHash" in e]
+LOW = "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')"
+HIGH = "shardRange(object.metadata.uid, '0x8000000000000000', '0xffffffffffffffff')"
 
 
 def _base(r) -> str:
@@ -91,7 +93,7 @@ def test_resources_carry_upstream_discovery():
 
 def test_every_kind_through_our_server(api):
     """One object of every kind: the etcd key and the DELETE answer as upstream's (the reference's, recorded in
-    the data file), and in between get, list and a watch see it (cache or etcd, as the server runs)."""
+    the data file), and in between get, sharded lists and a watch see it (cache or etcd, as the server runs)."""
     entries = [e for e in STORED if (e["group"], e["version"], e["plural"])
                in {(r.group, r.version, r.plural) for r in BUILTINS}]
     # a watch on every kind from now on: each must see its ADDED event
@@ -118,7 +120,19 @@ def test_every_kind_through_our_server(api):
         t.start()
     time.sleep(1)
     prefix = api.etcd_prefix if hasattr(api, "etcd_prefix") else f"/registry-http{os.getpid()}"
-    keys, deleted = tool.probe(api, api.etcd.endpoint, prefix, entries)
+    def inspect(paths):
+        """Each object: a GET answers it, and exactly one of two complementary shardSelectors lists it."""
+        for gr, path in paths.items():
+            r = api.get(path)
+            assert r.status_code == 200 and r.json()["metadata"]["name"] == path.rsplit("/", 1)[1], (gr, r.text)
+            coll = path.rsplit("/", 1)[0]
+            found = []
+            for sel in (LOW, HIGH):
+                lst = api.get(coll, params={"shardSelector": sel})
+                assert lst.status_code == 200, (gr, lst.text)
+                found += [i["metadata"]["name"] for i in lst.json()["items"] if i["metadata"]["name"] == path.rsplit("/", 1)[1]]
+            assert len(found) == 1, (gr, found)
+    keys, deleted = tool.probe(api, api.etcd.endpoint, prefix, entries, inspect=inspect)
     for e in entries:
         gr = (e["group"], e["plural"])
         assert keys[gr] == e["key"], gr

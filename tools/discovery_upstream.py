@@ -229,11 +229,13 @@ def extract(api, etcd_endpoint: str) -> dict:
             "groups": groups, "resources": resources}
 
 
-def probe(api, etcd_endpoint: str, prefix: str, resources: list[dict], ns: str = NS) -> tuple[dict, dict]:
+def probe(api, etcd_endpoint: str, prefix: str, resources: list[dict], ns: str = NS,
+          inspect=None) -> tuple[dict, dict]:
     """Create one object of every stored resource (its first version listed) through the server `api` (whose
     etcd prefix is `prefix`) in a new namespace `ns`, read back its etcd key, then delete it:
     ({(group, plural): key}, {(group, plural): DELETE answers with the object}). Also run against this
-    project's server by tests/test_builtin_kinds.py."""
+    project's server by tests/test_builtin_kinds.py, whose `inspect({(group, plural): object path})` looks at the
+    objects before they are deleted."""
     import asyncio
 
     from storage.etcd import EtcdClient
@@ -282,6 +284,8 @@ def probe(api, etcd_endpoint: str, prefix: str, resources: list[dict], ns: str =
             path = path[:-len(ns) - 1]
         if out.setdefault(gr, path) != path:
             raise SystemExit(f"{gr}: two keys {out[gr]} and {path}")
+    if inspect is not None:
+        inspect(paths)
     deleted = {gr: _returns_deleted_object(api, p) for gr, p in paths.items()}
     return out, deleted
 

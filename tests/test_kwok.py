@@ -182,24 +182,17 @@ def api(differential_api):
     return differential_api
 
 
-@pytest.fixture
-def ns(api):
-    name = f"grace-{uuid.uuid4().hex[:8]}"
-    r = api.post("/api/v1/namespaces", {"metadata": {"name": name}})
-    assert r.status_code == 201, r.text
-    return name
-
-
 def _create(api, ns, body) -> dict:
     r = api.post(f"/api/v1/namespaces/{ns}/pods", body)
     assert r.status_code == 201, r.text
     return r.json()
 
 
-def test_pod_graceful_deletion(api, ns):
+def test_pod_graceful_deletion(api, namespace):
     """A scheduled pod's DELETE sets deletionTimestamp and deletionGracePeriodSeconds (its
     terminationGracePeriodSeconds, or the request's gracePeriodSeconds) and keeps the pod; a later DELETE
     may only shorten it; gracePeriodSeconds=0 deletes. An unscheduled or terminated pod goes at once."""
+    ns = namespace
     base = f"/api/v1/namespaces/{ns}/pods"
     created = _create(api, ns, pod("bound", "node-a", grace=30))
     watch = api.get(base, params={"watch": "1", "fieldSelector": "metadata.name=bound",

@@ -65,41 +65,25 @@ def kwok_node(name: str, *, labels: dict | None = None, cpu: str = "32", memory:
             "status": {"allocatable": dict(res), "capacity": dict(res)}}
 
 
-class KwokProcess:
-    """One kwok process against `server`; started by `start()` (or as a context manager), stopped by pid.
+class _Component:
+    """A Go control-plane component run against an apiserver: its own directory (kubeconfig, config, log),
+    HOME pointed there and KUBECONFIG unset (nothing of the machine's joins its configuration), output to
+    `<dir>/<log_name>`; `start()` (or a context manager), `stop()` by pid."""
+    log_name = ""
 
-    `options` become a KwokConfiguration (`{"nodeLeaseParallelism": 32}`); `extra` flags are appended (e.g.
-    `-v=DEBUG`). The log is `<dir>/kwok.log` (`log()` reads it)."""
-
-    def __init__(self, server: str, *, lease_seconds: int = 40, stages: list[str] | None = None,
-                 options: dict[str, int | bool | str] | None = None, extra: tuple[str, ...] = (), name: str = "kwok"):
-        self.name = name
+    def __init__(self, server: str, prefix: str):
         self.server = server
-        self.dir = tempfile.mkdtemp(prefix="kwok-")
+        self.dir = tempfile.mkdtemp(prefix=prefix)
         self.kubeconfig = write_kubeconfig(os.path.join(self.dir, "kubeconfig"), server)
-        config = []
-        if options:  # KwokConfiguration options without a flag (nodeLeaseParallelism, ...)
-            config.append(os.path.join(self.dir, "kwok-config.yaml"))
-            with open(config[0], "w") as f:
-                f.write("apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:\n"
-                        + "".join(f"  {k}: {str(v).lower() if isinstance(v, bool) else v}\n"
-                                  for k, v in {**CONFIG_DEFAULTS, **options}.items()))
-        self.port = free_port()
-        self.argv = [kwok_binary(), "--kubeconfig", self.kubeconfig,
-                     "--manage-all-nodes=false", f"--manage-nodes-with-annotation-selector={SELECTOR}",
-                     f"--node-lease-duration-seconds={lease_seconds}",
-                     f"--server-address=127.0.0.1:{self.port}"]
-        for path in config + (stage_files() if stages is None else stages):
-            self.argv += ["--config", path]
-        self.argv += list(extra)
-        self.log_path = os.path.join(self.dir, "kwok.log")
+        self.log_path = os.path.join(self.dir, self.log_name)
+        self.argv: list[str] = []
         self.popen: subprocess.Popen | None = None
 
     @property
     def pid(self) -> int:
         return self.popen.pid
 
-    def start(self) -> "KwokProcess":
+    def start(self):
         env = dict(os.environ, HOME=self.dir)
         env.pop("KUBECONFIG", None)
         with open(self.log_path, "wb") as log:
@@ -123,11 +107,39 @@ class KwokProcess:
         if not keep_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
 
-    def __enter__(self) -> "KwokProcess":
+    def __enter__(self):
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class KwokProcess(_Component):
+    """One kwok process against `server`; started by `start()` (or as a context manager), stopped by pid.
+
+    `options` become a KwokConfiguration (`{"nodeLeaseParallelism": 32}`); `extra` flags are appended (e.g.
+    `-v=DEBUG`). The log is `<dir>/kwok.log` (`log()` reads it)."""
+    log_name = "kwok.log"
+
+    def __init__(self, server: str, *, lease_seconds: int = 40, stages: list[str] | None = None,
+                 options: dict[str, int | bool | str] | None = None, extra: tuple[str, ...] = (), name: str = "kwok"):
+        super().__init__(server, "kwok-")
+        self.name = name
+        config = []
+        if options:  # KwokConfiguration options without a flag (nodeLeaseParallelism, ...)
+            config.append(os.path.join(self.dir, "kwok-config.yaml"))
+            with open(config[0], "w") as f:
+                f.write("apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:\n"
+                        + "".join(f"  {k}: {str(v).lower() if isinstance(v, bool) else v}\n"
+                                  for k, v in {**CONFIG_DEFAULTS, **options}.items()))
+        self.port = free_port()
+        self.argv = [kwok_binary(), "--kubeconfig", self.kubeconfig,
+                     "--manage-all-nodes=false", f"--manage-nodes-with-annotation-selector={SELECTOR}",
+                     f"--node-lease-duration-seconds={lease_seconds}",
+                     f"--server-address=127.0.0.1:{self.port}"]
+        for path in config + (stage_files() if stages is None else stages):
+            self.argv += ["--config", path]
+        self.argv += list(extra)
 
 
 def kube_scheduler_binary() -> str:
@@ -135,14 +147,14 @@ def kube_scheduler_binary() -> str:
     return load_tool("build_kube_scheduler").ensure_kube_scheduler()
 
 
-class KubeSchedulerProcess:
+class KubeSchedulerProcess(_Component):
     """kube-scheduler against `server`: a KubeSchedulerConfiguration with the kubeconfig and leader election
     off, its own HTTPS port on loopback (self-signed; /healthz, /readyz and /metrics need no credentials),
     no delegated authentication or authorization lookups. Log (`-v=<verbosity>`) in `<dir>/kube-scheduler.log`."""
+    log_name = "kube-scheduler.log"
 
     def __init__(self, server: str, *, verbosity: int = 2, qps: int = 200, extra: tuple[str, ...] = ()):
-        self.dir = tempfile.mkdtemp(prefix="kube-scheduler-")
-        self.kubeconfig = write_kubeconfig(os.path.join(self.dir, "kubeconfig"), server)
+        super().__init__(server, "kube-scheduler-")
         self.config = os.path.join(self.dir, "config.yaml")
         with open(self.config, "w") as f:
             f.write("\n".join([
@@ -155,30 +167,6 @@ class KubeSchedulerProcess:
                      f"--secure-port={self.port}", f"--cert-dir={self.dir}",
                      "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
                      f"-v={verbosity}", *extra]
-        self.log_path = os.path.join(self.dir, "kube-scheduler.log")
-        self.popen: subprocess.Popen | None = None
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def start(self) -> "KubeSchedulerProcess":
-        env = dict(os.environ, HOME=self.dir)
-        env.pop("KUBECONFIG", None)
-        with open(self.log_path, "wb") as log:
-            self.popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          cwd=self.dir, env=env)
-        return self
-
-    def alive(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
-
-    def log(self) -> str:
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return f.read()
-        except FileNotFoundError:
-            return ""
 
     def get(self, path: str, timeout: float = 5.0) -> tuple[int, str]:
         """GET on the scheduler's own HTTPS port (self-signed: not verified): (status, body)."""
@@ -195,8 +183,3 @@ class KubeSchedulerProcess:
             return e.code, e.read().decode(errors="replace")
         except OSError as e:
             return 0, str(e)
-
-    def stop(self, timeout: float = 10.0, keep_dir: bool = False) -> None:
-        stop_process(self.popen, timeout)
-        if not keep_dir:
-            shutil.rmtree(self.dir, ignore_errors=True)

@@ -16,7 +16,9 @@ measured while the profile's writers run:
   watch through the front and one on the full replica, latency from each write's acknowledgement to its
   event. Reconcile latency: from the write's acknowledgement to the controller's status write.
   Exactly once: no (uid, generation) reconciled twice, every live object's last generation reconciled,
-  each by the owner of its UID's range; out-of-range reads/writes 0.
+  each by the owner of its UID's range; out-of-range reads/writes 0. Capacity (`--burst N`): the
+  controllers stopped (SIGSTOP), N Widgets given a new generation, the controllers continued: reconciles
+  per second until the backlog is written.
 * state-bound: bench/workloads.StateProfile (ConfigMaps, Secrets, Pods, RoleBindings, a few 100 KB
   ConfigMaps; shards with `--residency-full-resources namespaces,customresourcedefinitions`), a trickle of
   ConfigMap updates; `--big N` adds N more 100 KB ConfigMaps (the same shapes, more bytes: at 8,000
@@ -39,6 +41,7 @@ import asyncio
 import os
 import random
 import re
+import signal
 import statistics
 import sys
 import tempfile
@@ -334,6 +337,58 @@ def reconcile_report(prof, docs: list[dict], sl: Slice, live: list[dict], t_star
                                 "counts": d["counts"]} for d in docs]}
 
 
+async def backlog(s, sl: Slice, prof: SliceChurn, base: str, docs: list[dict], n: int) -> dict:
+    """Capacity: the controllers stopped (SIGSTOP), `n` Widgets given a new generation, the controllers
+    continued (SIGCONT): reconciles per second until every one of those generations is written, and the
+    exactly-once / in-range checks over every record of this K."""
+    url = base + widgets.collection(NS)
+    names = prof.live[:n]
+    since = [d["reconciles_total"] for d in docs]
+    want: dict[tuple[str, int], float] = {}
+    for c in sl.controllers:
+        os.kill(c.pid, signal.SIGSTOP)
+    try:
+        async def op(i):
+            prof.seq += 1
+            async with s.patch(f"{url}/{names[i]}", data=orjson.dumps({"spec": {"size": 100 + prof.seq}}),
+                               headers={"Content-Type": "application/merge-patch+json"}) as r:
+                body = await r.read()
+                if r.status == 200:
+                    md = orjson.loads(body)["metadata"]
+                    want[(md["uid"], md["generation"])] = time.time()
+        await run_pool(len(names), 16, op, "backlog writes", steps=0)
+    finally:
+        for c in sl.controllers:
+            os.kill(c.pid, signal.SIGCONT)
+    t0 = time.time()
+    done: dict[tuple[str, int], float] = {}
+    deadline = time.monotonic() + 600
+    while len(done) < len(want) and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+        for i, c in enumerate(sl.controllers):
+            for r in (await get_json(s, c.base + "/debug/controller", {"since": str(since[i])}))["reconciles"]:
+                since[i] += 1
+                key = (r["uid"], r["generation"])
+                if key in want:
+                    done[key] = r["done"]
+    after = await controller_docs(s, sl)
+    seen: set = set()
+    dup = outside = 0
+    for d, c in zip(after, sl.controllers):
+        for r in d["reconciles"]:
+            key = (r["uid"], r["generation"])
+            dup += key in seen
+            seen.add(key)
+            outside += not c.selector.matches(r["uid"], r["namespace"])
+    last = max(done.values(), default=t0)
+    return {"objects": len(want), "reconciled": len(done), "drain_s": last - t0,
+            "throughput_per_s": len(done) / (last - t0) if last > t0 else 0.0,
+            "latency_from_continue_ms": stats([(t - t0) * 1000.0 for t in done.values()]),
+            "duplicates_all_records": dup, "outside_range_all_records": outside,
+            "out_of_range_reads": sum(d["counts"]["out_of_range_reads"] for d in after),
+            "relists_410": sum(d["counts"]["relists_410"] for d in after)}
+
+
 async def run_k(s, k: int, etcd_ep: str, prefix: str, prof, full: Apiserver, loader: Apiserver,
                 a: argparse.Namespace, log_dir: str) -> dict:
     extra = ("--residency-full-resources", prof.full_resources) if prof.full_resources else ()
@@ -384,6 +439,7 @@ async def run_k(s, k: int, etcd_ep: str, prefix: str, prof, full: Apiserver, loa
         docs = await controller_docs(s, sl)
         live = (await get_json(s, full.base + widgets.collection()))["items"] if isinstance(prof, SliceChurn) else []
         rec = reconcile_report(prof, docs, sl, live, t_start, t_end)
+        burst = await backlog(s, sl, prof, write_base, docs, a.burst) if isinstance(prof, SliceChurn) else None
         # unsharded lists, writers stopped: the front, the full replica
         lists = {}
         e_before = await etcd_requests_sum(s, apis)
@@ -415,7 +471,7 @@ async def run_k(s, k: int, etcd_ep: str, prefix: str, prof, full: Apiserver, loa
                "etcd_after_startup": delta(etcd_after, etcd0),
                "etcd_full_range_reads_after_startup": delta(etcd_after, etcd0).get("list", 0.0),
                "full_replica_etcd_during_run": delta(full_after, full0),
-               "lists": lists, "watch": watch, "reconcile": rec}
+               "lists": lists, "watch": watch, "reconcile": rec, "backlog": burst}
         log(f"K={k}: RSS slice {run['rss_slice_bytes'] / MIB:.0f} MiB vs full {rss['full'] / MIB:.0f} MiB; "
             f"reconcile p99 {fmt_ms(rec['latency_ms']['p99'])}; duplicates {rec['duplicates']}, out of range "
             f"{rec['out_of_range_reads'] + rec['out_of_range_writes'] + rec['outside_range_by_uid']}; etcd lists "
@@ -513,6 +569,8 @@ def targets(doc: dict) -> list[dict]:
             bad = sum(r["reconcile"]["duplicates"] + r["reconcile"]["out_of_range_reads"]
                       + r["reconcile"]["out_of_range_writes"] + r["reconcile"]["outside_range_by_uid"]
                       + r["reconcile"]["final_generation_unreconciled"] for r in pr["runs"])
+            bad += sum(b["duplicates_all_records"] + b["outside_range_all_records"] + b["out_of_range_reads"]
+                       + b["objects"] - b["reconciled"] for b in (r["backlog"] for r in pr["runs"]) if b)
             out.append({"profile": name, "target": "every generation reconciled at most once, in range; every final "
                         "generation reconciled (all K)", "value": f"{bad} violations", "met": bad == 0})
     return out
@@ -526,35 +584,42 @@ def table(doc: dict) -> str:
     for name, pr in doc["profiles"].items():
         lines.append("")
         lines.append(f"## {pr['title']}: {pr['description']}; unsharded list {pr['list_path']}")
-        rows = []
+        mem, lat = [], []
         for r in pr["runs"]:
             full = r["rss"]["full"]
             L, W, R = r["lists"], r["watch"], r["reconcile"]
             fr = L.get("front")
-            rows.append((
-                str(r["k"]), f"{r['rss_slice_bytes'] / MIB:.0f}", f"{full / MIB:.0f}",
+            mem.append((
+                str(r["k"]), f"{r['rss_slice_bytes'] / MIB:,.0f}", f"{full / MIB:,.0f}",
                 f"{r['rss_slice_bytes'] / full:.2f}", above_floor(r, doc["floor_rss_bytes"]),
                 f"{r['rss_slice_bytes'] / (r['k'] * full):.2f}",
-                fmt_ms(fr and fr["p50"]) + " / " + fmt_ms(fr and fr["p99"]),
+                f"{r['etcd_full_range_reads_after_startup']:.0f}",
+                " / ".join(per_list(L.get(key)) for key in ("front", "full", "shard_to_etcd")),
+                f"{R['duplicates']} / {R['out_of_range_reads'] + R['out_of_range_writes'] + R['outside_range_by_uid']}"))
+            lat.append((
+                str(r["k"]), fmt_ms(fr and fr["p50"]) + " / " + fmt_ms(fr and fr["p99"]),
                 fmt_ms(L["full"]["p50"]) + " / " + fmt_ms(L["full"]["p99"]),
                 ratio(fr and fr["p50"], L["full"]["p50"]),
                 fmt_ms(L["shard_to_etcd"]["p50"]),
                 fmt_ms(W.get("front", {}).get("p99")) + " / " + fmt_ms(W["direct"]["p99"]),
-                f"{r['etcd_full_range_reads_after_startup']:.0f}",
-                " / ".join(per_list(L.get(key)) for key in ("front", "full", "shard_to_etcd")),
                 (fmt_ms(R["latency_ms"]["p50"]) + " / " + fmt_ms(R["latency_ms"]["p99"])) if R["latency_ms"]["n"] else "n/a",
                 f"{R['throughput_per_s']:.1f}" if name == "churn" else "n/a",
-                f"{R['duplicates']}/{R['out_of_range_reads'] + R['out_of_range_writes'] + R['outside_range_by_uid']}"))
-        lines.append(render(rows, ("K", "slice RSS MiB", "full MiB", "slice/full", "-floor", "slice/(K*full)",
-                                   "list p50/p99 front", "list p50/p99 full", "front/full p50", "list p50 shard->etcd",
-                                   "watch p99 front/direct", "etcd lists", "etcd reads (lists) per list front/full/shard",
-                                   "reconcile p50/p99", "reconciles/s", "dup/out")))
+                (f"{r['backlog']['objects']} in {r['backlog']['drain_s']:.1f} s: {r['backlog']['throughput_per_s']:.0f}/s"
+                 if r.get("backlog") else "n/a")))
+        lines.append(render(mem, ("K", "slice RSS MiB", "full MiB", "slice/full", "-floor", "slice/(K*full)",
+                                  "etcd lists", "etcd reads (lists) per list: front / full / shard", "dup / out")))
+        lines.append("")
+        lines.append(render(lat, ("K", "list p50 / p99 front", "list p50 / p99 full", "front/full p50",
+                                  "list p50 shard->etcd", "watch p99 front / direct", "reconcile p50 / p99",
+                                  "reconciles/s", "backlog drained")))
     lines.append("")
     lines.append("# slice RSS = front + K shards (VmRSS while the writers run, after gc); -floor = the same ratio with "
                  "an empty apiserver's RSS taken from every process; the controllers are clients and "
                  "not counted (their RSS is in the JSON); etcd lists = etcd range reads of a whole resource by the front "
                  "and shards after start-up; etcd reads (lists) per list = range reads and current-revision reads of the serving processes per unsharded list (of them, range reads of a whole resource; the periodic count and get requests every apiserver makes are in the JSON); "
-                 "reconcile latency from the write's acknowledgement to the status write; dup/out = generations "
+                 "reconcile latency from the write's acknowledgement to the status write; reconciles/s during the churn "
+                 "(bounded by the offered creates + updates); backlog drained: --burst generations written while the "
+                 "controllers were stopped, reconciled after SIGCONT; dup/out = generations "
                  "reconciled twice / objects read or written outside a controller's range")
     lines.append("")
     lines.append("targets:")
@@ -609,7 +674,7 @@ def plot(doc: dict, path: str) -> None:
             ax.set_title(f"{pr['title']}: etcd lists after start-up")
         ax.set_xticks(ks)
         ax.set_xlabel("K")
-        ax.set_ylabel("ms")
+        ax.set_ylabel("ms" if name == "churn" else "range reads")
         ax.legend(fontsize=7)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -647,6 +712,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--rate", type=float, default=60.0, help="churn writes per second (create:update:delete 1:1:1)")
     p.add_argument("--lists", type=int, default=20, help="unsharded lists per path")
     p.add_argument("--clients", type=int, default=8)
+    p.add_argument("--burst", type=int, default=2000,
+                   help="churn-bound: Widgets given a new generation while the controllers are stopped (capacity)")
     p.add_argument("--start-timeout", type=float, default=300.0, help="seconds for a slice to be ready")
     p.add_argument("--big", type=int, default=0, help="state-bound: this many more 100 KB ConfigMaps")
     p.add_argument("--list-path", action="append", default=[], metavar="PROFILE=PATH",
@@ -656,7 +723,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--png", default="bench/out/slice.png")
     p.add_argument("--docs", action="store_true", help="also write docs/slice.json and docs/slice.png")
     if "--quick" in (sys.argv[1:] if argv is None else argv):   # smaller defaults; explicit flags still win
-        p.set_defaults(ks="1,2", objects=300, churn_seconds=4.0, rate=30.0, lists=5)
+        p.set_defaults(ks="1,2", objects=300, churn_seconds=4.0, rate=30.0, lists=5, burst=100)
     a = p.parse_args(argv)
     a.ks = [int(x) for x in a.ks.split(",")]
     a.list_path = dict(x.split("=", 1) for x in a.list_path)

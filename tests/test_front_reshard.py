@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import threading
 import time
 
+import pytest
 import requests
 
 from machinery.shard_selector import FULL, ShardSelector
 from tests.helpers import ApiserverProcess
+from tests.test_clientgo import MODULE, clientgo_binary  # noqa: F401  (a fixture, reused)
 from tests.test_front import Slice
 
 CM = "/api/v1/namespaces/r/configmaps"
@@ -82,8 +85,41 @@ def key(e: dict) -> tuple:
     return e["type"], md["name"], md["resourceVersion"]
 
 
-def test_split_a_shard_while_clients_watch(current_etcd):
+def split(s: Slice, http: requests.Session, etcd: str, extra: list[ApiserverProcess],
+          clients: list[Reflector] = ()) -> list[int]:
+    """The procedure: shard 1's range [h, FULL) split in two (a new shard for the upper half, the old one keeps
+    the lower half), then the old shard replaced by one with the lower half as its residency and stopped.
+    Returns each client's watch count before the boundary moved."""
     h = FULL // 2
+    upper = ShardSelector("uid", [(h + h // 2, FULL)])
+    lower = ShardSelector("uid", [(h, h + h // 2)])
+    # 1. A new shard for the upper half; ready before it is used.
+    c = ApiserverProcess(etcd_servers=etcd, etcd_prefix=s.prefix, residency=upper, name="new")
+    extra.append(c)
+    c.start().wait_ready(60)
+    watches_before = [cl.watches for cl in clients]
+    # 2. Move the boundary.
+    f = s.front.base
+    r = http.put(f + "/debug/shards", json={"shards": [{"url": s.shards[0].base},
+                                                        {"url": s.shards[1].base, "range": str(lower)},
+                                                        {"url": c.base}]})
+    assert r.status_code == 200, r.text
+    assert [e["range"] for e in r.json()["shards"]] == [str(s.selectors[0]), str(lower), str(upper)]
+    time.sleep(1.5)
+    # 3. Replace the old shard by one with the narrower residency, then stop it.
+    b2 = ApiserverProcess(etcd_servers=etcd, etcd_prefix=s.prefix, residency=lower, name="b2")
+    extra.append(b2)
+    b2.start().wait_ready(60)
+    r = http.put(f + "/debug/shards", json={"shards": [{"url": s.shards[0].base}, {"url": b2.base},
+                                                        {"url": c.base}]})
+    assert r.status_code == 200, r.text
+    time.sleep(1.0)
+    s.shards[1].stop()
+    time.sleep(1.5)
+    return watches_before
+
+
+def test_split_a_shard_while_clients_watch(current_etcd):
     s = Slice(current_etcd.endpoint, 2, f"/registry-reshard{os.getpid()}").start()
     extra: list[ApiserverProcess] = []
     try:
@@ -116,30 +152,7 @@ def test_split_a_shard_while_clients_watch(current_etcd):
         writer = threading.Thread(target=write, daemon=True)
         writer.start()
         time.sleep(1.5)
-        # 1. A new shard for the upper half of shard 1's range [h, FULL).
-        upper = ShardSelector("uid", [(h + h // 2, FULL)])
-        lower = ShardSelector("uid", [(h, h + h // 2)])
-        c = ApiserverProcess(etcd_servers=current_etcd.endpoint, etcd_prefix=s.prefix, residency=upper, name="new")
-        extra.append(c)
-        c.start().wait_ready(60)
-        watches_before = [cl.watches for cl in clients]
-        # 2. Move the boundary.
-        r = http.put(f + "/debug/shards", json={"shards": [{"url": s.shards[0].base},
-                                                            {"url": s.shards[1].base, "range": str(lower)},
-                                                            {"url": c.base}]})
-        assert r.status_code == 200, r.text
-        assert [e["range"] for e in r.json()["shards"]] == [str(s.selectors[0]), str(lower), str(upper)]
-        time.sleep(1.5)
-        # 3. Replace the old shard by one with the narrower residency, then stop it.
-        b2 = ApiserverProcess(etcd_servers=current_etcd.endpoint, etcd_prefix=s.prefix, residency=lower, name="b2")
-        extra.append(b2)
-        b2.start().wait_ready(60)
-        r = http.put(f + "/debug/shards", json={"shards": [{"url": s.shards[0].base}, {"url": b2.base},
-                                                            {"url": c.base}]})
-        assert r.status_code == 200, r.text
-        time.sleep(1.0)
-        s.shards[1].stop()
-        time.sleep(1.5)
+        watches_before = split(s, http, current_etcd.endpoint, extra, clients)
         done.set()
         writer.join()
         # Every client catches up with the last write, then all stop.
@@ -166,8 +179,42 @@ def test_split_a_shard_while_clients_watch(current_etcd):
         assert http.get(f + CM, params={"resourceVersion": rv, "resourceVersionMatch": "Exact"}).content == \
             http.get(full + CM, params={"resourceVersion": rv, "resourceVersionMatch": "Exact"}).content
         # A map that leaves a gap is refused.
-        bad = http.put(f + "/debug/shards", json={"shards": [{"url": s.shards[0].base}, {"url": c.base}]})
+        bad = http.put(f + "/debug/shards", json={"shards": [{"url": s.shards[0].base}, {"url": extra[0].base}]})
         assert bad.status_code == 422 and "partition" in bad.json()["message"]
+    finally:
+        for p in extra:
+            if p.popen is not None and p.popen.poll() is None:
+                p.stop(strict=False)
+        s.stop()
+
+
+@pytest.mark.parametrize("watchlist", ["true", "false"])
+def test_clientgo_informer_during_a_split(current_etcd, clientgo_binary, tmp_path, watchlist):  # noqa: F811
+    """client-go's informer through the front while the shard map changes (tests/clientgo/reshard_test.go):
+    every write once and in order, no relist, the watch moved to the new map."""
+    s = Slice(current_etcd.endpoint, 2, f"/registry-reshardcg{os.getpid()}{watchlist}").start()
+    extra: list[ApiserverProcess] = []
+    ready, done = tmp_path / "ready", tmp_path / "done"
+    try:
+        env = dict(os.environ, APISERVER_URL=s.front.base, RESHARD_READY=str(ready), RESHARD_DONE=str(done),
+                   KUBE_FEATURE_WatchListClient=watchlist)
+        go = subprocess.Popen([clientgo_binary, "-test.v", "-test.count=1", "-test.timeout=150s", "-test.run",
+                               "^TestInformerDuringReshard$"], cwd=MODULE, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, env=env)
+        try:
+            deadline = time.monotonic() + 60
+            while not ready.exists() and go.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert ready.exists(), go.communicate(timeout=30)[0][-4000:] if go.poll() is not None else "no signal"
+            time.sleep(1.0)
+            split(s, requests.Session(), current_etcd.endpoint, extra)
+            done.write_text("done")
+            out = go.communicate(timeout=150)[0]
+        finally:
+            if go.poll() is None:
+                go.kill()
+                go.wait()
+        assert go.returncode == 0 and "--- PASS: TestInformerDuringReshard" in out, out[-6000:]
     finally:
         for p in extra:
             if p.popen is not None and p.popen.poll() is None:

@@ -12,7 +12,7 @@ import pytest
 
 from tests.robustness import checkers
 from tests.robustness.scenarios import KNOWN, KNOWN_IN, SCENARIOS, explain, run_scenario, table
-from tests.robustness.traffic import CONFIGMAPS, WIDGETS, History, Op, WatchChain
+from tests.robustness.traffic import CONFIGMAPS, KINDS, WIDGETS, History, Op, WatchChain
 from tests.robustness.truth import Recorder, TEvent
 
 # --- every scenario, short form ----------------------------------------------------------------------------
@@ -40,12 +40,25 @@ def _param(name, cache, kind):
     return pytest.param(name, cache, kind, id=f"{name}-{mode}-{kind.plural}", marks=marks)
 
 
+def _run_short(job) -> dict:
+    name, cache, plural = job
+    return asyncio.run(run_scenario(name, seed=1, duration=5.0, rate=60.0, watch_cache=bool(cache),
+                                    kind=KINDS[plural], residency=cache == "resident"))
+
+
+@pytest.fixture(scope="module")
+def short_results():
+    """Every short scenario, two at a time (each its own etcd and apiserver; the machine has 2 cores)."""
+    import concurrent.futures
+    jobs = [(n, c, k.plural) for n, c, k in SHORT]
+    with concurrent.futures.ProcessPoolExecutor(2) as ex:
+        return dict(zip(jobs, ex.map(_run_short, jobs)))
+
+
 @pytest.mark.parametrize("name,watch_cache,kind", [_param(*p) for p in SHORT])
-def test_scenario_short(name, watch_cache, kind):
-    resident = watch_cache == "resident"
+def test_scenario_short(name, watch_cache, kind, short_results):
+    r = short_results[(name, watch_cache, kind.plural)]
     watch_cache = bool(watch_cache)
-    r = asyncio.run(run_scenario(name, seed=1, duration=5.0, rate=60.0, watch_cache=watch_cache, kind=kind,
-                                 residency=resident))
     print(table([r]))
     if r.get("known"):
         if (name, watch_cache) in STRICT:

@@ -49,7 +49,8 @@ class Informer:
         self.proc.stdin.write("dump\n")
         self.proc.stdin.flush()
         doc = json.loads(self.proc.stdout.readline())
-        return {"synced": doc["synced"], "items": {n: (int(rv), op or None) for n, (rv, op) in doc["items"].items()}}
+        return {"synced": doc["synced"], "lastSyncRV": doc.get("lastSyncRV"),
+                "items": {n: (int(rv), op or None) for n, (rv, op) in doc["items"].items()}}
 
     def converge(self, want: dict, timeout: float) -> tuple[float | None, dict]:
         """Seconds until the store equals `want` (None if not within `timeout`), and the last dump."""

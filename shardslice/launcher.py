@@ -276,7 +276,7 @@ def up(argv: list[str] | None = None) -> int:
         for c in sl.controllers:
             print(f"  controller {c.base}/debug/controller  pid {c.pid}  on {c.argv[c.argv.index('--server') + 1]}")
         if sl.front:
-            print(f"front: {sl.front.base}")
+            print(f"front: {sl.front.base}  pid {sl.front.pid}")
         else:
             print("front: not available (the `front` package is absent or --no-front); use a shard: "
                   f"{sl.shards[0].base} (unsharded lists and watches go to etcd)")

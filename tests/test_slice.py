@@ -224,10 +224,11 @@ def test_launcher_up_starts_and_stops(tmp_path):
         text = "".join(out)
         assert "Ctrl-C stops the slice" in text, text
         pids = [int(x) for x in re.findall(r"pid (\d+)", text)]
-        assert len(pids) == 4, text        # 2 shards, 2 controllers (the front is its own line)
+        assert len(pids) == 5, text        # 2 shards, 2 controllers, the front
+        assert re.search(r"^front: http://127\.0\.0\.1:\d+  pid \d+$", text, re.M), text
         cfg = (state / "kubeconfig").read_text()
         server = re.search(r"server: (\S+)", cfg).group(1)
-        assert server in text
+        assert f"front: {server}  pid" in text, text    # kubectl goes to the front
         api = Api(server)
         assert api.get("/readyz").status_code == 200
         api.post("/api/v1/namespaces", {"metadata": {"name": NS}})

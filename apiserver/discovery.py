@@ -257,7 +257,7 @@ def _resource_discovery(r: Resource) -> dict:
         d["subresources"] = [{
             "subresource": s.name,
             "responseKind": {"group": s.group, "version": s.version, "kind": s.kind} if s.group or s.version
-            else _response_kind(r),
+            else {**_response_kind(r), "kind": s.kind},  # pods/binding: Binding
             "verbs": list(s.verbs),
         } for s in subs]
     return d

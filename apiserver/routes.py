@@ -15,7 +15,7 @@ from machinery import errors, jsonenc
 
 from . import discovery
 from .auth import reviews
-from .endpoints import read, watch, write
+from .endpoints import read, scale, watch, write
 from machinery.resources import REVIEWS, Registry, review
 
 from .endpoints.common import Context, RequestScope, json_response
@@ -207,7 +207,7 @@ class Routes:
         res = scope.resource
         if scope.subresource in SUBRESOURCE_VERBS:
             endpoint, name = SUBRESOURCE_VERBS[scope.subresource].get(m, (None, ""))
-            if endpoint is None or legacy_watch or (m == "GET" and is_watch(request)):
+            if endpoint is None or legacy_watch:  # (?watch= on a subresource GET is a plain GET, as upstream)
                 raise method_not_allowed()
             if self.read_only and m != "GET":
                 raise errors.method_not_supported(f"{res.plural}/{scope.subresource}", name, res.group)
@@ -249,6 +249,7 @@ def openapi_built(key: str) -> str:
 # Subresources other than status, with their endpoints per method (anything else is 405).
 SUBRESOURCE_VERBS: dict[str, dict[str, tuple[Any, str]]] = {
     "binding": {"POST": (write.bind, "create")},
+    "scale": {"GET": (scale.get, "get"), "PUT": (scale.update, "update"), "PATCH": (scale.patch, "patch")},
 }
 
 
@@ -258,7 +259,7 @@ def serves(res, sub: str) -> bool:
         return False
     if sub == "binding":
         return (res.group, res.plural) == ("", "pods")
-    return False
+    return sub == "scale" and scale.scalable(res)
 
 
 COLLECTION_VERBS = {"GET": read.list_, "POST": write.create, "DELETE": write.deletecollection}

@@ -112,6 +112,9 @@ def shape_message(msg: str, obj: Obj) -> Obj:
     if msg not in _schema()["messages"]:
         return obj
     out: Obj = {}
+    for k in ("kind", "apiVersion"):  # an embedded object's TypeMeta (a StatefulSet's claim templates) comes first
+        if k in obj and not _known(msg, k):
+            out[k] = obj[k]
     _fill(msg, obj, out)
     for k, v in obj.items():  # fields the Go struct does not have: kept (kube-apiserver drops them)
         if k not in out and not _known(msg, k):

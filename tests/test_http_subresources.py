@@ -324,3 +324,328 @@ def test_pod_update_keeps_defaults(api, namespace):
     r = api.put(f"{base}/p", body)
     assert r.status_code == 200, r.text
     assert r.json()["spec"] == created["spec"] and r.json()["metadata"]["labels"] == {"x": "y"}
+
+
+# --- workload kinds: defaults against kube-apiserver --------------------------------------------------
+
+TEMPLATE = {"metadata": {"labels": {"app": "w", "tier": "a"}}, "spec": {
+    "containers": [{"name": "c", "image": "nginx"}, {"name": "d", "image": "busybox:1"}],
+    "nodeSelector": {"disk": "ssd", "a": "b"}}}
+SELECTOR = {"matchLabels": {"app": "w"}, "matchExpressions": [{"key": "tier", "operator": "In", "values": ["b", "a"]},
+                                                             {"key": "x", "operator": "DoesNotExist"}]}
+JOB_TEMPLATE = {"spec": {"containers": [{"name": "c", "image": "busybox"}], "restartPolicy": "Never"}}
+APPS = "/apis/apps/v1/namespaces/{ns}"
+BATCH = "/apis/batch/v1/namespaces/{ns}"
+CORE = "/api/v1/namespaces/{ns}"
+
+WORKLOADS = [
+    (f"{APPS}/deployments", {"metadata": {"name": "d"}, "spec": {"replicas": 3, "selector": SELECTOR,
+                                                                 "template": TEMPLATE}}),
+    (f"{APPS}/deployments", {"metadata": {"name": "d2"}, "spec": {
+        "selector": {"matchLabels": {"app": "w"}}, "strategy": {"type": "Recreate"}, "template": TEMPLATE}}),
+    (f"{APPS}/replicasets", {"metadata": {"name": "rs"}, "spec": {"selector": SELECTOR, "template": TEMPLATE}}),
+    (f"{APPS}/statefulsets", {"metadata": {"name": "ss"}, "spec": {"selector": SELECTOR, "template": TEMPLATE,
+                                                                   "serviceName": "s"}}),
+    (f"{APPS}/statefulsets", {"metadata": {"name": "ss2"}, "spec": {
+        "selector": SELECTOR, "updateStrategy": {"type": "OnDelete"}, "template": TEMPLATE,
+        "volumeClaimTemplates": [{"metadata": {"name": "v"}, "spec": {
+            "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]}}),
+    (f"{APPS}/daemonsets", {"metadata": {"name": "ds"}, "spec": {"selector": SELECTOR, "template": TEMPLATE}}),
+    (f"{BATCH}/jobs", {"metadata": {"name": "j"}, "spec": {"template": JOB_TEMPLATE}}),
+    (f"{BATCH}/jobs", {"metadata": {"name": "j2"}, "spec": {"parallelism": 3, "template": JOB_TEMPLATE}}),
+    (f"{BATCH}/jobs", {"metadata": {"name": "j3", "labels": {"mine": "1"}}, "spec": {
+        "completions": 5, "parallelism": 2, "template": {"metadata": {"labels": {"app": "z"}}, **JOB_TEMPLATE},
+        "podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}]}}}),
+    (f"{BATCH}/cronjobs", {"metadata": {"name": "cj"}, "spec": {"schedule": "*/5 * * * *", "timeZone": "Etc/UTC",
+                                                               "jobTemplate": {"spec": {"template": JOB_TEMPLATE}}}}),
+    (f"{BATCH}/cronjobs", {"metadata": {"name": "cj2"}, "spec": {"schedule": "* * * * *", "suspend": True,
+                                                                "jobTemplate": {"spec": {"template": JOB_TEMPLATE}}}}),
+    (f"{CORE}/replicationcontrollers", {"metadata": {"name": "rc"}, "spec": {
+        "replicas": 2, "selector": {"app": "w", "tier": "a"}, "template": TEMPLATE}}),
+    (f"{CORE}/podtemplates", {"metadata": {"name": "pt"}, "template": TEMPLATE}),
+    ("/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", {"metadata": {"name": "pdb"}, "spec": {
+        "minAvailable": "50%", "selector": {"matchLabels": {"a": "b"}}}}),
+    ("/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", {"metadata": {"name": "pdb2"},
+                                                              "spec": {"maxUnavailable": 1}}),
+    ("/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies", {"metadata": {"name": "np"}, "spec": {
+        "podSelector": {"matchLabels": {"a": "b"}}, "egress": [{"ports": [{"port": 53}]}]}}),
+    ("/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies", {"metadata": {"name": "np2"},
+                                                                    "spec": {"podSelector": {}}}),
+    (f"{APPS}/controllerrevisions", {"metadata": {"name": "cr", "ownerReferences": [
+        {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u1", "controller": True}]},
+        "revision": 3, "data": {"a": 1}}),
+    ("/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers", {"metadata": {"name": "hpa"}, "spec": {
+        "scaleTargetRef": {"kind": "Deployment", "name": "d", "apiVersion": "apps/v1"}, "maxReplicas": 3}}),
+    (f"{CORE}/persistentvolumeclaims", {"metadata": {"name": "pvc"}, "spec": {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
+    (f"{CORE}/endpoints", {"metadata": {"name": "ep"}, "subsets": [{"addresses": [{"ip": "10.0.0.1"}],
+                                                                      "ports": [{"port": 80}]}]}),
+    (f"{CORE}/limitranges", {"metadata": {"name": "lr"}, "spec": {"limits": [
+        {"type": "Container", "max": {"cpu": "1"}, "min": {"memory": "1Mi"}}]}}),
+    ("/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices", {
+        "metadata": {"name": "es"}, "addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.1"]}],
+        "ports": [{"port": 80}]}),
+]
+CLUSTER_KINDS = [
+    ("/apis/scheduling.k8s.io/v1/priorityclasses", {"metadata": {"name": "pc"}, "value": 10}),
+    ("/apis/storage.k8s.io/v1/storageclasses", {"metadata": {"name": "sc"}, "provisioner": "x.example.com"}),
+    ("/apis/storage.k8s.io/v1/csidrivers", {"metadata": {"name": "csi.example.com"}, "spec": {}}),
+    ("/apis/networking.k8s.io/v1/ingressclasses", {"metadata": {"name": "ic"}, "spec": {
+        "controller": "example.com/x", "parameters": {"kind": "K", "name": "n"}}}),
+]
+
+
+def _case_id(case) -> str:
+    path, body = case
+    return f"{path.rsplit('/', 1)[-1]}-{body['metadata']['name']}"
+
+
+@pytest.mark.parametrize("case", WORKLOADS, ids=_case_id)
+def test_workload_defaults_equal_kube(api, kube, case):
+    mine, theirs = _created_on_both(api, kube, *case)
+    assert mine == theirs
+    assert json.dumps(mine) == json.dumps(theirs)  # and Go's field order
+
+
+@pytest.mark.parametrize("case", CLUSTER_KINDS, ids=_case_id)
+def test_cluster_scoped_defaults_equal_kube(api, kube, case):
+    path, body = case
+    got = []
+    for srv in ([api] if api.mode == "kube" else [api, kube]):
+        b = copy.deepcopy(body)
+        b["metadata"]["name"] = f"{srv.mode}-{time.monotonic_ns() % 10**9}.{body['metadata']['name']}"
+        r = srv.post(path, b)
+        assert r.status_code == 201, r.text
+        out = _normalised(r.json(), "")
+        out["metadata"].pop("name")
+        got.append(out)
+        srv.delete(f"{path}/{b['metadata']['name']}")
+    assert json.dumps(got[0]) == json.dumps(got[-1])
+
+
+def test_deployment_defaults_spelled_out(api, namespace):
+    """What `kubectl create deployment` and `kubectl rollout` read back (the same on every server)."""
+    path, body = WORKLOADS[1]
+    r = api.post(path.format(ns=namespace), body)
+    assert r.status_code == 201, r.text
+    d = r.json()
+    assert d["metadata"]["generation"] == 1 and d["status"] == {}
+    assert d["spec"]["replicas"] == 1 and d["spec"]["revisionHistoryLimit"] == 10
+    assert d["spec"]["progressDeadlineSeconds"] == 600 and d["spec"]["strategy"] == {"type": "Recreate"}
+    assert d["spec"]["template"]["spec"]["schedulerName"] == "default-scheduler"
+    r = api.post(path.format(ns=namespace), dict(WORKLOADS[0][1]))
+    assert r.json()["spec"]["strategy"] == {"type": "RollingUpdate",
+                                            "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}
+    # a spec change bumps the generation, the status stays
+    d = api.get(f"{path.format(ns=namespace)}/d").json()
+    d["spec"]["template"]["spec"]["containers"][0]["image"] = "nginx:2"
+    r = api.put(f"{path.format(ns=namespace)}/d", d)
+    assert r.status_code == 200 and r.json()["metadata"]["generation"] == 2
+
+
+def test_daemonset_template_generation(api, namespace):
+    path, body = next(c for c in WORKLOADS if c[1]["metadata"]["name"] == "ds")
+    base = path.format(ns=namespace)
+    r = api.post(base, body)
+    assert r.json()["metadata"]["annotations"] == {"deprecated.daemonset.template.generation": "1"}
+    ds = r.json()
+    ds["metadata"]["labels"] = {"x": "y"}
+    assert api.put(f"{base}/ds", ds).json()["metadata"]["annotations"] == {
+        "deprecated.daemonset.template.generation": "1"}
+    ds = api.get(f"{base}/ds").json()
+    ds["spec"]["template"]["spec"]["containers"][0]["image"] = "nginx:2"
+    r = api.put(f"{base}/ds", ds)
+    assert r.json()["metadata"]["annotations"] == {"deprecated.daemonset.template.generation": "2"}
+    assert r.json()["metadata"]["generation"] == 2
+
+
+# --- the scale subresource ---------------------------------------------------------------------------
+
+def _populate(srv, ns: str, status: dict | None = None) -> None:
+    for path, body in WORKLOADS:
+        p = path.format(ns=ns)
+        r = srv.post(p, body)
+        assert r.status_code == 201, r.text
+        if status and body["metadata"]["name"] in status:
+            cur = r.json()
+            cur["status"] = status[body["metadata"]["name"]]
+            r = srv.put(f"{p}/{body['metadata']['name']}/status", cur)
+            assert r.status_code == 200, r.text
+
+
+STATUS = {
+    "d": {"replicas": 3, "updatedReplicas": 2, "readyReplicas": 1, "availableReplicas": 1},
+    "rs": {"replicas": 2, "readyReplicas": 1},
+    "ss": {"replicas": 1, "readyReplicas": 1, "availableReplicas": 1},
+    "ds": {"desiredNumberScheduled": 4, "currentNumberScheduled": 3, "numberReady": 2, "updatedNumberScheduled": 1,
+           "numberAvailable": 1, "numberMisscheduled": 0},
+    "j": {"startTime": "2026-01-01T00:00:00Z", "completionTime": "2026-01-01T00:01:05Z", "succeeded": 1,
+          "conditions": [{"type": "SuccessCriteriaMet", "status": "True"}, {"type": "Complete", "status": "True"}]},
+    "j3": {"startTime": "2026-01-01T00:00:00Z", "failed": 1, "conditions": [
+        {"type": "FailureTarget", "status": "True"}, {"type": "Failed", "status": "True"}]},
+    "cj": {"active": [{"name": "x"}], "lastScheduleTime": "2026-01-01T00:00:00Z"},
+    "rc": {"replicas": 1, "readyReplicas": 1},
+    "pdb": {"disruptionsAllowed": 2, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0},
+}
+
+
+@pytest.fixture
+def workloads(api, namespace):
+    _populate(api, namespace, STATUS)
+    return namespace
+
+
+def _scale(ns, name, replicas, status_replicas, selector):
+    return {"kind": "Scale", "apiVersion": "autoscaling/v1",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"replicas": replicas} if replicas else {},
+            "status": {"replicas": status_replicas, "selector": selector}}
+
+
+def _meta_free(scale: dict) -> dict:
+    s = copy.deepcopy(scale)
+    for k in ("uid", "resourceVersion", "creationTimestamp"):
+        assert s["metadata"].pop(k)
+    return s
+
+
+@pytest.mark.parametrize("path,name,replicas,current,selector", [
+    (APPS + "/deployments", "d", 3, 3, "app=w,tier in (a,b),!x"),
+    (APPS + "/replicasets", "rs", 1, 2, "app=w,tier in (a,b),!x"),
+    (APPS + "/statefulsets", "ss", 1, 1, "app=w,tier in (a,b),!x"),
+    (CORE + "/replicationcontrollers", "rc", 2, 1, "app=w,tier=a"),
+])
+def test_scale_get_put_patch(api, workloads, path, name, replicas, current, selector):
+    ns = workloads
+    base = f"{path.format(ns=ns)}/{name}"
+    r = api.get(f"{base}/scale")
+    assert r.status_code == 200, r.text
+    parent = api.get(base).json()
+    assert list(r.json()) == ["kind", "apiVersion", "metadata", "spec", "status"]
+    assert r.json()["metadata"] == {k: parent["metadata"][k] for k in ("name", "namespace", "uid", "resourceVersion",
+                                                                       "creationTimestamp")}
+    assert _meta_free(r.json()) == _scale(ns, name, replicas, current, selector)
+    # PUT the scale read back with other replicas: the parent's spec.replicas, generation +1, status kept
+    body = r.json()
+    body["spec"]["replicas"] = 5
+    r = api.put(f"{base}/scale", body)
+    assert r.status_code == 200, r.text
+    assert _meta_free(r.json()) == _scale(ns, name, 5, current, selector)
+    after = api.get(base).json()
+    assert after["spec"]["replicas"] == 5 and after["status"] == parent["status"]
+    assert after["metadata"]["generation"] == parent["metadata"]["generation"] + 1
+    assert r.json()["metadata"]["resourceVersion"] == after["metadata"]["resourceVersion"]
+    # the same scale again: a stale resourceVersion is a conflict on the parent
+    r = api.put(f"{base}/scale", body)
+    assert r.status_code == 409
+    assert status_of(r)["details"]["kind"] == path.rsplit("/", 1)[-1]
+    # the three patch types
+    for ctype, patch_body, want in (
+            ("application/merge-patch+json", {"spec": {"replicas": 2}}, 2),
+            ("application/strategic-merge-patch+json", {"spec": {"replicas": 4}}, 4),
+            ("application/json-patch+json", [{"op": "replace", "path": "/spec/replicas", "value": 0}], 0)):
+        r = api.patch(f"{base}/scale", patch_body, ctype)
+        assert r.status_code == 200, (ctype, r.text)
+        assert _meta_free(r.json()) == _scale(ns, name, want, current, selector)
+        assert api.get(base).json()["spec"].get("replicas") == want
+
+
+def test_scale_errors(api, workloads):
+    base = f"{APPS.format(ns=workloads)}/deployments"
+    r = api.put(f"{base}/d/scale", {"metadata": {"name": "d"}, "spec": {"replicas": -1}})
+    assert r.status_code == 422
+    assert status_of(r)["message"] == ('Scale.autoscaling "d" is invalid: spec.replicas: Invalid value: -1: must be '
+                                       'greater than or equal to 0')
+    assert status_of(r)["details"] == {"name": "d", "group": "autoscaling", "kind": "Scale", "causes": [
+        {"reason": "FieldValueInvalid", "message": "Invalid value: -1: must be greater than or equal to 0",
+         "field": "spec.replicas"}]}
+    r = api.put(f"{base}/d/scale", {"metadata": {"name": "other"}, "spec": {"replicas": 1}})
+    assert r.status_code == 400 and status_of(r)["message"] == (
+        "the name of the object (other) does not match the name on the URL (d)")
+    r = api.put(f"{base}/d/scale", {"kind": "Deployment", "apiVersion": "apps/v1", "metadata": {"name": "d"}})
+    assert r.status_code == 400 and status_of(r)["message"] == (
+        'Deployment in version "v1" cannot be handled as a Scale: converting (v1.Deployment) to '
+        '(autoscaling.Scale): unknown conversion')
+    r = api.put(f"{base}/d/scale", {"metadata": {"name": "d", "uid": "not-the-uid"}, "spec": {"replicas": 1}})
+    assert r.status_code == 409 and "Precondition failed: UID in precondition: not-the-uid" in status_of(r)["message"]
+    for verb in ("GET", "PUT"):
+        r = api.req(verb, f"{base}/missing/scale", json={"metadata": {"name": "missing"}} if verb == "PUT" else None)
+        assert r.status_code == 404 and status_of(r)["message"] == 'deployments.apps "missing" not found'
+    for verb in ("POST", "DELETE"):
+        r = api.req(verb, f"{base}/d/scale", json={})
+        assert r.status_code == 405 and status_of(r)["reason"] == "MethodNotAllowed"
+    r = api.get(f"{APPS.format(ns=workloads)}/daemonsets/ds/scale")
+    assert r.status_code == 404 and status_of(r)["message"] == "the server could not find the requested resource"
+    assert api.get(f"{base}/d").json()["spec"]["replicas"] == 3  # nothing changed along the way
+
+
+# --- Table output of the workload kinds ----------------------------------------------------------------
+
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
+_DURATION = re.compile(r"(\d+[smhdy]){1,2}|0s")
+
+
+def _table_cells(srv, path: str, ns: str) -> tuple[list, list]:
+    r = srv.get(path, headers={"Accept": TABLE})
+    assert r.status_code == 200, r.text
+    t = json.loads(_UID.sub("<uid>", r.text).replace(ns, "<ns>"))
+    for i, col in enumerate(t["columnDefinitions"]):
+        for row in t["rows"]:
+            if col["name"] == "Age":
+                assert _DURATION.fullmatch(row["cells"][i]), row["cells"][i]
+                row["cells"][i] = "<age>"
+            elif col["type"] == "date":  # the default convertor's Created At
+                assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", row["cells"][i]), row["cells"][i]
+                row["cells"][i] = "<date>"
+    return t["columnDefinitions"], [row["cells"] for row in t["rows"]]
+
+
+@pytest.fixture(scope="module")
+def kube_workloads(kube):
+    ns = f"wl-kube-{time.monotonic_ns() % 10**9}"
+    assert kube.post("/api/v1/namespaces", {"metadata": {"name": ns}}).status_code == 201
+    _populate(kube, ns, STATUS)
+    return ns
+
+
+# Kinds whose printer (printers.go) is not reproduced: Name and Age only (docs/differences.md).
+NAME_AGE_ONLY = {"endpoints", "endpointslices", "horizontalpodautoscalers", "persistentvolumeclaims"}
+
+
+@pytest.mark.parametrize("resource", sorted({p.rsplit("/", 1)[-1]: p for p, _ in WORKLOADS}.items()),
+                         ids=lambda x: x[0])
+def test_workload_tables_equal_kube(api, kube, workloads, kube_workloads, resource):
+    plural, path = resource
+    mine = _table_cells(api, path.format(ns=workloads), workloads)
+    theirs = _table_cells(kube, path.format(ns=kube_workloads), kube_workloads)
+    assert theirs[1], "no rows"
+    if plural in NAME_AGE_ONLY and api.mode != "kube":
+        assert [c["name"] for c in mine[0]] == ["Name", "Age"]
+        assert mine[0] == [c for c in theirs[0] if c["name"] in ("Name", "Age")]
+        assert mine[1] == [[r[0], "<age>"] for r in theirs[1]]
+    else:
+        assert mine == theirs
+
+
+def test_workload_table_cells_spelled_out(api, workloads):
+    """kubectl get deployments / jobs as a user reads them."""
+    _, rows = _table_cells(api, f"{APPS.format(ns=workloads)}/deployments", workloads)
+    assert rows == [["d", "1/3", 2, 1, "<age>", "c,d", "nginx,busybox:1", "app=w,tier in (a,b),!x"],
+                    ["d2", "0/1", 0, 0, "<age>", "c,d", "nginx,busybox:1", "app=w"]]
+    _, rows = _table_cells(api, f"{BATCH.format(ns=workloads)}/jobs", workloads)
+    assert [r[:4] for r in rows] == [["j", "Complete", "1/1", "65s"], ["j2", "Running", "0/1 of 3", ""],
+                                     ["j3", "Failed", "0/5", rows[2][3]]]
+    assert rows[0][7] == "batch.kubernetes.io/controller-uid=<uid>"
+
+
+def test_table_columns_file_is_current(kube):
+    """machinery/table_columns.json is what the running kube-apiserver answers (tools/table_columns_upstream.py)."""
+    sys.path.insert(0, "tools")
+    import table_columns_upstream as tool  # noqa: PLC0415
+
+    def get(path, accept):
+        r = kube.get(path, headers={"Accept": accept}, timeout=120)
+        assert r.status_code == 200, r.text
+        return r.json()
+    with open(tool.OUT, encoding="utf-8") as f:
+        assert f.read() == tool.render(tool.extract(get)), "stale: run python tools/table_columns_upstream.py"

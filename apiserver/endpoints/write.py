@@ -176,14 +176,19 @@ def check_patched(res: Resource, patched: Obj, ctype: str, body: bytes) -> None:
 
 
 async def _write(ctx: Context, request: web.Request, scope: RequestScope,
-                 make_new: Callable[[Obj], Obj], status_ok: int) -> web.Response:
+                 make_new: Callable[[Obj], Obj], status_ok: int,
+                 present: Callable[[Obj, int], web.Response] | None = None) -> web.Response:
     """Read-modify-CAS loop shared by update and patch (upstream GuaranteedUpdate).
 
     As upstream, the first attempt starts from the watch cache's copy when there is one, so
     a write is one etcd Txn; its failure branch returns the current object for the retry.
     A copy that may be stale is never the basis of an answer other than a successful CAS:
-    an error, a no-op or a dry run computed from it is recomputed from etcd first."""
+    an error, a no-op or a dry run computed from it is recomputed from etcd first. `present` turns the
+    answer into the response (a subresource's view of the object); the object itself by default."""
     res = scope.resource
+    if present is None:
+        def present(obj: Obj, code: int) -> web.Response:
+            return respond_obj(request, res, obj, code)
     store = ctx.storage(res)
     key = ctx.key(scope)
     cur = store.cached_object(key)
@@ -215,13 +220,13 @@ async def _write(ctx: Context, request: web.Request, scope: RequestScope,
             cur = None
             continue
         if no_op:
-            return respond_obj(request, res, cur, status_ok)  # no-op: RV unchanged, as upstream
+            return present(cur, status_ok)  # no-op: RV unchanged, as upstream
         if dry:
-            return respond_obj(request, res, new, status_ok)
+            return present(new, status_ok)
         if _finalized(new):
             out, _ = await store.delete(key)
             await ctx.after_write(res, "DELETED", out)
-            return respond_obj(request, res, new, status_ok)
+            return present(new, status_ok)
         try:
             out, current = await store.try_update(key, new, int(cur["metadata"]["resourceVersion"]))
         except serr.StorageError as e:
@@ -230,7 +235,7 @@ async def _write(ctx: Context, request: web.Request, scope: RequestScope,
             cur, authoritative = current, True  # changed under us: retry from etcd's state
             continue
         await ctx.after_write(res, "MODIFIED", out)
-        return respond_obj(request, res, out, status_ok)
+        return present(out, status_ok)
     raise errors.conflict(res.plural, scope.name or "", res.group, "too many concurrent updates")
 
 

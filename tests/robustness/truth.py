@@ -183,19 +183,7 @@ class Recorder:
     def states_at(self, revs) -> dict[int, dict[str, tuple[int, str | None]]]:
         """The range's state (name -> (mod_rev, opid)) at each revision in `revs`, by replaying the
         recorded events from the initial state (one sweep)."""
-        out: dict[int, dict] = {}
-        state = dict(self.initial)
-        i = 0
-        for r in sorted(set(revs)):
-            while i < len(self.events) and self.events[i].rev <= r:
-                e = self.events[i]
-                if e.type == "DELETE":
-                    state.pop(e.name, None)
-                else:
-                    state[e.name] = (e.rev, e.opid)
-                i += 1
-            out[r] = dict(state)
-        return out
+        return {r: dict(state) for r, state in self.iter_states(revs)}
 
     def events_between(self, lo: int, hi: int) -> list[TEvent]:
         """Recorded events with lo < rev <= hi."""

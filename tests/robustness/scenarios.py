@@ -18,7 +18,7 @@ from storage.etcd import EtcdClient
 from tests.robustness import checkers
 from tests.robustness.informer import Informer
 from tests.robustness.cluster import Apiserver, Etcd, EtcdCluster, Proxy
-from tests.robustness.traffic import CONFIGMAPS, NAMESPACE, SHARDS, History, Kind, Traffic
+from tests.robustness.traffic import CONFIGMAPS, NAMESPACE, PAD, SHARDS, History, Kind, Traffic
 from tests.robustness.truth import Recorder
 
 REQUEST_TIMEOUT = 10.0    # the apiserver's --request-timeout in every scenario
@@ -590,21 +590,26 @@ def compare_rss(results: list[dict]) -> None:
         if r.get("name") == "none" or not ref or not r.get("rss_mib"):
             continue
         r["rss_vs_none"] = round(r["rss_mib"] / ref, 3)
-        if r["rss_vs_none"] > RSS_BOUND and r.get("apiserver_restarts", 0) == 0:
+        # slow-watcher: its writers write PAD-byte objects (the none run's do not), and a server may hold 200
+        # events for a watcher that does not read (upstream's etcd3 watcher: 100 incoming + 100 results; the
+        # cache: a queue of up to 100), so the bound allows those bytes on top
+        allowance = 200 * PAD / 2 ** 20 if r.get("name") == "slow-watcher" else 0.0
+        if r["rss_mib"] > RSS_BOUND * ref + allowance and r.get("apiserver_restarts", 0) == 0:
             r.setdefault("violations", []).append(
                 {"checker": "memory", "message": f"RSS {r['rss_mib']} MiB is {r['rss_vs_none']:.2f} x the "
-                                                 f"no-fault run's {ref} MiB (bound {RSS_BOUND})",
+                                                 f"no-fault run's {ref} MiB (bound {RSS_BOUND}"
+                                                 + (f" + {allowance:.1f} MiB" if allowance else "") + ")",
                  "excerpt": r.get("rss_samples", [])[-6:]})
             r["other_violations"] = r.get("other_violations", 0) + 1
             r["passed"] = False
 
 
 def summary(results: list[dict]) -> str:
-    """One row per scenario (and mode, kind) over all its seeds: runs, ops, acknowledged writes, lost,
+    """One row per scenario over all its seeds, modes and kinds: runs, ops, acknowledged writes, lost,
     stale reads, watch violations, other violations, worst recovery, worst RSS ratio, passed runs."""
     groups: dict[str, list[dict]] = {}
-    for r in results:
-        groups.setdefault(r["scenario"], []).append(r)
+    for r in results:   # by scenario name: its runs in every mode and kind together
+        groups.setdefault(r.get("name") or r["scenario"], []).append(r)
     rows = [["scenario", "runs", "ops", "acked writes", "lost", "stale reads", "watch violations",
              "not linearizable", "other",
              "recover max (s)", "RSS / none max", "passed"]]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -47,6 +48,13 @@ class ApiserverProcess:
         if residency is not None:
             self.argv += ["--residency", str(residency)]
         self.argv += list(args)
+        # A state directory of its own unless given (--state-dir: the embedded etcd's data, the watch caches'
+        # snapshot for a warm restart): processes of different tests never start from each other's snapshot.
+        # Kept across kill/start of this object (a restart is warm), removed when it is stopped.
+        self.own_state_dir = None
+        if not any(a == "--state-dir" or a.startswith("--state-dir=") for a in args):
+            self.own_state_dir = tempfile.mkdtemp(prefix=f"{name}-state-")
+            self.argv += ["--state-dir", self.own_state_dir]
         self.env = dict(os.environ, **env) if env else None
         self.stderr_pipe = stderr_pipe
         self.log_path = None if stderr_pipe else os.path.join(tempfile.gettempdir(),
@@ -158,5 +166,8 @@ def stop_all(procs: list[ApiserverProcess], timeout: float = 10.0, strict: bool 
             p.popen.kill()
             p.popen.wait()
             hung.append(p.name)
+    for p in procs:
+        if p.own_state_dir and (p.popen is None or p.popen.poll() is not None):
+            shutil.rmtree(p.own_state_dir, ignore_errors=True)
     if hung and strict:
         raise ApiserverError(f"{', '.join(hung)} still running {timeout:.0f} s after SIGTERM (killed)")

@@ -8,6 +8,7 @@ through a second apiserver without a cache. "No full-range read" is etcd_request
 the restarted process (every cache list and every list served from etcd counts there)."""
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -24,7 +25,9 @@ from cache import snapshot
 from cache.watch_cache import WatchCache
 from tests.helpers import ROOT, Api, ApiserverProcess, current_etcd_binary
 from tests.helpers.etcd import etcd_revision
+from storage.compact import compact_now
 from storage.embedded import EmbeddedEtcd
+from storage.etcd import EtcdClient
 
 CM = "/api/v1/namespaces/default/configmaps"
 SHARD = "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')"
@@ -172,6 +175,17 @@ def env(etcd, tmp_path, unique_prefix):
             s.proc.stop(timeout=30, strict=False)
 
 
+def compact(endpoint: str, rev: int) -> None:
+    """Compact etcd at `rev` as every apiserver's compactor does (compact_rev_key, then Compact)."""
+    async def run():
+        c = EtcdClient([endpoint])
+        try:
+            await compact_now(c, rev)
+        finally:
+            await c.close()
+    asyncio.run(run())
+
+
 def create(api: Api, name: str, **data) -> int:
     r = api.post(CM, {"metadata": {"name": name, "labels": {"app": "w"}}, "data": data or {"v": name}})
     assert r.status_code == 201, r.text
@@ -306,17 +320,7 @@ def test_compacted_snapshot_revision_lists(env):
     srv.stop()
     other.start()
     create(other.api, "down")
-    from storage.compact import compact_now
-    from storage.etcd import EtcdClient
-    import asyncio
-
-    async def compact():
-        c = EtcdClient([other.etcd.endpoint])
-        try:
-            await compact_now(c, await c.current_revision(b"/"))
-        finally:
-            await c.close()
-    asyncio.run(compact())
+    compact(other.etcd.endpoint, etcd_revision(other.etcd.endpoint))
     srv.start()
     assert srv.loads() == {"compacted": 1}
     assert srv.full_lists() >= 1
@@ -339,17 +343,7 @@ def test_quiet_resource_snapshot_is_fresh(env):
     f = snapshot.SnapshotFile.open(snapshot.snapshot_path(srv.state_dir, srv.prefix, "", [srv.etcd.endpoint]))
     head = f.section_head("/configmaps")
     assert head["count"] == 5 and last_cm < head["rv"] == rev
-    from storage.compact import compact_now
-    from storage.etcd import EtcdClient
-    import asyncio
-
-    async def compact():
-        c = EtcdClient([srv.etcd.endpoint])
-        try:
-            await compact_now(c, rev)
-        finally:
-            await c.close()
-    asyncio.run(compact())
+    compact(srv.etcd.endpoint, rev)
     srv.start()
     assert srv.loads() == {"warm": 1} and srv.loads("secrets") == {"warm": 1} and srv.full_lists() == 0
     other.start()
@@ -379,6 +373,36 @@ def test_damaged_snapshot_lists(env, how):
         assert loads == {reason: 1} and srv.loads("namespaces") == {reason: 1}
     assert "watch cache snapshot ignored" in srv.log() or how == "flipped"
     assert cache_state(srv)[1] == etcd_state(other)
+
+
+def test_snapshot_of_another_etcd_lists(env, unique_prefix):
+    """A snapshot written over another etcd (same prefix and residency, its revision within this etcd's): the
+    probe (the snapshot's newest object read back from etcd at the snapshot's revision) refuses it."""
+    srv, _ = env
+    srv.start()
+    for i in range(10):
+        create(srv.api, f"c{i}")
+    srv.stop()
+    mine = snapshot.snapshot_path(srv.state_dir, srv.prefix, "", [srv.etcd.endpoint])
+    snap_rv = snapshot.SnapshotFile.open(mine).section_head("/configmaps")["rv"]
+    with EmbeddedEtcd(binary=current_etcd_binary()) as other_etcd:
+        theirs = Server(other_etcd, unique_prefix, srv.state_dir)
+        theirs.start("--warm-restart=false")
+        try:   # its own objects, written until its revision passes the snapshot's
+            i = 0
+            while etcd_revision(other_etcd.endpoint) <= snap_rv:
+                create(theirs.api, f"theirs{i}")
+                i += 1
+        finally:
+            theirs.stop()
+        shutil.copy(mine, snapshot.snapshot_path(srv.state_dir, srv.prefix, "", [other_etcd.endpoint]))
+        theirs.start()
+        try:
+            assert theirs.loads() == {"unverified": 1}, theirs.log()[-2000:]
+            assert theirs.full_lists() >= 1
+            assert set(cache_state(theirs)[1]) == {f"theirs{j}" for j in range(i)}
+        finally:
+            theirs.proc.stop(timeout=30, strict=False)
 
 
 def test_residency_mismatch_lists(env):

@@ -17,10 +17,29 @@ from libc.string cimport memchr
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
-cdef bint _has_float(const unsigned char[::1] b) noexcept nogil:
-    cdef Py_ssize_t i = 0, n = b.shape[0], k, m
-    cdef const unsigned char* base
+cdef inline Py_ssize_t _string_end(const unsigned char* base, Py_ssize_t i, Py_ssize_t n) noexcept nogil:
+    """Just past the string whose opening quote is at i: the next quote not escaped by an odd run of
+    backslashes (memchr is vectorised: long strings cost little); -1 if the text ends first."""
+    cdef Py_ssize_t k = i + 1, m
     cdef const void* p
+    while True:
+        p = memchr(base + k, 0x22, n - k)
+        if p == NULL:
+            return -1
+        k = <const unsigned char*>p - base
+        m = k - 1
+        while m > i and base[m] == 0x5C:
+            m -= 1
+        if (k - 1 - m) % 2 == 0:
+            return k + 1
+        k += 1
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef bint _has_float(const unsigned char[::1] b) noexcept nogil:
+    cdef Py_ssize_t i = 0, n = b.shape[0]
+    cdef const unsigned char* base
     cdef unsigned char c
     if n == 0:
         return False
@@ -28,21 +47,9 @@ cdef bint _has_float(const unsigned char[::1] b) noexcept nogil:
     while i < n:
         c = base[i]
         if c == 0x22:
-            # Skip the string: the next quote not escaped by an odd run of backslashes
-            # (memchr is vectorised: long strings cost little).
-            k = i + 1
-            while True:
-                p = memchr(base + k, 0x22, n - k)
-                if p == NULL:
-                    return False
-                k = <const unsigned char*>p - base
-                m = k - 1
-                while m > i and base[m] == 0x5C:
-                    m -= 1
-                if (k - 1 - m) % 2 == 0:
-                    break
-                k += 1
-            i = k + 1
+            i = _string_end(base, i, n)
+            if i < 0:
+                return False
             continue
         if c == 0x2E:          # '.' outside strings only occurs in numbers
             return True
@@ -59,9 +66,8 @@ def has_float(const unsigned char[::1] b not None) -> bool:
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef Py_ssize_t _container_end(const unsigned char[::1] b, Py_ssize_t i) noexcept nogil:
-    cdef Py_ssize_t n = b.shape[0], k, m, depth = 0
+    cdef Py_ssize_t n = b.shape[0], depth = 0
     cdef const unsigned char* base
-    cdef const void* p
     cdef unsigned char c
     if i < 0 or i >= n:
         return -1
@@ -69,19 +75,9 @@ cdef Py_ssize_t _container_end(const unsigned char[::1] b, Py_ssize_t i) noexcep
     while i < n:
         c = base[i]
         if c == 0x22:
-            k = i + 1
-            while True:
-                p = memchr(base + k, 0x22, n - k)
-                if p == NULL:
-                    return -1
-                k = <const unsigned char*>p - base
-                m = k - 1
-                while m > i and base[m] == 0x5C:
-                    m -= 1
-                if (k - 1 - m) % 2 == 0:
-                    break
-                k += 1
-            i = k + 1
+            i = _string_end(base, i, n)
+            if i < 0:
+                return -1
             continue
         if c == 0x7B or c == 0x5B:     # '{' '['
             depth += 1

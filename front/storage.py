@@ -48,6 +48,18 @@ def api_path(res: Resource, namespace: str | None) -> str:
     return base + (f"/namespaces/{namespace}" if namespace else "") + f"/{res.plural}"
 
 
+async def open_each(opening) -> list:
+    """Open one answer per shard at once; if any fails, close the others and raise the first error."""
+    got = await asyncio.gather(*opening, return_exceptions=True)
+    errs = [g for g in got if isinstance(g, BaseException)]
+    if errs:
+        for g in got:
+            if not isinstance(g, BaseException):
+                g.close()
+        raise errs[0]
+    return list(got)
+
+
 class FrontStorage(CacheDelegator):
     """One resource's storage contract in the front (writes and GETs: the etcd path of CacheDelegator)."""
 
@@ -144,14 +156,7 @@ class FrontStorage(CacheDelegator):
 
     async def _open_all(self, parts: list[Part], ns: str | None, base: dict[str, str],
                         selectors: dict[str, str] | None) -> list[ShardList]:
-        got = await asyncio.gather(*(self._open_list(p, ns, base, selectors) for p in parts), return_exceptions=True)
-        errs = [g for g in got if isinstance(g, BaseException)]
-        if errs:
-            for g in got:
-                if isinstance(g, ShardList):
-                    g.close()
-            raise errs[0]
-        return list(got)
+        return await open_each(self._open_list(p, ns, base, selectors) for p in parts)
 
     async def _proxy_list(self, part: Part, ns: str | None, req: ListRequest) -> ListPage:
         base = {}
@@ -298,14 +303,7 @@ class FrontStorage(CacheDelegator):
             resp = await open_get(self.shards.session, url, self._params(base, selectors, sel),
                                   headers={FRONT_PROGRESS_HEADER: "true"})
             return ShardWatch(shard.url, resp)
-        got = await asyncio.gather(*(one(p) for p in parts), return_exceptions=True)
-        errs = [g for g in got if isinstance(g, BaseException)]
-        if errs:
-            for g in got:
-                if isinstance(g, ShardWatch):
-                    g.close()
-            raise errs[0]
-        return list(got)
+        return await open_each(one(p) for p in parts)
 
     async def _proxy_watch(self, part: Part, ns: str | None, req: WatchRequest, sink: WatchSink,
                            shard_timeout: str) -> None:

@@ -11,37 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 )
-
-// countingLW counts the LISTs (and watch-lists) and the watches a reflector makes.
-type countingLW struct {
-	inner   cache.ListerWatcher
-	mu      sync.Mutex
-	lists   int
-	watches int
-}
-
-func (c *countingLW) List(opts metav1.ListOptions) (runtime.Object, error) {
-	c.mu.Lock()
-	c.lists++
-	c.mu.Unlock()
-	return c.inner.List(opts)
-}
-
-func (c *countingLW) Watch(opts metav1.ListOptions) (watch.Interface, error) {
-	c.mu.Lock()
-	if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
-		c.lists++
-	}
-	c.watches++
-	c.mu.Unlock()
-	return c.inner.Watch(opts)
-}
-
-func (c *countingLW) counts() (int, int) { c.mu.Lock(); defer c.mu.Unlock(); return c.lists, c.watches }
 
 // TestInformerDuringReshard (issue 11 §4): an informer through the front while the front's shard map changes
 // (tests/test_front_conformance.py splits a shard between RESHARD_READY and RESHARD_DONE). Every write the test
@@ -53,7 +24,7 @@ func TestInformerDuringReshard(t *testing.T) {
 	ns := newNamespace(t, cs)
 	createMany(t, cs, ns, "r", 40, 4)
 	base := cache.NewListWatchFromClient(cs.CoreV1().RESTClient(), "configmaps", ns, nilSelector())
-	lw := &countingLW{inner: cache.ToListWatcherWithWatchListSemantics(base, cs)}
+	lw := &controllableLW{inner: cache.ToListWatcherWithWatchListSemantics(base, cs)} // counts lists and watches
 	inf := cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, cache.Indexers{})
 	var mu sync.Mutex
 	seen := map[string][]int64{} // name -> resourceVersions its handler calls carried, in order
@@ -77,7 +48,7 @@ func TestInformerDuringReshard(t *testing.T) {
 	if !cache.WaitForCacheSync(sctx.Done(), inf.HasSynced) {
 		t.Fatal("informer did not sync")
 	}
-	listsAtSync, _ := lw.counts()
+	listsAtSync := lw.listCount()
 	// Writes until the split is done, plus a few after it.
 	acked := map[string][]int64{}
 	write := func(i int) {
@@ -133,7 +104,9 @@ func TestInformerDuringReshard(t *testing.T) {
 			}
 		}
 	}
-	lists, watches := lw.counts()
+	lw.mu.Lock()
+	lists, watches := lw.lists, len(lw.watches)
+	lw.mu.Unlock()
 	t.Logf("writes=%d lists=%d watches=%d", i, lists, watches)
 	if lists != listsAtSync {
 		t.Fatalf("the reflector re-listed: %d lists after sync (%d at sync)", lists, listsAtSync)

@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 from tests.robustness import checkers
-from tests.robustness.scenarios import KNOWN, KNOWN_IN, SCENARIOS, explain, run_scenario, table
+from tests.robustness.scenarios import KNOWN, KNOWN_IN, SCENARIOS, compare_rss, explain, run_scenario, table
 from tests.robustness.traffic import CONFIGMAPS, KINDS, WIDGETS, History, Op, WatchChain
 from tests.robustness.truth import Recorder, TEvent
 
@@ -52,7 +52,9 @@ def short_results():
     import concurrent.futures
     jobs = [(n, c, k.plural) for n, c, k in SHORT]
     with concurrent.futures.ProcessPoolExecutor(2) as ex:
-        return dict(zip(jobs, ex.map(_run_short, jobs)))
+        results = dict(zip(jobs, ex.map(_run_short, jobs)))
+    compare_rss(list(results.values()))   # against none (cache on, ConfigMaps): RSS within 10 %
+    return results
 
 
 @pytest.mark.parametrize("name,watch_cache,kind", [_param(*p) for p in SHORT])
@@ -293,3 +295,24 @@ def test_linearizability_checker():
     assert lin(h) == ["b: get got 404 while the object existed for its whole interval"]
     h.ops[-1].end = 0.65                                        # overlapping the delete: fine
     assert lin(h) == []
+
+
+def test_watch_from_zero_checks():
+    """A watch from resourceVersion=0: etcd's state at some revision as ADDED events (any order), then the
+    events after it; a state that never was, or a gap after it, is a violation."""
+    def zero(events):
+        h = History()
+        ch = WatchChain("x", 1, 0, 0.0, from_zero=True)
+        ch.events = [(0.1, t, n, rv, o) for t, n, rv, o in events]
+        h.chains = [ch]
+        return [x.message for x in checkers.check_watches(h, Recorder.offline(TRUTH), [])]
+    assert zero([("ADDED", "a", 3, "w-2"), ("ADDED", "b", 4, "w-3"), ("DELETED", "b", 5, "w-3")]) == []
+    assert zero([("ADDED", "b", 4, "w-3"), ("ADDED", "a", 3, "w-2")]) == []          # the state at rv 4
+    assert zero([("ADDED", "a", 2, "w-1"), ("MODIFIED", "a", 3, "w-2"), ("ADDED", "b", 4, "w-3")]) == []
+    assert zero([]) == []                                                             # nothing? state at rv 5
+    bad = [[("ADDED", "a", 2, "w-1"), ("ADDED", "b", 4, "w-3")],                      # no such state
+           [("ADDED", "a", 2, "w-1"), ("ADDED", "b", 4, "w-3"), ("DELETED", "b", 5, "w-3")],
+           [("ADDED", "a", 3, "w-2"), ("DELETED", "b", 5, "w-3")]]                    # b's ADDED missing
+    for events in bad:
+        v = zero(events)
+        assert len(v) == 1 and "not etcd's state at any revision" in v[0], (events, v)

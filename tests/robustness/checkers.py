@@ -207,14 +207,15 @@ WATCH_LAG = 8.0
 def check_watches(h: History, truth: Recorder, compactions: list[tuple[float, int]]) -> list[Violation]:
     out: list[Violation] = []
     for ch in h.chains:
-        out += check_chain(ch, truth, compactions)
+        out += check_zero_chain(ch, truth) if ch.from_zero else check_chain(ch, truth, compactions)
     stop = h.marks.get("traffic_stop")
     if stop is not None:
         acked = [(end, rev, op.name) for end, rev, op in acked_write_revs(h, truth) if end <= stop - WATCH_LAG]
         for ch in h.chains:
             in_shard = truth.in_shard(ch.shard)
             due = max((rev for _, rev, name in acked if in_shard(name)), default=0)
-            if ch.expired is None and ch.sessions and ch.sessions[-1][3] == "stopped" and ch.last_rv() < due:
+            if (not ch.from_zero and ch.expired is None and ch.sessions and ch.sessions[-1][3] == "stopped"
+                    and ch.last_rv() < due):
                 out.append(Violation("watch", f"watch chain {ch.client}#{ch.id} fell behind: at rv {ch.last_rv()} "
                                               f"when the traffic stopped, but rv {due} was acknowledged "
                                               f"{WATCH_LAG:.0f} s before", [list(x) for x in ch.sessions[-3:]]))
@@ -274,6 +275,43 @@ def check_chain(ch: WatchChain, truth: Recorder, compactions) -> list[Violation]
                                   {"compactions": [c for c in compactions if c[0] <= t][-2:]},
                                   {"last sessions": [list(s) for s in ch.sessions[-2:]]}]))
     return out
+
+
+def check_zero_chain(ch: WatchChain, truth: Recorder) -> list[Violation]:
+    """A watch from resourceVersion=0: ADDED events making up etcd's state at some revision R (filtered by
+    the chain's shard), then exactly etcd's events after R, in order. Which events are the initial ones is not
+    marked on the wire, so every split of the leading ADDED events is tried; R is the last revision of the
+    range before the first live event (no later than the stream's end), and no earlier than every initial
+    object's RV."""
+    in_shard = truth.in_shard(ch.shard)
+    evs = [(rv, typ, name, opid) for _, typ, name, rv, opid in ch.events if typ != "BOOKMARK"]
+    lead = next((i for i, e in enumerate(evs) if e[1] != "ADDED"), len(evs))
+    revs = [e.rev for e in truth.events if in_shard(e.name)]
+    for k in range(lead, -1, -1):
+        init, live = evs[:k], evs[k:]
+        floor = max((e[0] for e in init), default=truth.start_rev)
+        if any(b[0] <= a[0] for a, b in zip(live, live[1:])) or (live and live[0][0] <= floor):
+            continue
+        got = {name: (rv, opid) for rv, _, name, opid in init}
+        if len(got) != len(init):
+            continue
+        if live:   # R: the range's last revision before the first live event (those after R are all delivered)
+            i = bisect.bisect_right(revs, live[0][0] - 1) - 1
+            cands = [max(floor, revs[i] if i >= 0 else 0)]
+        else:      # the stream may have ended at any revision after the state
+            cands = [floor] + [x for x in revs if x > floor]
+        for r, full in truth.iter_states(cands):   # one sweep over the candidates
+            if len(full) < len(got) or {n: v for n, v in full.items() if in_shard(n)} != got:
+                continue
+            upto = live[-1][0] if live else r
+            want = [(e.rev, e.watch_type(), e.name, e.opid) for e in truth.events_between(r, upto)
+                    if in_shard(e.name)]
+            if live == want:
+                return []
+    where = f"watch chain {ch.client}#{ch.id} from rv 0" + (f" ({ch.shard})" if ch.shard else "")
+    return [Violation("watch", f"{where}: its events are not etcd's state at any revision followed by the events "
+                               "after it", [{"events": [list(e) for e in evs[:8]]}, {"sessions": [list(x) for x in
+                                                                                          ch.sessions]}])]
 
 
 def _frames(frames) -> list:

@@ -524,6 +524,7 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
             "lists": sum(1 for op in h.ops if op.kind in checkers.LISTS),
             "watch_events": sum(sum(1 for e in c.events if e[1] != "BOOKMARK") for c in h.chains),
             "watch_chains": len(h.chains),
+            "watches_from_zero": sum(1 for c in h.chains if c.from_zero),
             "sharded_lists": sum(1 for op in h.ops if op.shard and op.kind in checkers.LISTS and checkers.ok(op)),
             "sharded_watch_events": sum(sum(1 for e in c.events if e[1] != "BOOKMARK") for c in h.chains if c.shard),
             "etcd_events": len(truth.events),

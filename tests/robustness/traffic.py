@@ -93,6 +93,7 @@ class WatchChain:
     sessions: list = field(default_factory=list)    # (t0, t1, from_rv, outcome, timeoutSeconds)
     expired: tuple | None = None                    # (t, from_rv, message)
     shard: str | None = None                        # the shardSelector of every session
+    from_zero: bool = False                         # one watch from resourceVersion=0 (the state, then events)
 
     def last_rv(self) -> int:
         return max([self.start_rv] + [e[3] for e in self.events[-1:]])
@@ -356,6 +357,14 @@ class Traffic:
                 # watch-list (its initial events end at a bookmark; from RV unset, consistent, or from RV 0)
                 # then watches from the last RV seen.
                 shard = rng.choice(SHARDS) if rng.random() < 0.5 else None
+                if rng.random() < 0.2:
+                    # a watch from resourceVersion=0: the current state as ADDED events, then the changes; one
+                    # session (resuming from an initial event's RV would not be a resume)
+                    self._chain_ids += 1
+                    chain = WatchChain(cid, self._chain_ids, 0, self.h.now(), shard=shard, from_zero=True)
+                    self.h.chains.append(chain)
+                    await self.watch_session(ws, chain, rng.randint(1, 4))
+                    continue
                 if self.watch_list_ok and rng.random() < 0.5:
                     chain = await self.watch_list(ws, cid, rng.randint(2, 5), shard,
                                                   from_zero=rng.random() < 0.3)

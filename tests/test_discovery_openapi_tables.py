@@ -19,7 +19,7 @@ import pytest
 
 from apiserver import discovery, openapi
 from machinery import tables
-from machinery.resources import BUILTINS, GROUP_ORDER, Registry
+from machinery.resources import BUILTINS, GROUP_ORDER, SERVED_SUBRESOURCES, Registry
 
 UTC = dt.timezone.utc
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -150,9 +150,20 @@ def test_aggregated_discovery_shape():
                           "categories", "subresources"]
     # built-in kinds leave the response kind's group and version empty (as kube-apiserver does)
     assert pods["responseKind"] == {"group": "", "version": "", "kind": "Pod"}
-    assert pods["subresources"] == [{"subresource": "status", "responseKind": {"group": "", "version": "",
-                                                                               "kind": "Pod"},
-                                     "verbs": ["get", "patch", "update"]}]
+    # the served subresources in upstream's order, each with its own kind (pods/binding: Binding)
+    subs = {s["subresource"]: s for s in pods["subresources"]}
+    assert list(subs) == [s.name for s in res("pods").subresources if s.name in SERVED_SUBRESOURCES]
+    assert subs["status"] == {"subresource": "status", "responseKind": {"group": "", "version": "", "kind": "Pod"},
+                              "verbs": ["get", "patch", "update"]}
+    if "binding" in subs:
+        assert subs["binding"] == {"subresource": "binding", "verbs": ["create"],
+                                   "responseKind": {"group": "", "version": "", "kind": "Binding"}}
+    deployments = next(r for g in discovery.aggregated_discovery(reg, core=False)["items"] if g["metadata"]["name"]
+                       == "apps" for r in g["versions"][0]["resources"] if r["resource"] == "deployments")
+    if "scale" in SERVED_SUBRESOURCES:  # another group version's kind: named in full
+        assert deployments["subresources"][0] == {"subresource": "scale", "verbs": ["get", "patch", "update"],
+                                                  "responseKind": {"group": "autoscaling", "version": "v1",
+                                                                   "kind": "Scale"}}
     apis = discovery.aggregated_discovery(reg, core=False)
     names = [i["metadata"]["name"] for i in apis["items"]]
     assert "stable.example.com" in names and "" not in names

@@ -518,23 +518,10 @@ def test_openapi_of_every_subresource_equals_kube(ref, monkeypatch):
             for path in paths:
                 assert mine["paths"][path] == kube_doc["paths"][path], path
                 assert mine_v2["paths"][path] == kube_v2["paths"][path], path
-                for name in _refs(mine["paths"][path], set()):
+                for name in openapi._refs(mine["paths"][path], set()):
                     assert mine["components"]["schemas"][name] == kube_doc["components"]["schemas"][name], name
             checked.add(sub.name)
     assert checked == set(resources.SERVED_SUBRESOURCES)
-
-
-def _refs(x, acc: set) -> set:
-    if isinstance(x, dict):
-        for k, v in x.items():
-            if k == "$ref":
-                acc.add(v.rsplit("/", 1)[-1])
-            else:
-                _refs(v, acc)
-    elif isinstance(x, list):
-        for v in x:
-            _refs(v, acc)
-    return acc
 
 
 def test_openapi_v2_equals_kube_for_what_we_serve(api, ref):

@@ -26,13 +26,15 @@ The tests regenerate it from the live reference (tests/test_builtin_kinds.py) an
 """
 from __future__ import annotations
 
-import argparse
 import base64
 import json
 import os
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tools/ is not a package
+import generated  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -322,20 +324,8 @@ def render(data: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="compare with the committed file instead of writing it")
-    args = ap.parse_args(argv)
-    text = render(_start_and_extract())
-    if args.check:
-        with open(OUT, encoding="utf-8") as f:
-            if f.read() != text:
-                print(f"{OUT} is stale: run python tools/discovery_upstream.py", file=sys.stderr)
-                return 1
-        return 0
-    with open(OUT, "w", encoding="utf-8") as f:
-        f.write(text)
-    print(OUT, file=sys.stderr)
-    return 0
+    return generated.main(__doc__.splitlines()[0], "python tools/discovery_upstream.py",
+                          lambda: {OUT: render(_start_and_extract())}, argv)
 
 
 if __name__ == "__main__":

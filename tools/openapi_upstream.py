@@ -29,10 +29,12 @@ regenerating when the reference version changes (tests/test_http_discovery.py fa
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tools/ is not a package
+import generated  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -175,24 +177,10 @@ def render(data: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="compare with the committed file instead of writing it")
-    args = ap.parse_args(argv)
-    data = _start_and_extract()
-    texts = {OUT: render(data), SMP_OUT: render(strategic_merge_tables(data))}
-    if args.check:
-        stale = False
-        for path, text in texts.items():
-            with open(path, encoding="utf-8") as f:
-                if f.read() != text:
-                    print(f"{path} is stale: run python tools/openapi_upstream.py", file=sys.stderr)
-                    stale = True
-        return int(stale)
-    for path, text in texts.items():
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-        print(path, file=sys.stderr)
-    return 0
+    def extract_all() -> dict[str, str]:
+        data = _start_and_extract()
+        return {OUT: render(data), SMP_OUT: render(strategic_merge_tables(data))}
+    return generated.main(__doc__.splitlines()[0], "python tools/openapi_upstream.py", extract_all, argv)
 
 
 if __name__ == "__main__":

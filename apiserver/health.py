@@ -88,7 +88,7 @@ def residency_report(residency: Residency, cachers: dict[tuple[str, str], Cacher
                            "fullResources": sorted(residency.full_resources), "resources": {}}
     for (group, plural), c in sorted(cachers.items()):
         st = c.wc.stats()
-        st.update({"ready": c.ready, "partial": residency.partial(plural), "rv": c.wc.rv,
+        st.update({"ready": c.ready, "start": c.started, "partial": residency.partial(plural), "rv": c.wc.rv,
                    "droppedNonResident": c.dropped_nonresident})
         out["resources"][f"{plural}.{group}" if group else plural] = st
     out["process"] = process_memory()

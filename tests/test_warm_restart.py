@@ -290,7 +290,7 @@ def test_warm_restart_resumes_the_watch(env):
     assert r.status_code == 200 and "after" in {i["metadata"]["name"] for i in r.json()["items"]}
     # /debug/residency (the stats of the loaded state) and no full-range read even now
     rep = srv.api.get("/debug/residency").json()["resources"]["configmaps"]
-    assert rep["objects"] == len(etcd_state(other)) and rep["ready"]
+    assert rep["objects"] == len(etcd_state(other)) and rep["ready"] and rep["start"] == "warm"
     assert srv.full_lists() == 0
 
 

@@ -511,7 +511,7 @@ async def run_profile(s, etcd_ep: str, name: str, a: argparse.Namespace, log_dir
         log(f"loaded in {time.perf_counter() - t0:.0f} s: {prof.describe()}")
         full = Apiserver(etcd_ep, etcd_prefix=prefix, name=f"{name}-full", log_name="bench-slice-full").start()
         procs.append(full)
-        await wait_all_ready_async([full], 300)
+        await wait_all_ready_async([full], a.start_timeout)
         runs = [await run_k(s, k, etcd_ep, prefix, prof, full, loader, a, log_dir) for k in a.ks]
         return {"title": prof.title, "description": prof.describe(), "list_path": prof.list_path, "runs": runs}
     finally:

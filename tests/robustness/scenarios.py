@@ -209,8 +209,13 @@ async def fault_slow_watcher(run: Run) -> None:
     await sleep_until(run.h, run.fault_at)
     base = run.api.base
     m0 = None
-    while m0 is None:
+    for _ in range(6):
         m0 = await asyncio.to_thread(_terminated_watchers, base)
+        if m0 is not None:
+            break
+    if m0 is None:
+        run.notes.append("/metrics did not answer in 60 s")
+        m0 = 0.0
     async with aiohttp.ClientSession(base) as s:
         async with s.get(run.kind.path) as r:
             start_rv = int((await r.json())["metadata"]["resourceVersion"])

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 from . import protobuf
 
@@ -61,20 +61,9 @@ def _special(ty: Any) -> str | None:
 
 def _empty(value: Any) -> bool:
     """encoding/json's omitempty on a non-pointer field: false, 0, "", an empty slice or map."""
-    return value is False or value == "" or (isinstance(value, (int, float)) and not isinstance(value, bool)
-                                             and value == 0) or (isinstance(value, (list, dict)) and not value)
-
-
-def _shape_value(ty: Any, value: Any) -> Any:
-    if isinstance(ty, list):
-        if ty[0] == "list" and isinstance(value, list):
-            return [_shape_value(ty[1], v) for v in value]
-        if ty[0] == "map" and isinstance(value, dict):
-            return {k: _shape_value(ty[2], value[k]) for k in sorted(value)}
-        return value
-    if _special(ty) is None and isinstance(ty, str) and ty.startswith("msg:") and isinstance(value, dict):
-        return shape_message(ty[4:], value)
-    return value
+    if isinstance(value, (list, dict, str)):
+        return not value
+    return value is False or (type(value) in (int, float) and value == 0)
 
 
 def _zero_field(flags: str, ty: Any) -> tuple[bool, Any]:
@@ -93,48 +82,101 @@ def _zero_field(flags: str, ty: Any) -> tuple[bool, Any]:
     return "o" not in flags, _scalar_zero(ty)
 
 
-def _fill(msg: str, obj: Obj, out: Obj) -> None:
-    for _num, name, flags, ty in _schema()["messages"].get(msg, ()):
-        if "e" in flags:  # an embedded struct: its fields are the parent's
-            _fill(ty[4:], obj, out)
-            continue
-        value = obj.get(name)
-        if value is not None and not ("o" in flags and "p" not in flags and _empty(value)):
-            out[name] = _shape_value(ty, value)
-            continue
-        present, zero = _zero_field(flags, ty)
-        if present:
-            out[name] = zero
+def _copy_zero(v: Any) -> Any:
+    return {k: _copy_zero(x) for k, x in v.items()} if isinstance(v, dict) else v
+
+
+def _handler(ty: Any) -> Callable[[Any], Any] | None:
+    """How a given value of type `ty` is re-encoded: None when it stays as it is (scalars, specials, lists of
+    them); nested messages shaped, maps with sorted keys."""
+    if isinstance(ty, list):
+        inner = _handler(ty[-1])
+        if ty[0] == "list":
+            if inner is None:
+                return None
+            return lambda v: [inner(x) for x in v] if isinstance(v, list) else v
+        if inner is None:
+            return lambda v: {k: v[k] for k in sorted(v)} if isinstance(v, dict) else v
+        return lambda v: {k: inner(v[k]) for k in sorted(v)} if isinstance(v, dict) else v
+    if _special(ty) is None and isinstance(ty, str) and ty.startswith("msg:") and ty[4:] in _schema()["messages"]:
+        sub = ty[4:]
+        return lambda v: shape_message(sub, v) if isinstance(v, dict) else v
+    return None
+
+
+class _Plan:
+    """A message's layout prepared for `shape_message`: each field's rank in Go's order (embedded structs'
+    fields in place), whether omitempty applies, how a value is re-encoded, and the fields Go writes even
+    when the body did not give them (with their zero values)."""
+    __slots__ = ("rank", "always")
+
+    def __init__(self, msg: str):
+        self.rank: dict[str, tuple[int, bool, Any]] = {}
+        self.always: list[tuple[int, str, Any]] = []
+        self._add(msg)
+
+    def _add(self, msg: str) -> None:
+        for _num, name, flags, ty in _schema()["messages"].get(msg, ()):
+            if "e" in flags:
+                self._add(ty[4:])
+                continue
+            i = len(self.rank)
+            self.rank[name] = (i, "o" in flags and "p" not in flags, _handler(ty))
+            present, zero = _zero_field(flags, ty)
+            if present:
+                self.always.append((i, name, zero))
+
+
+@lru_cache(maxsize=None)
+def _plan(msg: str) -> _Plan | None:
+    return _Plan(msg) if msg in _schema()["messages"] else None
 
 
 def shape_message(msg: str, obj: Obj) -> Obj:
     """`obj` as Go encodes the decoded struct `msg` (see the module docstring)."""
-    if msg not in _schema()["messages"]:
+    plan = _plan(msg)
+    if plan is None:
         return obj
+    rank = plan.rank
+    known: list[tuple[int, str, Any]] = []
+    unknown: list[tuple[str, Any]] = []
+    for k, v in obj.items():
+        info = rank.get(k)
+        if info is None:
+            unknown.append((k, v))
+        elif v is not None and not (info[1] and _empty(v)):
+            known.append((info[0], k, v if info[2] is None else info[2](v)))
+    if plan.always:
+        given = {k for _, k, _ in known}
+        known.extend((i, k, _copy_zero(z)) for i, k, z in plan.always if k not in given)
+    known.sort(key=lambda x: x[0])
     out: Obj = {}
-    for k in ("kind", "apiVersion"):  # an embedded object's TypeMeta (a StatefulSet's claim templates) comes first
-        if k in obj and not _known(msg, k):
-            out[k] = obj[k]
-    _fill(msg, obj, out)
-    for k, v in obj.items():  # fields the Go struct does not have: kept (kube-apiserver drops them)
-        if k not in out and not _known(msg, k):
+    for k, v in unknown:  # an embedded object's TypeMeta (a StatefulSet's claim templates) comes first
+        if k in ("kind", "apiVersion"):
+            out[k] = v
+    for _, k, v in known:
+        out[k] = v
+    for k, v in unknown:  # fields the Go struct does not have: kept (kube-apiserver drops them)
+        if k not in out:
             out[k] = v
     return out
 
 
 @lru_cache(maxsize=None)
-def _names(msg: str) -> frozenset:
-    names = set()
-    for _num, name, flags, ty in _schema()["messages"].get(msg, ()):
-        if "e" in flags:
-            names |= _names(ty[4:])
-        else:
-            names.add(name)
-    return frozenset(names)
+def _field_message(msg: str, name: str) -> str | None:
+    for _num, fname, _flags, ty in _schema()["messages"].get(msg, ()):
+        if fname == name and isinstance(ty, str) and ty.startswith("msg:"):
+            return ty[4:]
+    return None
 
 
-def _known(msg: str, name: str) -> bool:
-    return name in _names(msg)
+def go_shape_field(api_version: str, kind: str, obj: Obj, name: str) -> Obj:
+    """`go_shape` of one top-level field only (a status update: the rest is the stored, shaped object)."""
+    msg = message_of(api_version, kind)
+    sub = _field_message(msg, name) if msg else None
+    if sub is not None and isinstance(obj.get(name), dict):
+        obj[name] = shape_message(sub, obj[name])
+    return obj
 
 
 def go_shape(api_version: str, kind: str, obj: Obj) -> Obj:
@@ -298,6 +340,19 @@ def pod_defaults(pod: Obj) -> None:
     pod_spec_defaults(spec)
 
 
+def pod_status_conversion(pod: Obj) -> None:
+    """The v1 conversion of a PodStatus: podIP is authoritative, podIPs starts with it (and podIP is
+    podIPs[0] on the way out)."""
+    status = pod.get("status")
+    if not isinstance(status, dict):
+        return
+    ip, ips = status.get("podIP"), status.get("podIPs")
+    if ip and (not isinstance(ips, list) or not ips or not isinstance(ips[0], dict) or ips[0].get("ip") != ip):
+        status["podIPs"] = [{"ip": ip}]
+    elif not ip and isinstance(ips, list) and ips and isinstance(ips[0], dict) and ips[0].get("ip"):
+        status["podIP"] = ips[0]["ip"]
+
+
 def _template(holder: Any, key: str = "template") -> None:
     if isinstance(holder, dict) and isinstance(holder.get(key), dict):
         pod_spec_defaults(holder[key].get("spec"))
@@ -321,31 +376,29 @@ def _pvc_template(t: Any) -> None:
         status["phase"] = "Pending"
 
 
-def _deployment(spec: Obj) -> None:
-    _int_default(spec, "replicas", 1)
-    strategy = spec.setdefault("strategy", {})
+def _rolling_update(spec: Obj, key: str, max_unavailable: Any, max_surge: Any) -> None:
+    """A Deployment's strategy / a DaemonSet's updateStrategy: RollingUpdate with its maxUnavailable and
+    maxSurge unless another type is given."""
+    strategy = spec.setdefault(key, {})
     if isinstance(strategy, dict):
         if not strategy.get("type"):
             strategy["type"] = "RollingUpdate"
         if strategy["type"] == "RollingUpdate":
             ru = strategy.setdefault("rollingUpdate", {})
             if isinstance(ru, dict):
-                _int_default(ru, "maxUnavailable", "25%")
-                _int_default(ru, "maxSurge", "25%")
+                _int_default(ru, "maxUnavailable", max_unavailable)
+                _int_default(ru, "maxSurge", max_surge)
+
+
+def _deployment(spec: Obj) -> None:
+    _int_default(spec, "replicas", 1)
+    _rolling_update(spec, "strategy", "25%", "25%")
     _int_default(spec, "revisionHistoryLimit", 10)
     _int_default(spec, "progressDeadlineSeconds", 600)
 
 
 def _daemonset(spec: Obj) -> None:
-    strategy = spec.setdefault("updateStrategy", {})
-    if isinstance(strategy, dict):
-        if not strategy.get("type"):
-            strategy["type"] = "RollingUpdate"
-        if strategy["type"] == "RollingUpdate":
-            ru = strategy.setdefault("rollingUpdate", {})
-            if isinstance(ru, dict):
-                _int_default(ru, "maxUnavailable", 1)
-                _int_default(ru, "maxSurge", 0)
+    _rolling_update(spec, "updateStrategy", 1, 0)
     _int_default(spec, "revisionHistoryLimit", 10)
 
 

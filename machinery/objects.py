@@ -68,10 +68,12 @@ def _has_generation(resource: Resource) -> bool:
     return resource.custom or (resource.group, resource.plural) in _GENERATION_KINDS
 
 
-def _shaped(resource: Resource, obj: Obj) -> Obj:
+def _shaped(resource: Resource, obj: Obj, subresource: str = "") -> Obj:
     if resource.custom or (resource.group, resource.plural) in _UNSHAPED or \
             resource.group == "rbac.authorization.k8s.io":
         return obj
+    if subresource == "status":  # the rest is the stored object, shaped when it was written
+        return defaults.go_shape_field(resource.api_version, resource.kind, obj, "status")
     return defaults.go_shape(resource.api_version, resource.kind, obj)
 
 
@@ -151,7 +153,7 @@ def prepare_create(resource: Resource, obj: Obj) -> Obj:
 def prepare_update(resource: Resource, new: Obj, old: Obj, subresource: str = "") -> Obj:
     """Carry server-owned fields from `old` into `new`; status-subresource rules; the scheme's defaults."""
     omd = old.get("metadata", {})
-    if not resource.custom:
+    if not resource.custom and subresource != "status":  # (a status update keeps the stored spec)
         defaults.defaults(resource.group, resource.plural, new)
     if subresource == "status":
         # Status updates change status only (upstream PrepareForUpdate of status strategies).
@@ -189,7 +191,9 @@ def prepare_update(resource: Resource, new: Obj, old: Obj, subresource: str = ""
         _service_defaults(new)
     elif (resource.group, resource.plural) == ("apps", "daemonsets") and subresource != "status":
         defaults.daemonset_update(old, new)
-    return canonical(resource, _shaped(resource, new))
+    elif (resource.group, resource.plural) == ("", "pods"):
+        defaults.pod_status_conversion(new)
+    return canonical(resource, _shaped(resource, new, subresource))
 
 
 def _secret_conversion(obj: Obj) -> None:

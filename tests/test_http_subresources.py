@@ -649,3 +649,32 @@ def test_table_columns_file_is_current(kube):
         return r.json()
     with open(tool.OUT, encoding="utf-8") as f:
         assert f.read() == tool.render(tool.extract(get)), "stale: run python tools/table_columns_upstream.py"
+
+
+def test_pod_status_updates_equal_kube(api, kube):
+    """What kwok and a kubelet write through pods/status (a strategic merge patch, then a PUT) reads back as
+    kube-apiserver stores it: the PodStatus struct's encoding (lastProbeTime: null, restartCount: 0, ...)."""
+    patch = {"status": {"phase": "Running", "podIP": "10.0.0.9", "hostIP": "10.1.0.1",
+                        "startTime": "2026-01-01T00:00:00Z",
+                        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                                       {"type": "Initialized", "status": "True"}],
+                        "containerStatuses": [{"name": "a", "image": "nginx", "imageID": "", "ready": True,
+                                               "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]}}
+    got = []
+    for srv in ([api] if api.mode == "kube" else [api, kube]):
+        ns = f"st-{srv.mode}-{time.monotonic_ns() % 10**9}"
+        assert srv.post("/api/v1/namespaces", {"metadata": {"name": ns}}).status_code == 201
+        base = f"/api/v1/namespaces/{ns}/pods"
+        assert srv.post(base, POD).status_code == 201
+        assert srv.post(f"{base}/p/binding", binding("p")).status_code == 201
+        r = srv.patch(f"{base}/p/status", patch, "application/strategic-merge-patch+json")
+        assert r.status_code == 200, r.text
+        first = _normalised(r.json(), ns)
+        cur = r.json()
+        cur["status"]["containerStatuses"][0]["restartCount"] = 1
+        cur["status"]["podIPs"] = [{"ip": "10.0.0.9"}]
+        r = srv.put(f"{base}/p/status", cur)
+        assert r.status_code == 200, r.text
+        got.append((first, _normalised(r.json(), ns)))
+    assert json.dumps(got[0]) == json.dumps(got[-1])
+    assert got[0][0]["status"]["containerStatuses"][0]["restartCount"] == 0

@@ -1042,7 +1042,64 @@ def _network_policy_cells(np: dict, now: _dt.datetime) -> list[Any]:
     return [_name(np), format_selector(_g(np, "spec", "podSelector", default={})), _age(np, now)]
 
 
+def _ingress_cells(ing: dict, now: _dt.datetime) -> list[Any]:
+    spec = ing.get("spec") or {}
+    rules = [r for r in spec.get("rules") or [] if isinstance(r, dict)]
+    hosts: list[str] = []
+    more = False
+    for rule in rules:  # formatHosts: at most 3
+        if len(hosts) == 3:
+            more = True
+        if not more and rule.get("host"):
+            hosts.append(rule["host"])
+    host_cell = ",".join(hosts) if hosts else "*"
+    if hosts and more:
+        host_cell = f"{host_cell} + {len(rules) - 3} more..."
+    lb = sorted({i.get("ip") or i.get("hostname") for i in _g(ing, "status", "loadBalancer", "ingress", default=None)
+                 or [] if isinstance(i, dict) and (i.get("ip") or i.get("hostname"))})
+    return [_name(ing), spec.get("ingressClassName") or "<none>", host_cell, ",".join(lb),
+            "80, 443" if spec.get("tls") else "80", _age(ing, now)]
+
+
+def _ingress_class_cells(ic: dict, now: _dt.datetime) -> list[Any]:
+    name = _name(ic)
+    if (_g(ic, "metadata", "annotations", default=None) or {}).get("ingressclass.kubernetes.io/is-default-class") \
+            == "true":
+        name += " (default)"
+    params = _g(ic, "spec", "parameters")
+    cell = "<none>"
+    if isinstance(params, dict):
+        cell = params.get("kind", "") + ("." + params["apiGroup"] if params.get("apiGroup") is not None else "") + \
+            "/" + params.get("name", "")
+    return [name, _g(ic, "spec", "controller", default=""), cell, _age(ic, now)]
+
+
+def _storage_class_cells(sc: dict, now: _dt.datetime) -> list[Any]:
+    return [_name(sc), sc.get("provisioner", ""), sc.get("reclaimPolicy") or "Delete",
+            sc.get("volumeBindingMode") or "Immediate", bool(sc.get("allowVolumeExpansion")), _age(sc, now)]
+
+
+def _priority_class_cells(pc: dict, now: _dt.datetime) -> list[Any]:
+    return [_name(pc), _int(pc.get("value")), bool(pc.get("globalDefault")), _age(pc, now),
+            pc.get("preemptionPolicy") or ""]
+
+
+def _csi_driver_cells(d: dict, now: _dt.datetime) -> list[Any]:
+    spec = d.get("spec") or {}
+    tokens = spec.get("tokenRequests")
+    modes = ",".join(spec.get("volumeLifecycleModes") or []) or "<none>"
+    return [_name(d), spec.get("attachRequired", True) is not False, bool(spec.get("podInfoOnMount")),
+            bool(spec.get("storageCapacity")),
+            "<unset>" if tokens is None else ",".join(t.get("audience", "") for t in tokens if isinstance(t, dict)),
+            bool(spec.get("requiresRepublish")), modes, _age(d, now)]
+
+
 _CELLS: dict[tuple[str, str], Any] = {
+    ("networking.k8s.io", "ingresses"): _ingress_cells,
+    ("networking.k8s.io", "ingressclasses"): _ingress_class_cells,
+    ("storage.k8s.io", "storageclasses"): _storage_class_cells,
+    ("storage.k8s.io", "csidrivers"): _csi_driver_cells,
+    ("scheduling.k8s.io", "priorityclasses"): _priority_class_cells,
     ("apps", "deployments"): _deployment_cells,
     ("apps", "replicasets"): _replicaset_cells,
     ("apps", "statefulsets"): _statefulset_cells,

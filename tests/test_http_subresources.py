@@ -382,6 +382,11 @@ WORKLOADS = [
                                                                       "ports": [{"port": 80}]}]}),
     (f"{CORE}/limitranges", {"metadata": {"name": "lr"}, "spec": {"limits": [
         {"type": "Container", "max": {"cpu": "1"}, "min": {"memory": "1Mi"}}]}}),
+    ("/apis/networking.k8s.io/v1/namespaces/{ns}/ingresses", {"metadata": {"name": "ing"}, "spec": {
+        "ingressClassName": "nginx", "tls": [{"hosts": ["a.example.com"]}],
+        "rules": [{"host": h} for h in ("a.example.com", "b.example.com", "", "c.example.com", "d.example.com")]}}),
+    ("/apis/networking.k8s.io/v1/namespaces/{ns}/ingresses", {"metadata": {"name": "ing2"}, "spec": {
+        "defaultBackend": {"service": {"name": "s", "port": {"number": 80}}}}}),
     ("/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices", {
         "metadata": {"name": "es"}, "addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.1"]}],
         "ports": [{"port": 80}]}),
@@ -392,6 +397,14 @@ CLUSTER_KINDS = [
     ("/apis/storage.k8s.io/v1/csidrivers", {"metadata": {"name": "csi.example.com"}, "spec": {}}),
     ("/apis/networking.k8s.io/v1/ingressclasses", {"metadata": {"name": "ic"}, "spec": {
         "controller": "example.com/x", "parameters": {"kind": "K", "name": "n"}}}),
+    ("/apis/networking.k8s.io/v1/ingressclasses", {"metadata": {
+        "name": "ic2", "annotations": {"ingressclass.kubernetes.io/is-default-class": "true"}}, "spec": {
+        "controller": "example.com/y", "parameters": {"kind": "K", "apiGroup": "example.com", "name": "n"}}}),
+    ("/apis/storage.k8s.io/v1/csidrivers", {"metadata": {"name": "tok.csi.example.com"}, "spec": {
+        "attachRequired": False, "tokenRequests": [{"audience": "a"}, {"audience": "b"}],
+        "volumeLifecycleModes": ["Persistent", "Ephemeral"]}}),
+    ("/apis/scheduling.k8s.io/v1/priorityclasses", {"metadata": {"name": "pc2"}, "value": 7,
+                                                    "preemptionPolicy": "Never", "description": "x"}),
 ]
 
 
@@ -421,6 +434,23 @@ def test_cluster_scoped_defaults_equal_kube(api, kube, case):
         got.append(out)
         srv.delete(f"{path}/{b['metadata']['name']}")
     assert json.dumps(got[0]) == json.dumps(got[-1])
+
+
+@pytest.mark.parametrize("case", CLUSTER_KINDS, ids=_case_id)
+def test_cluster_scoped_tables_equal_kube(api, kube, case):
+    path, body = case
+    got = []
+    for srv in ([api] if api.mode == "kube" else [api, kube]):
+        b = copy.deepcopy(body)
+        name = b["metadata"]["name"] = f"t{srv.mode}-{time.monotonic_ns() % 10**9}.{body['metadata']['name']}"
+        assert srv.post(path, b).status_code == 201
+        try:
+            cols, cells = _table_cells(srv, f"{path}/{name}", name)
+        finally:
+            srv.delete(f"{path}/{name}")
+        got.append((cols, cells))
+    assert got[0] == got[-1]
+    assert got[0][1][0][0].startswith("<ns>")  # (the name, replaced by the table helper)
 
 
 def test_deployment_defaults_spelled_out(api, namespace):

@@ -11,8 +11,12 @@ Upstream shapes (k8s.io/apiserver pkg/endpoints/discovery, v0.36.0; k8s.io/apima
   ``serverAddressByClientCIDRs``.
 * APIResource key order: name, singularName, namespaced, group, version, kind, verbs, shortNames,
   categories, storageVersionHash (omitempty fields omitted). ``storageVersionHash`` =
-  base64(sha256("<group>/<version>/<kind>")[:8]) (storageversionhash.go). Subresources are listed as
-  ``<plural>/status`` with the verbs get, patch, update and no storageVersionHash.
+  base64(sha256("<group>/<storage version>/<kind>")[:8]) (storageversionhash.go): for built-in kinds the
+  reference's own value (machinery/builtin_resources.json: some are stored in a version not served, e.g.
+  v1beta1 ClusterTrustBundles), computed for custom resources. Subresources are listed as
+  ``<plural>/<subresource>`` with their kind (group and version only for another group version's kind,
+  autoscaling/v1 Scale) and verbs, no storageVersionHash; only those served
+  (machinery.resources.SERVED_SUBRESOURCES).
 * Aggregated discovery (``Accept: application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList``,
   k8s.io/api apidiscovery/v2 types.go; aggregated/handler.go): ``APIGroupDiscoveryList`` with the
   response Content-Type ``AGGREGATED_CONTENT_TYPE`` (+ ``ETag``, ``Vary: Accept``). client-go

@@ -4,6 +4,10 @@ A `Resource` carries everything the HTTP layer needs to route, validate,
 store, discover and print one kind: group/version/kind, plural and singular
 names, scope, the etcd key prefix (as upstream lays keys out), short names,
 subresources, and - for custom resources - the CRD's schema.
+
+The built-in kinds are not typed here: they are read from machinery/builtin_resources.json, which
+tools/discovery_upstream.py extracts from the reference kube-apiserver (its aggregated discovery, the etcd
+keys its objects get, whether its DELETE answers with the object).
 """
 from __future__ import annotations
 

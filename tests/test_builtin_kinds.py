@@ -20,7 +20,8 @@ import pytest
 
 from machinery.resources import (BUILTINS, CRD, GROUP_ORDER, GROUPS, REVIEWS, UNSERVED_GROUPS, UPSTREAM,
                                  Registry)
-from tests.helpers.etcd import ROOT, current_etcd, load_tool
+from tests.helpers.client import Api
+from tests.helpers.etcd import ROOT, load_tool
 
 tool = load_tool("discovery_upstream")
 
@@ -31,16 +32,18 @@ LOW = "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000
 HIGH = "shardRange(object.metadata.uid, '0x8000000000000000', '0xffffffffffffffff')"
 
 
+def _kube(k) -> Api:
+    return Api(k.url, cert=k.client_cert, verify=k.ca)
+
+
 def _base(r) -> str:
     return f"/apis/{r.group}/{r.version}" if r.group else "/api/v1"
 
 
 def test_committed_file_is_current():
     """Regenerated from a live reference kube-apiserver (about 10 s): a stale file fails."""
-    from tests.helpers.client import Api
-    from tests.helpers.kube import KubeApiserver
-    with current_etcd() as etcd, KubeApiserver(etcd.endpoint, prefix=tool.PREFIX) as kube:
-        fresh = tool.render(tool.extract(Api(kube.url, cert=kube.client_cert, verify=kube.ca), etcd.endpoint))
+    with load_tool("generated").reference(tool.PREFIX) as (ref, etcd_endpoint):
+        fresh = tool.render(tool.extract(ref, etcd_endpoint))
     with open(tool.OUT, encoding="utf-8") as f:
         assert f.read() == fresh, "machinery/builtin_resources.json is stale: run python tools/discovery_upstream.py"
 
@@ -149,15 +152,8 @@ def test_every_kind_through_our_server(api):
 def test_openapi_extract_and_merge_tables_are_current(kube_apiserver):
     """apiserver/openapi_upstream.json equals a fresh extract from the reference, and
     machinery/strategic_merge.json the merge tables derived from it (tools/openapi_upstream.py)."""
-    from tests.helpers.client import Api
     oa = load_tool("openapi_upstream")
-    api = Api(kube_apiserver.url, cert=kube_apiserver.client_cert, verify=kube_apiserver.ca)
-
-    def get(path):
-        r = api.get(path, timeout=120)
-        assert r.status_code == 200, r.text
-        return r.json()
-    data = oa.extract(get)
+    data = oa.extract(load_tool("generated").json_getter(_kube(kube_apiserver)))
     with open(oa.OUT, encoding="utf-8") as f:
         assert f.read() == oa.render(data), "apiserver/openapi_upstream.json is stale: run python tools/openapi_upstream.py"
     with open(oa.SMP_OUT, encoding="utf-8") as f:
@@ -200,8 +196,6 @@ def test_strategic_merge_patch_of_a_new_kind(differential_api, request):
 def test_typed_decoding_of_new_kinds_equals_kube(api, kube_apiserver, path, body):
     """A field of the wrong JSON type in a new kind's body: upstream's typed decoder error (machinery.typed, from
     the protobuf layouts of every kind), the same Status as kube-apiserver's."""
-    from tests.helpers.client import Api
-    kube = Api(kube_apiserver.url, cert=kube_apiserver.client_cert, verify=kube_apiserver.ca)
-    mine, theirs = api.post(path, body), kube.post(path, body)
+    mine, theirs = api.post(path, body), _kube(kube_apiserver).post(path, body)
     assert theirs.status_code == 400, theirs.text
     assert (mine.status_code, mine.json()) == (theirs.status_code, theirs.json())

@@ -202,12 +202,8 @@ def _resources(agg: dict, legacy: dict) -> list[dict]:
 
 def extract(api, etcd_endpoint: str) -> dict:
     """`api`: a tests.helpers.client.Api on the reference server (etcd prefix PREFIX)."""
-    def get(path, accept="application/json"):
-        r = api.get(path, headers={"Accept": accept}, timeout=120)
-        r.raise_for_status()
-        return r.json()
-
-    agg = {p: get(p, AGG) for p in ("/api", "/apis")}
+    get, get_agg = generated.json_getter(api), generated.json_getter(api, AGG)
+    agg = {p: get_agg(p) for p in ("/api", "/apis")}
     group_list = get("/apis")["groups"]
     legacy = {"v1": get("/api/v1")}
     for g in group_list:
@@ -306,12 +302,8 @@ def _returns_deleted_object(api, path: str) -> bool:
 
 
 def _start_and_extract() -> dict:
-    sys.path.insert(0, ROOT)
-    from tests.helpers.client import Api  # noqa: PLC0415
-    from tests.helpers.etcd import current_etcd  # noqa: PLC0415
-    from tests.helpers.kube import KubeApiserver  # noqa: PLC0415
-    with current_etcd() as etcd, KubeApiserver(etcd.endpoint, prefix=PREFIX) as kube:
-        return extract(Api(kube.url, cert=kube.client_cert, verify=kube.ca), etcd.endpoint)
+    with generated.reference(PREFIX) as (api, etcd_endpoint):
+        return extract(api, etcd_endpoint)
 
 
 def render(data: dict) -> str:

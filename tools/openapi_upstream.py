@@ -158,18 +158,8 @@ def strategic_merge_tables(data: dict) -> dict:
 
 
 def _start_and_extract() -> dict:
-    sys.path.insert(0, ROOT)
-    from tests.helpers.client import Api  # noqa: PLC0415
-    from tests.helpers.etcd import current_etcd  # noqa: PLC0415
-    from tests.helpers.kube import KubeApiserver  # noqa: PLC0415
-    with current_etcd() as etcd, KubeApiserver(etcd.endpoint, prefix="/registry-openapi") as kube:
-        api = Api(kube.url, cert=kube.client_cert, verify=kube.ca)
-
-        def get(path):
-            r = api.get(path, timeout=120)
-            r.raise_for_status()
-            return r.json()
-        return extract(get)
+    with generated.reference("/registry-openapi") as (api, _):
+        return extract(generated.json_getter(api))
 
 
 def render(data: dict) -> str:

@@ -15,7 +15,7 @@ from machinery import errors, jsonenc
 
 from . import discovery
 from .auth import reviews
-from .endpoints import read, scale, watch, write
+from .endpoints import eviction, read, scale, watch, write
 from machinery.resources import REVIEWS, Registry, review
 
 from .endpoints.common import Context, RequestScope, json_response
@@ -249,6 +249,7 @@ def openapi_built(key: str) -> str:
 # Subresources other than status, with their endpoints per method (anything else is 405).
 SUBRESOURCE_VERBS: dict[str, dict[str, tuple[Any, str]]] = {
     "binding": {"POST": (write.bind, "create")},
+    "eviction": {"POST": (eviction.create, "create")},
     "scale": {"GET": (scale.get, "get"), "PUT": (scale.update, "update"), "PATCH": (scale.patch, "patch")},
 }
 
@@ -257,7 +258,7 @@ def serves(res, sub: str) -> bool:
     """A subresource this server implements for the resource (upstream lists it for the resource)."""
     if sub not in SUBRESOURCE_VERBS or res.custom:
         return False
-    if sub == "binding":
+    if sub in ("binding", "eviction"):
         return (res.group, res.plural) == ("", "pods")
     return sub == "scale" and scale.scalable(res)
 

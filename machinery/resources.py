@@ -28,7 +28,7 @@ DATA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "builtin_re
 
 # The subresources this project serves (discovery lists only these; the data file has every one upstream
 # lists, e.g. pods/exec): the endpoints implement them (apiserver/routes.py, apiserver/endpoints/).
-SERVED_SUBRESOURCES = frozenset({"status", "binding", "scale"})
+SERVED_SUBRESOURCES = frozenset({"status", "binding", "eviction", "scale"})
 
 
 @dataclass(frozen=True)

@@ -708,3 +708,80 @@ def test_pod_status_updates_equal_kube(api, kube):
         got.append((first, _normalised(r.json(), ns)))
     assert json.dumps(got[0]) == json.dumps(got[-1])
     assert got[0][0]["status"]["containerStatuses"][0]["restartCount"] == 0
+
+
+# --- pods/eviction ----------------------------------------------------------------------------------
+
+def _eviction(name):
+    return {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name}}
+
+
+def _eviction_scene(srv, ns: str) -> None:
+    """Pods p1 (Pending), p2..p5 bound, Running and Ready; PDB pdbx (app=x, one disruption allowed, its
+    status as the disruption controller would write it), two PDBs for app=z."""
+    assert srv.post("/api/v1/namespaces", {"metadata": {"name": ns}}).status_code == 201
+    base = f"/api/v1/namespaces/{ns}/pods"
+    for name, app in (("p1", "x"), ("p2", "x"), ("p3", "y"), ("p4", "z")):
+        assert srv.post(base, {"metadata": {"name": name, "labels": {"app": app}},
+                               "spec": {"containers": [{"name": "c", "image": "nginx"}]}}).status_code == 201
+        if name == "p1":
+            continue
+        assert srv.post(f"{base}/{name}/binding", binding(name)).status_code == 201
+        cur = srv.get(f"{base}/{name}").json()
+        cur["status"]["phase"] = "Running"
+        cur["status"]["conditions"].append({"type": "Ready", "status": "True"})
+        assert srv.put(f"{base}/{name}/status", cur).status_code == 200
+    pdbs = f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets"
+    r = srv.post(pdbs, {"metadata": {"name": "pdbx"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "x"}}}})
+    cur = r.json()
+    cur["status"] = {"observedGeneration": 1, "disruptionsAllowed": 1, "currentHealthy": 2, "desiredHealthy": 1,
+                     "expectedPods": 2}
+    assert srv.put(f"{pdbs}/pdbx/status", cur).status_code == 200
+    for name in ("pdbz1", "pdbz2"):
+        assert srv.post(pdbs, {"metadata": {"name": name}, "spec": {
+            "minAvailable": 1, "selector": {"matchLabels": {"app": "z"}}}}).status_code == 201
+
+
+def test_eviction_equal_kube(api, kube):
+    """kubectl drain's path: the same answers, pods and budgets as kube-apiserver's (managedFields aside)."""
+    results = []
+    for srv in ([api] if api.mode == "kube" else [api, kube]):
+        ns = f"ev-{srv.mode}-{time.monotonic_ns() % 10**9}"
+        _eviction_scene(srv, ns)
+        base = f"/api/v1/namespaces/{ns}/pods"
+        pdbs = f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets"
+        seen = []
+
+        def note(r):
+            seen.append((r.status_code, _normalised(r.json(), ns)))
+        note(srv.post(f"{base}/p1/eviction", _eviction("p1")))    # Pending: deleted at once
+        note(srv.get(f"{base}/p1"))
+        note(srv.post(f"{base}/p3/eviction", _eviction("p3")))    # Running, no budget: graceful delete
+        note(srv.get(f"{base}/p3"))
+        note(srv.post(f"{base}/p2/eviction", _eviction("p2")))    # the budget allows one: taken
+        note(srv.get(f"{pdbs}/pdbx"))
+        note(srv.get(f"{base}/p2"))
+        note(srv.post(f"{base}/p4/eviction", _eviction("p4")))    # two budgets: 500
+        note(srv.post(f"{base}/nope/eviction", _eviction("nope")))
+        note(srv.post(f"{base}/p4/eviction", _eviction("other")))
+        assert srv.delete(f"{pdbs}/pdbz2").status_code == 200
+        note(srv.post(f"{base}/p4/eviction", _eviction("p4")))    # not observed by the controller yet: 429
+        cur = srv.get(f"{pdbs}/pdbz1").json()
+        cur["status"] = {"observedGeneration": 1, "disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1,
+                         "expectedPods": 1}
+        assert srv.put(f"{pdbs}/pdbz1/status", cur).status_code == 200
+        note(srv.post(f"{base}/p4/eviction", _eviction("p4")))    # no disruption allowed: 429
+        note(srv.post(f"{base}/p4/eviction", _eviction("p4"), params={"dryRun": "All"}))
+        results.append(seen)
+    assert json.dumps(results[0]) == json.dumps(results[-1])
+    seen = results[0]
+    assert [s for s, _ in seen] == [201, 404, 201, 200, 201, 200, 200, 500, 404, 400, 429, 429, 429]
+    assert seen[0][1] == SUCCESS_201
+    p3 = seen[3][1]
+    assert p3["metadata"]["deletionGracePeriodSeconds"] == 30
+    assert [c["type"] for c in p3["status"]["conditions"]][-1] == "DisruptionTarget"
+    assert seen[5][1]["status"]["disruptionsAllowed"] == 0 and list(seen[5][1]["status"]["disruptedPods"]) == ["p2"]
+    assert seen[10][1]["details"]["causes"] == [{"reason": "DisruptionBudget", "message":
+                                                 "The disruption budget pdbz1 is still being processed by the server."}]
+    assert seen[11][1]["details"]["causes"][0]["message"] == ("The disruption budget pdbz1 needs 1 healthy pods and "
+                                                              "has 1 currently")

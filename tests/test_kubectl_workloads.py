@@ -350,3 +350,23 @@ def test_describe_and_rollout_history(kubectl, ns):
     assert "paused" not in d["spec"] and d["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:1.28"
     assert d["metadata"]["generation"] == 4
     time.sleep(0)  # (no controller runs: the rollout itself never progresses here)
+
+
+def test_drain_evicts_through_the_eviction_api(kubectl, ns):
+    """kubectl drain: cordon (a patch of the node), then an eviction per pod on the node, then waits for them
+    to be gone; with --grace-period=0 the pod's delete is immediate (no kubelet here)."""
+    node = f"{ns}-node"
+    kubectl("create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}))
+    try:
+        for name in ("a", "b"):
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
+                   "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox:1.36"}]}}
+            kubectl("create", "-f", "-", input=json.dumps(pod))
+        r = kubectl("drain", node, "--force", "--grace-period=0", "--timeout=60s", timeout=90)
+        assert f"node/{node} cordoned" in r.stdout
+        assert f"evicting pod {ns}/a" in r.stderr + r.stdout and f"pod/a evicted" in r.stdout, (r.stdout, r.stderr)
+        assert f"node/{node} drained" in r.stdout
+        assert kubectl.json("get", "node", node)["spec"]["unschedulable"] is True
+        assert kubectl.json("get", "pods", "-n", ns)["items"] == []
+    finally:
+        kubectl("delete", "node", node, check=False)

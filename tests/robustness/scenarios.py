@@ -231,7 +231,7 @@ async def fault_slow_watcher(run: Run) -> None:
     run.pad.set()        # writers now write ~64 KB objects, so the watcher's buffers fill within seconds
     terminated = None
     try:
-        hold = run.h.now() + (run.duration + 30 if run.watch_cache else 8.0)
+        hold = run.h.now() + (run.duration + 60 if run.watch_cache else 8.0)
         while run.h.now() < hold:
             await asyncio.sleep(0.5)
             if (await asyncio.to_thread(_terminated_watchers, base) or 0) > m0:

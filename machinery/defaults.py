@@ -540,7 +540,20 @@ _OBJECTS = {
     ("discovery.k8s.io", "endpointslices"): _endpoint_slice,
     ("", "endpoints"): _endpoints,
     ("", "persistentvolumeclaims"): _pvc,
+    ("", "persistentvolumes"): lambda o: _pv(o),
 }
+
+
+def _pv(obj: Obj) -> None:
+    """SetDefaults_PersistentVolume."""
+    if isinstance(obj.get("spec"), dict):
+        _int_default(obj["spec"], "persistentVolumeReclaimPolicy", "Retain")
+        _int_default(obj["spec"], "volumeMode", "Filesystem")
+        if isinstance(obj["spec"].get("hostPath"), dict):
+            _int_default(obj["spec"]["hostPath"], "type", "")
+    status = obj.setdefault("status", {})
+    if isinstance(status, dict) and not status.get("phase"):
+        status["phase"] = "Pending"
 
 
 def _ingress_class(spec: Obj) -> None:
@@ -630,6 +643,9 @@ def prepare_create(group: str, plural: str, obj: Obj) -> None:
         return
     if (group, plural) in _STATUS_RESET:
         obj["status"] = {}
+    if (group, plural) == ("", "persistentvolumes"):
+        obj["status"] = {"phase": "Pending", "lastPhaseTransitionTime": md.get("creationTimestamp")}
+        _add_finalizer(md, "kubernetes.io/pv-protection")  # StorageObjectInUseProtection admission
     if (group, plural) == ("", "persistentvolumeclaims"):
         obj["status"] = {"phase": "Pending"}
         _add_finalizer(md, "kubernetes.io/pvc-protection")  # StorageObjectInUseProtection admission

@@ -1094,7 +1094,47 @@ def _csi_driver_cells(d: dict, now: _dt.datetime) -> list[Any]:
             bool(spec.get("requiresRepublish")), modes, _age(d, now)]
 
 
+def _access_modes(modes: Any) -> str:
+    """helper.GetAccessModesAsString."""
+    modes = modes if isinstance(modes, list) else []
+    return ",".join(short for mode, short in (("ReadWriteOnce", "RWO"), ("ReadOnlyMany", "ROX"),
+                                              ("ReadWriteMany", "RWX"), ("ReadWriteOncePod", "RWOP")) if mode in modes)
+
+
+def _storage_class_of(obj: dict, field: str) -> str:
+    """GetPersistentVolume(Claim)Class: the beta annotation first."""
+    ann = _g(obj, "metadata", "annotations", default=None) or {}
+    if "volume.beta.kubernetes.io/storage-class" in ann:
+        return ann["volume.beta.kubernetes.io/storage-class"]
+    return _g(obj, "spec", field, default="") or ""
+
+
+def _phase(obj: dict) -> str:
+    return "Terminating" if _g(obj, "metadata", "deletionTimestamp") else _g(obj, "status", "phase", default="")
+
+
+def _pvc_cells(pvc: dict, now: _dt.datetime) -> list[Any]:
+    spec = pvc.get("spec") or {}
+    bound = bool(spec.get("volumeName"))
+    return [_name(pvc), _phase(pvc), spec.get("volumeName", ""),
+            str(_g(pvc, "status", "capacity", "storage", default="")) if bound else "",
+            _access_modes(_g(pvc, "status", "accessModes")) if bound else "", _storage_class_of(pvc, "storageClassName"),
+            spec.get("volumeAttributesClassName") or "<unset>", _age(pvc, now), spec.get("volumeMode") or "<unset>"]
+
+
+def _pv_cells(pv: dict, now: _dt.datetime) -> list[Any]:
+    spec = pv.get("spec") or {}
+    ref = spec.get("claimRef")
+    claim = f"{ref.get('namespace', '')}/{ref.get('name', '')}" if isinstance(ref, dict) else ""
+    return [_name(pv), str((spec.get("capacity") or {}).get("storage", "0")), _access_modes(spec.get("accessModes")),
+            spec.get("persistentVolumeReclaimPolicy", ""), _phase(pv), claim, _storage_class_of(pv, "storageClassName"),
+            spec.get("volumeAttributesClassName") or "<unset>", _g(pv, "status", "reason", default=""), _age(pv, now),
+            spec.get("volumeMode") or "<unset>"]
+
+
 _CELLS: dict[tuple[str, str], Any] = {
+    ("", "persistentvolumeclaims"): _pvc_cells,
+    ("", "persistentvolumes"): _pv_cells,
     ("networking.k8s.io", "ingresses"): _ingress_cells,
     ("networking.k8s.io", "ingressclasses"): _ingress_class_cells,
     ("storage.k8s.io", "storageclasses"): _storage_class_cells,

@@ -378,6 +378,9 @@ WORKLOADS = [
         "scaleTargetRef": {"kind": "Deployment", "name": "d", "apiVersion": "apps/v1"}, "maxReplicas": 3}}),
     (f"{CORE}/persistentvolumeclaims", {"metadata": {"name": "pvc"}, "spec": {
         "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
+    (f"{CORE}/persistentvolumeclaims", {"metadata": {"name": "pvc2"}, "spec": {
+        "accessModes": ["ReadWriteOnce"], "storageClassName": "fast", "volumeName": "pv1",
+        "resources": {"requests": {"storage": "1Gi"}}}}),
     (f"{CORE}/endpoints", {"metadata": {"name": "ep"}, "subsets": [{"addresses": [{"ip": "10.0.0.1"}],
                                                                       "ports": [{"port": 80}]}]}),
     (f"{CORE}/limitranges", {"metadata": {"name": "lr"}, "spec": {"limits": [
@@ -403,6 +406,10 @@ CLUSTER_KINDS = [
     ("/apis/storage.k8s.io/v1/csidrivers", {"metadata": {"name": "tok.csi.example.com"}, "spec": {
         "attachRequired": False, "tokenRequests": [{"audience": "a"}, {"audience": "b"}],
         "volumeLifecycleModes": ["Persistent", "Ephemeral"]}}),
+    ("/api/v1/persistentvolumes", {"metadata": {"name": "pv", "annotations": {
+        "volume.beta.kubernetes.io/storage-class": "slow"}}, "spec": {
+        "capacity": {"storage": "5Gi"}, "accessModes": ["ReadWriteMany", "ReadWriteOnce"],
+        "hostPath": {"path": "/data"}, "claimRef": {"namespace": "ns", "name": "claim"}}}),
     ("/apis/scheduling.k8s.io/v1/priorityclasses", {"metadata": {"name": "pc2"}, "value": 7,
                                                     "preemptionPolicy": "Never", "description": "x"}),
 ]
@@ -516,6 +523,7 @@ STATUS = {
     "cj": {"active": [{"name": "x"}], "lastScheduleTime": "2026-01-01T00:00:00Z"},
     "rc": {"replicas": 1, "readyReplicas": 1},
     "pdb": {"disruptionsAllowed": 2, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0},
+    "pvc2": {"phase": "Bound", "accessModes": ["ReadWriteOnce", "ReadOnlyMany"], "capacity": {"storage": "2Gi"}},
 }
 
 
@@ -639,7 +647,7 @@ def kube_workloads(kube):
 
 
 # Kinds whose printer (printers.go) is not reproduced: Name and Age only (docs/differences.md).
-NAME_AGE_ONLY = {"endpoints", "endpointslices", "horizontalpodautoscalers", "persistentvolumeclaims"}
+NAME_AGE_ONLY = {"endpoints", "endpointslices", "horizontalpodautoscalers"}
 
 
 @pytest.mark.parametrize("resource", sorted({p.rsplit("/", 1)[-1]: p for p, _ in WORKLOADS}.items()),

@@ -117,7 +117,9 @@ class FrontStorage(CacheDelegator):
         if req.continue_:
             start_key, cont_rv = resolve_continue(req.continue_, req.resource_version, prefix)  # S1.12, S1.13
         parts = self._plan(req.shard)
-        if parts is None:
+        if parts is None or (req.single_key and self._exact(req, cont_rv)):
+            # S1.20: an exact-RV read of one named key is etcd's, as in the cache's delegator (one key, never a
+            # range); and selectors on a field the shards are not cut by.
             return await self.store.get_list(prefix, req)
         ns = self._namespace(prefix)
         if len(parts) == 1 and parts[0][1] == req.shard:
@@ -143,6 +145,15 @@ class FrontStorage(CacheDelegator):
             return await self._merged_page(parts, ns, base, req, rv, limit, prefix)
         lists = await self._open_all(parts, ns, base, req.selectors)
         return ListPage(rv, stream=self._merged_stream(lists), decode=self._decode)
+
+    @staticmethod
+    def _exact(req: ListRequest, cont_rv: int | None) -> bool:
+        """The list is at an exact RV (cache.plan's EXACT: L5-L7)."""
+        if cont_rv is not None:
+            return cont_rv > 0
+        rv = req.resource_version
+        return rv not in (None, "", "0") and (req.resource_version_match == "Exact" or
+                                              (not req.resource_version_match and req.limit > 0))
 
     @staticmethod
     def _base(rv: int, start: str | None, limit: int) -> dict[str, str]:

@@ -788,16 +788,23 @@ def bind(pod: Obj, node: str, annotations: Any, now: str) -> Obj:
     md = pod.setdefault("metadata", {})
     if isinstance(annotations, dict) and annotations:
         md["annotations"] = {**(md.get("annotations") or {}), **annotations}
+    update_pod_condition(pod, {"type": "PodScheduled", "status": "True"}, now)
+    return pod
+
+
+def update_pod_condition(pod: Obj, condition: Obj, now: str) -> None:
+    """podutil.UpdatePodCondition: the condition added, or the one of its type replaced (its transition time
+    kept when the status does not change)."""
     status = pod.setdefault("status", {})
-    conditions = list(status.get("conditions") or [])
-    cond: Obj = {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
+    conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
+    cond: Obj = {"type": condition["type"], "status": condition["status"], "lastProbeTime": None,
+                 "lastTransitionTime": now, **{k: condition[k] for k in ("reason", "message") if k in condition}}
     for i, c in enumerate(conditions):
-        if isinstance(c, dict) and c.get("type") == "PodScheduled":
-            if c.get("status") == "True":
+        if c.get("type") == cond["type"]:
+            if c.get("status") == cond["status"]:
                 cond["lastTransitionTime"] = c.get("lastTransitionTime")
             conditions[i] = cond
             break
     else:
         conditions.append(cond)
     status["conditions"] = conditions
-    return pod

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from machinery import errors, jsonenc, objects
+from machinery import defaults, errors, jsonenc, objects
 from machinery.resources import Resource
 from storage import errors as serr
 from storage.interface import ListRequest
@@ -193,20 +193,9 @@ async def _condition_and_delete(ctx: Context, request: web.Request, pods: Resour
                                                       f"({cmd.get('resourceVersion')}). The object might have been "
                                                       "modified")
             new = jsonenc.loads(jsonenc.dumps(cur))
-            status = new.setdefault("status", {})
-            conds = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
-            cond = {"type": "DisruptionTarget", "status": "True", "lastProbeTime": None,
-                    "lastTransitionTime": objects.now_rfc3339(), "reason": "EvictionByEvictionAPI",
-                    "message": "Eviction API: evicting"}
-            for i, c in enumerate(conds):
-                if c.get("type") == "DisruptionTarget":
-                    if c.get("status") == "True":
-                        cond["lastTransitionTime"] = c.get("lastTransitionTime")
-                    conds[i] = cond
-                    break
-            else:
-                conds.append(cond)
-            status["conditions"] = conds
+            defaults.update_pod_condition(new, {"type": "DisruptionTarget", "status": "True",
+                                                "reason": "EvictionByEvictionAPI",
+                                                "message": "Eviction API: evicting"}, objects.now_rfc3339())
             new["metadata"].pop("resourceVersion", None)
             return objects.prepare_update(pods, new, cur, "status")
         try:

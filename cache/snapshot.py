@@ -30,6 +30,7 @@ import asyncio
 import glob
 import hashlib
 import logging
+import mmap
 import os
 import struct
 import sys
@@ -219,26 +220,52 @@ def _remove_stale(path: str) -> None:
 # --- reading ------------------------------------------------------------------------------------------------
 
 class _Reader:
-    def __init__(self, f, end: int):
+    """Frames from a file, or from a memory map of it (`buf`: no copy of the payloads before unpacking)."""
+
+    def __init__(self, f, end: int, buf=None):
         self.f = f
         self.end = end
+        self.buf = buf
+        self.pos = f.tell() if buf is None else 0
 
-    def frame(self, expect: int) -> Any:
-        head = self.f.read(_FRAME.size)
+    def peek_type(self) -> int:
+        if self.buf is not None:
+            return self.buf[self.pos] if self.pos < self.end else -1
+        b = self.f.read(1)
+        self.f.seek(-len(b), os.SEEK_CUR)
+        return b[0] if b else -1
+
+    def _read(self, n: int):
+        if self.buf is not None:
+            out = self.buf[self.pos:self.pos + n]
+        else:
+            out = self.f.read(n)
+        self.pos += len(out)
+        return out
+
+    def frame(self, expect: int, use_list: bool = True) -> Any:
+        raw = self._read(_FRAME.size)
+        head = bytes(raw)
+        if isinstance(raw, memoryview):
+            raw.release()
         if len(head) < _FRAME.size:
             raise SnapshotError("corrupt", "truncated frame header")
         ftype, n, crc = _FRAME.unpack(head)
         if ftype != expect:
             raise SnapshotError("corrupt", f"frame type {ftype}, expected {expect}")
-        if n > MAX_FRAME or self.f.tell() + n > self.end:
+        if n > MAX_FRAME or self.pos + n > self.end:
             raise SnapshotError("corrupt", f"frame length {n} beyond the file")
-        payload = self.f.read(n)
-        if len(payload) != n or zlib.crc32(payload) != crc:
-            raise SnapshotError("corrupt", "frame checksum mismatch")
+        payload = self._read(n)
         try:
-            return msgpack.unpackb(payload, raw=False, strict_map_key=False, use_list=True)
-        except Exception as e:  # a frame whose CRC matched but does not decode: a bug or a forgery
-            raise SnapshotError("corrupt", f"frame does not decode: {e!r}") from None
+            if len(payload) != n or zlib.crc32(payload) != crc:
+                raise SnapshotError("corrupt", "frame checksum mismatch")
+            try:
+                return msgpack.unpackb(payload, raw=False, strict_map_key=False, use_list=use_list)
+            except Exception as e:  # a frame whose CRC matched but does not decode: a bug or a forgery
+                raise SnapshotError("corrupt", f"frame does not decode: {e!r}") from None
+        finally:
+            if isinstance(payload, memoryview):
+                payload.release()
 
 
 @dataclass
@@ -321,38 +348,35 @@ async def load_section(section: Section, wc: WatchCache, identity: dict[str, Any
     t0 = time.perf_counter()
     wc.begin_replace()
     try:
-        with open(section.path, "rb") as f:
-            f.seek(section.offset)
-            r = _Reader(f, section.offset + section.length)
-            head = r.frame(SECTION)
-            for k, v in identity.items():
-                if head.get(k) != v:
-                    raise SnapshotError("mismatch", f"{k} is {head.get(k)!r}, this cache's is {v!r}")
-            n = 0
-            newest: tuple[str, int] | None = None
-            last_key = ""
-            while True:
-                if f.tell() >= r.end:
-                    raise SnapshotError("corrupt", "section ends without its end frame")
-                ftype = f.read(1)
-                f.seek(-1, os.SEEK_CUR)
-                if ftype == bytes([SECTION_END]):
-                    end = r.frame(SECTION_END)
-                    break
-                chunk = r.frame(ENTRIES)
-                for item in chunk:
-                    key, rv = item[0], item[1]
-                    if key <= last_key or not key.startswith(wc.prefix):
-                        raise SnapshotError("corrupt", f"key {key!r} out of order or outside {wc.prefix}")
-                    last_key = key
-                    if newest is None or rv > newest[1]:
-                        newest = (key, rv)
-                wc.add_restored(chunk)
-                n += len(chunk)
-                await asyncio.sleep(0)
+        with open(section.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            if section.offset + section.length > len(m):
+                raise SnapshotError("corrupt", "section beyond the end of the file")
+            view = memoryview(m)[section.offset:section.offset + section.length]
+            try:
+                r = _Reader(f, section.length, view)
+                head = r.frame(SECTION)
+                for k, v in identity.items():
+                    if head.get(k) != v:
+                        raise SnapshotError("mismatch", f"{k} is {head.get(k)!r}, this cache's is {v!r}")
+                wc.begin_restore(head["next_slot"])
+                n = 0
+                last_key, newest = "", ("", -1)
+                while True:
+                    ftype = r.peek_type()
+                    if ftype == SECTION_END:
+                        end = r.frame(SECTION_END)
+                        break
+                    if ftype < 0:
+                        raise SnapshotError("corrupt", "section ends without its end frame")
+                    chunk = r.frame(ENTRIES, use_list=False)
+                    last_key, newest = wc.add_restored(chunk, last_key, newest)
+                    n += len(chunk)
+                    await asyncio.sleep(0)
+            finally:
+                view.release()
             if end.get("count") != n or head.get("count") != n:
                 raise SnapshotError("corrupt", f"{n} entries, the section says {end.get('count')}")
-            wc.restore_indexes(load_indexes(head["indexes"]), head["next_slot"])
+            wc.restore_indexes(load_indexes(head["indexes"]))
         wc.finish_replace(head["rv"])
     except SnapshotError:
         wc.begin_replace()
@@ -360,4 +384,4 @@ async def load_section(section: Section, wc: WatchCache, identity: dict[str, Any
     except (OSError, ValueError, KeyError, TypeError, IndexError, OverflowError, struct.error) as e:
         wc.begin_replace()
         raise SnapshotError("corrupt", f"{type(e).__name__}: {e}") from None
-    return Loaded(head["rv"], n, newest, time.perf_counter() - t0)
+    return Loaded(head["rv"], n, newest if n else None, time.perf_counter() - t0)

@@ -274,23 +274,32 @@ class WatchCache:
     # A warm start (cache/snapshot.py) installs a saved state the same way: begin_replace, add_restored per
     # chunk (entries keep their saved slots), then restore_indexes and finish_replace at the saved RV.
 
-    def add_restored(self, entries: Iterable[tuple[str, int, bytes, int, int]]) -> None:
-        """(key, rv, data, slot, uid_hash) per saved entry, keys ascending."""
-        slots, insert = self.slots, self.store.insert
-        for key, rv, data, slot, uid_hash in entries:
-            e = Entry(key, rv, data, slot, uid_hash)
-            if slot >= len(slots):
-                slots.extend([None] * (slot + 1 - len(slots)))
-            elif slots[slot] is not None:
-                raise ValueError(f"slot {slot} used twice")
-            slots[slot] = e
-            insert(key, e)
+    def begin_restore(self, next_slot: int) -> None:
+        self.begin_replace()
+        self.slots = [None] * next_slot
 
-    def restore_indexes(self, indexes: "Indexes", next_slot: int) -> None:
-        """The saved bitmaps and the slot allocator that goes with the restored entries."""
-        if len(self.slots) > next_slot:
-            raise ValueError(f"slot {len(self.slots) - 1} beyond the saved allocator ({next_slot})")
-        self.slots.extend([None] * (next_slot - len(self.slots)))
+    def add_restored(self, entries: Iterable[tuple[str, int, bytes, int, int]], after: str,
+                     newest: tuple[str, int]) -> tuple[str, tuple[str, int]]:
+        """(key, rv, data, slot, uid_hash) per saved entry: keys ascending after `after`, under the prefix,
+        slots below the allocator's and each used once (ValueError otherwise). Returns the last key and the
+        (key, rv) of the entry with the greatest RV so far (`newest` before this chunk)."""
+        slots, insert, prefix = self.slots, self.store.insert, self.prefix
+        top_key, top = newest
+        for key, rv, data, slot, uid_hash in entries:
+            if key <= after or not key.startswith(prefix):
+                raise ValueError(f"key {key!r} out of order or outside {prefix}")
+            if slots[slot] is not None or slot < 0:
+                raise ValueError(f"slot {slot} used twice")
+            e = slots[slot] = Entry(key, rv, data, slot, uid_hash)
+            insert(key, e)
+            after = key
+            if rv > top:
+                top_key, top = key, rv
+        return after, (top_key, top)
+
+    def restore_indexes(self, indexes: "Indexes") -> None:
+        """The saved bitmaps and the slot allocator that go with the restored entries (begin_restore)."""
+        next_slot = len(self.slots)
         self.allocator._next = next_slot
         self.allocator._free = [i for i in range(next_slot - 1, -1, -1) if self.slots[i] is None]
         used = BitMap(i for i, e in enumerate(self.slots) if e is not None)

@@ -94,6 +94,27 @@ def _corrupt(path: str, how: str, section: str = "/configmaps") -> None:
         f.write(data)
 
 
+async def test_damaged_section_is_refused(tmp_path):
+    """A section cut anywhere (its index entry pointing past what is there) or with a bad frame length."""
+    wc = _filled_cache(snapshot.CHUNK_ENTRIES + 5)
+    ident = {"resource": "configmaps", "group": "", "prefix": wc.prefix, "residency": "", "head": None}
+    path = str(tmp_path / "s.snap")
+    await _write(path, wc, ident)
+    sec = snapshot.SnapshotFile.open(path).sections["/configmaps"]
+    for cut in (3, 20, sec.length // 2, sec.length - 3):
+        back = WatchCache(wc.prefix, time.monotonic)
+        with pytest.raises(snapshot.SnapshotError):
+            await snapshot.load_section(snapshot.Section(path, sec.offset, cut), back, ident)
+        assert len(back) == 0
+    with open(path, "r+b") as f:   # the first ENTRIES frame claims 2 GiB
+        f.seek(sec.offset)
+        n = struct.unpack("<BII", f.read(9))[1]
+        f.seek(sec.offset + 9 + n + 1)
+        f.write(struct.pack("<I", 1 << 31))
+    with pytest.raises(snapshot.SnapshotError, match="beyond"):
+        await snapshot.load_section(sec, WatchCache(wc.prefix, time.monotonic), ident)
+
+
 @pytest.mark.parametrize("how", ["truncated", "flipped", "version", "torn"])
 async def test_damaged_file_is_refused_never_half_loaded(tmp_path, how):
     wc = _filled_cache(snapshot.CHUNK_ENTRIES * 3)

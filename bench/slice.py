@@ -685,7 +685,7 @@ def plot(doc: dict, path: str) -> None:
 # --- main ----------------------------------------------------------------------------------------------------
 
 async def amain(a: argparse.Namespace) -> dict:
-    doc = {"command": " ".join(["python -m bench.slice"] + sys.argv[1:]), "params": vars(a).copy(),
+    doc = {"command": " ".join(["python -m bench.slice"] + a.argv), "params": vars(a).copy(),
            "loadavg_at_start": list(os.getloadavg()), "front_available": front_available(), "profiles": {}}
     log_dir = tempfile.mkdtemp(prefix="bench-slice-logs-")
     log(f"process logs in {log_dir}")
@@ -725,6 +725,7 @@ def main(argv: list[str] | None = None) -> dict:
     if "--quick" in (sys.argv[1:] if argv is None else argv):   # smaller defaults; explicit flags still win
         p.set_defaults(ks="1,2", objects=300, churn_seconds=4.0, rate=30.0, lists=5, burst=100)
     a = p.parse_args(argv)
+    a.argv = list(sys.argv[1:] if argv is None else argv)
     a.ks = [int(x) for x in a.ks.split(",")]
     a.list_path = dict(x.split("=", 1) for x in a.list_path)
     a.profiles = [x for x in a.profiles.split(",") if x]

@@ -257,6 +257,7 @@ def test_bench_slice_quick(tmp_path):
     from bench import slice as bench_slice
     out = tmp_path / "slice.json"
     doc = bench_slice.main(["--quick", "--ks", "2", "--profiles", "churn", "--objects", "200", "--churn-seconds", "3",
+                            "--lists", "3", "--burst", "50",
                             "--out", str(out), "--png", str(tmp_path / "slice.png")])
     assert out.exists() and (tmp_path / "slice.png").stat().st_size > 10_000
     runs = doc["profiles"]["churn"]["runs"]
@@ -268,10 +269,12 @@ def test_bench_slice_quick(tmp_path):
         assert rec["duplicates"] == rec["out_of_range_reads"] == rec["out_of_range_writes"] == 0
         assert rec["outside_range_by_uid"] == rec["final_generation_unreconciled"] == 0, rec
         assert rec["acked_generations"] > 10 and rec["latency_ms"]["p99"] > 0 and rec["throughput_per_s"] > 0
-        assert r["lists"]["front"]["items"] == r["lists"]["full"]["items"] > 200
+        assert r["lists"]["front"]["items"] == r["lists"]["full"]["items"] > 150   # 200 loaded, churn 1:1:1
+        assert r["backlog"]["reconciled"] == r["backlog"]["objects"] == 50 and r["backlog"]["duplicates_all_records"] == 0
         assert r["lists"]["front"]["etcd_ops"].get("list", 0) == 0
         assert r["watch"]["front"]["n"] > 10 and r["watch"]["direct"]["n"] > 10, r["watch"]
     met = {t["target"]: t["met"] for t in doc["targets"]}
     assert met["zero etcd full-range reads after start-up (all K)"] is True
     assert all(v is True for k, v in met.items() if k.startswith("every generation")), doc["targets"]
-    assert "reconcile p50/p99" in bench_slice.table(doc)
+    assert "reconcile p50 / p99" in bench_slice.table(doc)
+    assert doc["command"].startswith("python -m bench.slice --quick --ks 2")

@@ -26,8 +26,10 @@ from . import errors
 from . import metrics
 
 # gRPC refuses replies over 4 MiB by default; we page ranges (PAGE_SIZE) but a
-# page of large objects can still exceed that, so raise the receive limit.
-MAX_RECV_BYTES = 256 * 1024 * 1024
+# page of large objects can still exceed that, so raise the receive limit to
+# clientv3's default (math.MaxInt32), as kube-apiserver receives: 10,000 objects
+# of 100 KB are a 1 GB page, and a 256 MiB limit made such a cache re-list forever.
+MAX_RECV_BYTES = 2**31 - 1
 # Upstream pages the cache's initial list and its own etcd lists by 10,000 (S4.17).
 PAGE_SIZE = 10_000
 

@@ -1132,7 +1132,49 @@ def _pv_cells(pv: dict, now: _dt.datetime) -> list[Any]:
             spec.get("volumeMode") or "<unset>"]
 
 
+def _host_port(ip: str, port: Any) -> str:
+    """net.JoinHostPort."""
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+def _endpoints_cells(ep: dict, now: _dt.datetime) -> list[Any]:
+    """formatEndpoints: at most 3 addresses (with each port), `+ N more...`."""
+    subsets = [ss for ss in ep.get("subsets") or [] if isinstance(ss, dict)]
+    shown: list[str] = []
+    more, count = False, 0
+    for ss in subsets:
+        addrs = [a.get("ip", "") for a in ss.get("addresses") or [] if isinstance(a, dict)]
+        ports = [p for p in ss.get("ports") or [] if isinstance(p, dict)]
+        for port in ports or [None]:
+            count += len(addrs)
+            for ip in addrs:
+                if len(shown) == 3:
+                    more = True
+                    break
+                shown.append(ip if port is None else _host_port(ip, port.get("port", 0)))
+    cell = "<none>" if not subsets else ",".join(shown) + (f" + {count - 3} more..." if more else "")
+    return [_name(ep), cell, _age(ep, now)]
+
+
+def _more(items: list[str], count: int) -> str:
+    """listWithMoreString over the first three of `count` items."""
+    if count > 3:
+        return ",".join(items[:3]) + f" + {count - 3} more..."
+    return ",".join(items) or "<unset>"
+
+
+def _endpoint_slice_cells(es: dict, now: _dt.datetime) -> list[Any]:
+    ports = [p for p in es.get("ports") or [] if isinstance(p, dict)]
+    port_cells = [str(p["port"]) if p.get("port") is not None else (p["name"] if p.get("name") is not None else "*")
+                  for p in ports]
+    addrs = [a for e in es.get("endpoints") or [] if isinstance(e, dict) for a in e.get("addresses") or []]
+    return [_name(es), es.get("addressType", ""), _more(port_cells, len(port_cells)), _more(addrs, len(addrs)),
+            _age(es, now)]
+
+
 _CELLS: dict[tuple[str, str], Any] = {
+    ("", "endpoints"): _endpoints_cells,
+    ("discovery.k8s.io", "endpointslices"): _endpoint_slice_cells,
     ("", "persistentvolumeclaims"): _pvc_cells,
     ("", "persistentvolumes"): _pv_cells,
     ("networking.k8s.io", "ingresses"): _ingress_cells,

@@ -393,6 +393,17 @@ WORKLOADS = [
     ("/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices", {
         "metadata": {"name": "es"}, "addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.1"]}],
         "ports": [{"port": 80}]}),
+    ("/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices", {
+        "metadata": {"name": "es2"}, "addressType": "IPv4",
+        "endpoints": [{"addresses": [f"10.0.1.{i}"]} for i in range(5)],
+        "ports": [{"port": 80, "name": "a"}, {"name": "metrics"}, {"port": 9090, "name": "b"},
+                  {"port": 9091, "name": "c"}]}),
+    ("/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices", {"metadata": {"name": "es3"}, "addressType": "IPv6"}),
+    (f"{CORE}/endpoints", {"metadata": {"name": "ep2"}, "subsets": [
+        {"addresses": [{"ip": "10.0.0.1"}, {"ip": "10.0.0.2"}], "ports": [{"port": 80, "name": "a"},
+                                                                         {"port": 81, "name": "b"}]},
+        {"addresses": [{"ip": "fd00::1"}]}]}),
+    (f"{CORE}/endpoints", {"metadata": {"name": "ep3"}}),
 ]
 CLUSTER_KINDS = [
     ("/apis/scheduling.k8s.io/v1/priorityclasses", {"metadata": {"name": "pc"}, "value": 10}),
@@ -647,7 +658,7 @@ def kube_workloads(kube):
 
 
 # Kinds whose printer (printers.go) is not reproduced: Name and Age only (docs/differences.md).
-NAME_AGE_ONLY = {"endpoints", "endpointslices", "horizontalpodautoscalers"}
+NAME_AGE_ONLY = {"horizontalpodautoscalers"}
 
 
 @pytest.mark.parametrize("resource", sorted({p.rsplit("/", 1)[-1]: p for p, _ in WORKLOADS}.items()),

@@ -1172,7 +1172,33 @@ def _endpoint_slice_cells(es: dict, now: _dt.datetime) -> list[Any]:
             _age(es, now)]
 
 
+def _param_kind(policy: dict, now: _dt.datetime, count_field: str) -> list[Any]:
+    spec = policy.get("spec") or {}
+    kind = spec.get("paramKind")
+    param = f"{kind.get('apiVersion', '')}/{kind.get('kind', '')}" if isinstance(kind, dict) else "<unset>"
+    return [_name(policy), len(spec.get(count_field) or []), param, _age(policy, now)]
+
+
+def _policy_binding_cells(b: dict, now: _dt.datetime) -> list[Any]:
+    spec = b.get("spec") or {}
+    ref = spec.get("paramRef")
+    param = "<unset>"
+    if isinstance(ref, dict) and ref.get("name"):
+        param = f"{ref.get('namespace') or '*'}/{ref['name']}"
+    return [_name(b), spec.get("policyName", ""), param, _age(b, now)]
+
+
 _CELLS: dict[tuple[str, str], Any] = {
+    ("admissionregistration.k8s.io", "validatingadmissionpolicies"):
+        lambda p, now: _param_kind(p, now, "validations"),
+    ("admissionregistration.k8s.io", "mutatingadmissionpolicies"): lambda p, now: _param_kind(p, now, "mutations"),
+    ("admissionregistration.k8s.io", "validatingadmissionpolicybindings"): _policy_binding_cells,
+    ("admissionregistration.k8s.io", "mutatingadmissionpolicybindings"): _policy_binding_cells,
+    ("networking.k8s.io", "servicecidrs"):
+        lambda c, now: [_name(c), ",".join(_g(c, "spec", "cidrs", default=None) or []), _age(c, now)],
+    ("storage.k8s.io", "volumeattributesclasses"): _field_cells(("driverName",)),
+    ("resource.k8s.io", "resourceslices"): _field_cells(("spec", "nodeName"), ("spec", "driver"),
+                                                        ("spec", "pool", "name")),
     ("", "endpoints"): _endpoints_cells,
     ("discovery.k8s.io", "endpointslices"): _endpoint_slice_cells,
     ("", "persistentvolumeclaims"): _pvc_cells,

@@ -454,7 +454,27 @@ def test_cluster_scoped_defaults_equal_kube(api, kube, case):
     assert json.dumps(got[0]) == json.dumps(got[-1])
 
 
-@pytest.mark.parametrize("case", CLUSTER_KINDS, ids=_case_id)
+# Kinds whose Tables are compared, not their defaults (admission policies' defaulters are not applied here).
+CLUSTER_TABLE_ONLY = [
+    ("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies", {"metadata": {"name": "vap"}, "spec": {
+        "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"}, "validations": [{"expression": "true"}] * 2,
+        "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                                                "resources": ["pods"]}]}}}),
+    ("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings", {"metadata": {"name": "vapb"}, "spec": {
+        "policyName": "vap", "validationActions": ["Deny"],
+        "paramRef": {"name": "cfg", "parameterNotFoundAction": "Deny"}}}),
+    ("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings", {"metadata": {"name": "vapb2"}, "spec": {
+        "policyName": "vap", "validationActions": ["Deny"],
+        "paramRef": {"name": "cfg", "namespace": "ns", "parameterNotFoundAction": "Deny"}}}),
+    ("/apis/networking.k8s.io/v1/servicecidrs", {"metadata": {"name": "cidr"}, "spec": {"cidrs": ["10.200.0.0/16"]}}),
+    ("/apis/storage.k8s.io/v1/volumeattributesclasses", {"metadata": {"name": "vac"}, "driverName": "x.example.com",
+                                                         "parameters": {"iops": "100"}}),
+    ("/apis/resource.k8s.io/v1/resourceslices", {"metadata": {"name": "rs"}, "spec": {
+        "driver": "gpu.example.com", "nodeName": "n1", "pool": {"name": "p", "resourceSliceCount": 1, "generation": 1}}}),
+]
+
+
+@pytest.mark.parametrize("case", CLUSTER_KINDS + CLUSTER_TABLE_ONLY, ids=_case_id)
 def test_cluster_scoped_tables_equal_kube(api, kube, case):
     path, body = case
     got = []

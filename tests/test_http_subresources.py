@@ -17,12 +17,12 @@ from __future__ import annotations
 import copy
 import json
 import re
-import sys
 import time
 
 import pytest
 
 from tests.helpers import Api
+from tests.helpers.etcd import load_tool
 
 
 @pytest.fixture
@@ -709,8 +709,7 @@ def test_workload_table_cells_spelled_out(api, workloads):
 
 def test_table_columns_file_is_current(kube):
     """machinery/table_columns.json is what the running kube-apiserver answers (tools/table_columns_upstream.py)."""
-    sys.path.insert(0, "tools")
-    import table_columns_upstream as tool  # noqa: PLC0415
+    tool = load_tool("table_columns_upstream")
 
     def get(path, accept):
         r = kube.get(path, headers={"Accept": accept}, timeout=120)

@@ -12,12 +12,14 @@ the committed file with a running kube-apiserver.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import generated  # noqa: E402 (tools/ is not a package)
+
 ROOT = os.path.dirname(HERE)
 OUT = os.path.join(ROOT, "machinery", "table_columns.json")
 AGG = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
@@ -38,40 +40,15 @@ def extract(get) -> dict:
     return dict(sorted(out.items()))
 
 
-def _start_and_extract() -> dict:
-    sys.path.insert(0, ROOT)
-    from tests.helpers.client import Api  # noqa: PLC0415
-    from tests.helpers.etcd import current_etcd  # noqa: PLC0415
-    from tests.helpers.kube import KubeApiserver  # noqa: PLC0415
-    with current_etcd() as etcd, KubeApiserver(etcd.endpoint, prefix="/registry-tablecols") as kube:
-        api = Api(kube.url, cert=kube.client_cert, verify=kube.ca)
-
-        def get(path, accept):
-            r = api.get(path, headers={"Accept": accept}, timeout=120)
-            r.raise_for_status()
-            return r.json()
-        return extract(get)
-
-
 def render(data: dict) -> str:
     return json.dumps(data, indent=1, ensure_ascii=False) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="compare with the committed file instead of writing it")
-    args = ap.parse_args(argv)
-    text = render(_start_and_extract())
-    if args.check:
-        with open(OUT, encoding="utf-8") as f:
-            if f.read() != text:
-                print(f"{OUT} is stale: run python tools/table_columns_upstream.py", file=sys.stderr)
-                return 1
-        return 0
-    with open(OUT, "w", encoding="utf-8") as f:
-        f.write(text)
-    print(OUT, file=sys.stderr)
-    return 0
+    def extract_all() -> dict[str, str]:
+        with generated.reference("/registry-tablecols") as (api, _):
+            return {OUT: render(extract(lambda path, accept: generated.json_getter(api, accept)(path)))}
+    return generated.main(__doc__.splitlines()[0], "python tools/table_columns_upstream.py", extract_all, argv)
 
 
 if __name__ == "__main__":

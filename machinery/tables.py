@@ -1188,7 +1188,51 @@ def _policy_binding_cells(b: dict, now: _dt.datetime) -> list[Any]:
     return [_name(b), spec.get("policyName", ""), param, _age(b, now)]
 
 
+def _hpa_metric(spec: dict, status: dict | None) -> str:
+    """One metric of formatHPAMetrics: `current/target` (quantities as stored)."""
+    typ = spec.get("type")
+    key = {"External": "external", "Pods": "pods", "Object": "object", "Resource": "resource",
+           "ContainerResource": "containerResource"}.get(typ)
+    if key is None:
+        return "<unknown type>"
+    src, cur = spec.get(key) or {}, (status or {}).get(key)
+    target = src.get("target") or {}
+    current = (cur or {}).get("current") or {}
+    if key in ("resource", "containerResource"):
+        name = src.get("name", "")
+        if target.get("averageValue") is not None:
+            now = str(current.get("averageValue", "")) if cur is not None else "<unknown>"
+            return f"{name}: {now}/{target['averageValue']}"
+        now = f"{current['averageUtilization']}%" if cur is not None and current.get("averageUtilization") is not None \
+            else "<unknown>"
+        want = f"{target['averageUtilization']}%" if target.get("averageUtilization") is not None else "<auto>"
+        return f"{name}: {now}/{want}"
+    if key == "pods":
+        now = str(current.get("averageValue", "")) if cur is not None else "<unknown>"
+        return f"{now}/{target.get('averageValue', '')}"
+    if target.get("averageValue") is not None:
+        now = str(current["averageValue"]) if cur is not None and current.get("averageValue") is not None \
+            else "<unknown>"
+        return f"{now}/{target['averageValue']} (avg)"
+    now = str(current.get("value", "")) if cur is not None else "<unknown>"
+    return f"{now}/{target.get('value', '')}"
+
+
+def _hpa_cells(hpa: dict, now: _dt.datetime) -> list[Any]:
+    spec, status = hpa.get("spec") or {}, hpa.get("status") or {}
+    metrics = [m for m in spec.get("metrics") or [] if isinstance(m, dict)]
+    statuses = status.get("currentMetrics") or []
+    shown = [_hpa_metric(m, statuses[i] if i < len(statuses) and isinstance(statuses[i], dict) else None)
+             for i, m in enumerate(metrics)]
+    targets = "<none>" if not shown else ", ".join(shown[:2]) + (f" + {len(shown) - 2} more..." if len(shown) > 2 else "")
+    ref = spec.get("scaleTargetRef") or {}
+    return [_name(hpa), f"{ref.get('kind', '')}/{ref.get('name', '')}", targets,
+            str(spec["minReplicas"]) if spec.get("minReplicas") is not None else "<unset>",
+            _int(spec.get("maxReplicas")), _int(status.get("currentReplicas")), _age(hpa, now)]
+
+
 _CELLS: dict[tuple[str, str], Any] = {
+    ("autoscaling", "horizontalpodautoscalers"): _hpa_cells,
     ("admissionregistration.k8s.io", "validatingadmissionpolicies"):
         lambda p, now: _param_kind(p, now, "validations"),
     ("admissionregistration.k8s.io", "mutatingadmissionpolicies"): lambda p, now: _param_kind(p, now, "mutations"),

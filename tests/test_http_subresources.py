@@ -376,6 +376,14 @@ WORKLOADS = [
         "revision": 3, "data": {"a": 1}}),
     ("/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers", {"metadata": {"name": "hpa"}, "spec": {
         "scaleTargetRef": {"kind": "Deployment", "name": "d", "apiVersion": "apps/v1"}, "maxReplicas": 3}}),
+    ("/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers", {"metadata": {"name": "hpa2"}, "spec": {
+        "scaleTargetRef": {"kind": "StatefulSet", "name": "ss", "apiVersion": "apps/v1"}, "minReplicas": 2,
+        "maxReplicas": 5, "metrics": [
+            {"type": "Resource", "resource": {"name": "memory", "target": {"type": "AverageValue",
+                                                                            "averageValue": "100Mi"}}},
+            {"type": "Pods", "pods": {"metric": {"name": "qps"}, "target": {"type": "AverageValue",
+                                                                           "averageValue": "10"}}},
+            {"type": "External", "external": {"metric": {"name": "queue"}, "target": {"type": "Value", "value": "5"}}}]}}),
     (f"{CORE}/persistentvolumeclaims", {"metadata": {"name": "pvc"}, "spec": {
         "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
     (f"{CORE}/persistentvolumeclaims", {"metadata": {"name": "pvc2"}, "spec": {
@@ -554,6 +562,8 @@ STATUS = {
     "cj": {"active": [{"name": "x"}], "lastScheduleTime": "2026-01-01T00:00:00Z"},
     "rc": {"replicas": 1, "readyReplicas": 1},
     "pdb": {"disruptionsAllowed": 2, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0},
+    "hpa": {"currentReplicas": 2, "desiredReplicas": 2, "currentMetrics": [
+        {"type": "Resource", "resource": {"name": "cpu", "current": {"averageUtilization": 42, "averageValue": "100m"}}}]},
     "pvc2": {"phase": "Bound", "accessModes": ["ReadWriteOnce", "ReadOnlyMany"], "capacity": {"storage": "2Gi"}},
 }
 
@@ -678,7 +688,7 @@ def kube_workloads(kube):
 
 
 # Kinds whose printer (printers.go) is not reproduced: Name and Age only (docs/differences.md).
-NAME_AGE_ONLY = {"horizontalpodautoscalers"}
+NAME_AGE_ONLY: set[str] = set()
 
 
 @pytest.mark.parametrize("resource", sorted({p.rsplit("/", 1)[-1]: p for p, _ in WORKLOADS}.items()),

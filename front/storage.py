@@ -41,6 +41,8 @@ Obj = dict[str, Any]
 Part = tuple[Shard, ShardSelector | None]
 # A watch on a shard outlives the client's by this much: the front, not the shard, ends it on time.
 WATCH_GRACE = 5
+# Events a merged watch holds for one shard before it gives up on a client that does not keep up.
+MAX_QUEUED = 10_000
 
 
 def api_path(res: Resource, namespace: str | None) -> str:
@@ -183,6 +185,18 @@ class FrontStorage(CacheDelegator):
             page.resource_version = int(m.get("resourceVersion") or 0)
             page.continue_ = m.get("continue") or None
             page.remaining = m.get("remainingItemCount")
+        if req.limit > 0 and req.resource_version != "0" and not self._whole(part[0]):
+            # A page (at most `limit` items): read whole. A full replica continues after a full page if any key
+            # follows, in any shard's range; the shard knows only its own keys.
+            got = await lst.all()
+            lst.close()
+            take_meta()
+            page.raw = [b for _, b in got]
+            if len(got) == req.limit and page.continue_ is None and \
+                    await self._any_after([], ns, got[-1][0], page.resource_version):
+                page.continue_ = encode_continue("/" + got[-1][0], page.resource_version)
+                page.remaining = 0 if req.predicate is None else None
+            return page
 
         async def items() -> AsyncIterator[list[bytes]]:
             try:
@@ -262,6 +276,10 @@ class FrontStorage(CacheDelegator):
         if req.predicate is None:   # S2.9: remainingItemCount only without label/field selectors
             page.remaining = len(rest) + sum(int((ls.meta or {}).get("remainingItemCount") or 0) for ls in lists)
         return page
+
+    def _whole(self, shard: Shard) -> bool:
+        """The shard keeps this resource whole (a resource every shard keeps: its answers are a full replica's)."""
+        return self.res.plural in shard.full_resources
 
     async def _any_after(self, parts: list[Part], ns: str | None, last: str, rv: int) -> bool:
         everyone = [(s, s.selector) for s in self.shards.shards]
@@ -389,7 +407,10 @@ class _MergedWatch:
                     self.error = self.error or line
                     break
                 if t != "BOOKMARK":
-                    self.queues[i].append((rv, t, obj))
+                    q = self.queues[i]
+                    q.append((rv, t, obj))
+                    if len(q) > MAX_QUEUED:   # the client does not keep up: end its watch (as S4.14 does)
+                        break
                 if rv > self.marks[i]:
                     self.marks[i] = rv
                 self.wake.set()

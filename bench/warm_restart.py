@@ -78,14 +78,16 @@ def wait_ready(proc: Apiserver, timeout: float) -> float:
     raise BenchError(f"{proc.name} not ready in {timeout:.0f} s; see {proc.log_path}")
 
 
-def measured_start(etcd: EmbeddedEtcd, state_dir: str, how: str, timeout: float) -> tuple[Apiserver, dict]:
-    """Start an apiserver (cold: --warm-restart=false) and measure it until /readyz."""
+def measured_start(etcd: EmbeddedEtcd, state_dir: str, how: str, timeout: float,
+                   procs: list[Apiserver]) -> tuple[Apiserver, dict]:
+    """Start an apiserver (cold: --warm-restart=false) and measure it until /readyz (`procs`: to stop)."""
     flags = ["--state-dir", state_dir, NO_COMPACTION, "--cache-snapshot-interval=0",
              f"--warm-restart={'true' if how == 'warm' else 'false'}"]
     proc = Apiserver(etcd.endpoint, *flags, name=f"{how}-start", log_name=f"bench-warm-{how}")
     before = etcd_sent_bytes(etcd)
     t0 = time.monotonic()
     proc.start()
+    procs.append(proc)
     ready = wait_ready(proc, timeout) + 0.0
     spawn_to_ready = time.monotonic() - t0
     sent = etcd_sent_bytes(etcd) - before
@@ -181,8 +183,7 @@ def run(p: argparse.Namespace) -> dict:
         for rep in range(p.reps):
             pair = {}
             for how in ("cold", "warm"):
-                proc, r = measured_start(etcd, state_dir, how, p.timeout)
-                procs.append(proc)
+                proc, r = measured_start(etcd, state_dir, how, p.timeout, procs)
                 kill(proc)
                 pair[how] = r
             doc["reps"].append(pair)

@@ -155,6 +155,7 @@ class Slice:
         self.shards: list[Proc] = []
         self.front: Proc | None = None
         self.controllers: list[Proc] = []
+        self._tmp_state: str | None = None
 
     # --- what runs ----------------------------------------------------------------------------------
 
@@ -171,8 +172,14 @@ class Slice:
         return [*self.controllers, *([self.front] if self.front else []), *self.shards]
 
     def _apiserver(self, name: str, port: int, *args: str, selector: ShardSelector | None = None) -> Proc:
+        """Each apiserver has a state directory of its own (its watch-cache snapshot for the warm restart):
+        `<state-dir>/<name>` (kept, so a slice started again on the same state resumes warm), or one under
+        a temporary directory removed by `stop`."""
+        if self._tmp_state is None and not self.state_dir:
+            self._tmp_state = tempfile.mkdtemp(prefix="slice-state-")
+        state = os.path.join(self.state_dir or self._tmp_state, name)
         argv = [sys.executable, "-m", "apiserver", "--etcd-servers", self.etcd_endpoint,
-                "--etcd-prefix", self.etcd_prefix, "--port", str(port), *args]
+                "--etcd-prefix", self.etcd_prefix, "--port", str(port), "--state-dir", state, *args]
         return Proc(name, argv, port, "/readyz", self.log_dir, self.env, selector)
 
     # --- start and stop -----------------------------------------------------------------------------
@@ -238,6 +245,9 @@ class Slice:
         if self.etcd:
             self.etcd.stop()
             self.etcd = None
+        if self._tmp_state:
+            shutil.rmtree(self._tmp_state, ignore_errors=True)
+            self._tmp_state = None
 
     def __enter__(self) -> "Slice":
         return self.start()
@@ -251,7 +261,8 @@ def up(argv: list[str] | None = None) -> int:
     p.add_argument("--shards", type=int, default=2, help="K, the number of shards and controllers")
     p.add_argument("--port", type=int, default=8080, help="the front's port (0: any free port)")
     p.add_argument("--state-dir", default=None,
-                   help="etcd data, logs and the kubeconfig (default: a temporary directory, removed at the end)")
+                   help="etcd data, each apiserver's watch-cache snapshot, logs and the kubeconfig (default: a "
+                        "temporary directory, removed at the end)")
     p.add_argument("--etcd-servers", default=None, help="an existing etcd instead of the embedded one")
     p.add_argument("--no-front", action="store_true")
     p.add_argument("--no-controllers", action="store_true")

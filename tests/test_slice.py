@@ -80,6 +80,9 @@ def test_each_generation_reconciled_exactly_once_in_range(slice2):
     outside its range; a restarted replica writes nothing (every generation is already done)."""
     sl = slice2
     api = Api(sl.server)
+    # every apiserver of the slice keeps its warm-restart snapshot in a state directory of its own
+    dirs = [p.argv[p.argv.index("--state-dir") + 1] for p in [sl.front, *sl.shards]]
+    assert len(set(dirs)) == len(dirs) and not any(d.startswith(ROOT) for d in dirs), dirs
     assert api.post("/api/v1/namespaces", {"metadata": {"name": NS}}).status_code in (201, 409)
     coll = widgets.collection(NS)
     expected: set[tuple[str, int]] = set()

@@ -8,7 +8,6 @@ through a second apiserver without a cache. "No full-range read" is etcd_request
 the restarted process (every cache list and every list served from etcd counts there)."""
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -25,9 +24,8 @@ from cache import snapshot
 from cache.watch_cache import WatchCache
 from tests.helpers import ROOT, Api, ApiserverProcess, current_etcd_binary
 from tests.helpers.etcd import etcd_revision
-from storage.compact import compact_now
 from storage.embedded import EmbeddedEtcd
-from storage.etcd import EtcdClient
+from tests.test_watch_cache import _etcd_compact as compact
 
 CM = "/api/v1/namespaces/default/configmaps"
 SHARD = "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')"
@@ -194,17 +192,6 @@ def env(etcd, tmp_path, unique_prefix):
     for s in (srv, other):
         if s.proc is not None:
             s.proc.stop(timeout=30, strict=False)
-
-
-def compact(endpoint: str, rev: int) -> None:
-    """Compact etcd at `rev` as every apiserver's compactor does (compact_rev_key, then Compact)."""
-    async def run():
-        c = EtcdClient([endpoint])
-        try:
-            await compact_now(c, rev)
-        finally:
-            await c.close()
-    asyncio.run(run())
 
 
 def create(api: Api, name: str, **data) -> int:

@@ -5,6 +5,7 @@ cannot be reached is a storage UNREACHABLE error (504, as for an unreachable etc
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any, AsyncIterator
 
 import aiohttp
@@ -54,31 +55,22 @@ async def open_get(session: aiohttp.ClientSession, url: str, params: dict[str, s
     return resp
 
 
-_TYPED_NAME = b'{"metadata":{"name":"'
-_GENERATE_NAME = b',"generateName":"'
-_NAMESPACE = b',"namespace":"'
+# A built-in kind's item starts with its metadata, name first (Go's field order), then generateName and namespace;
+# names and namespaces are DNS names (no quote, no escape).
+_TYPED_HEAD = re.compile(rb'\{"metadata":\{"name":"([^"\\]*)"(?:,"generateName":"[^"\\]*")?(?:,"namespace":"([^"\\]*)")?')
 
 
 def item_key(item: bytes, cluster_wide: bool) -> str:
     """The item's key below the request's prefix: `namespace/name` when listing every namespace of a namespaced
-    resource, else `name` (what orders a list and what a continue token carries). A built-in kind's item starts
-    with its metadata, name first (Go's field order), then generateName and namespace: read in place (names
-    and namespaces are DNS names: no quote or escape in them); anything else is parsed."""
-    if item.startswith(_TYPED_NAME):
-        at = len(_TYPED_NAME)
-        end = item.index(b'"', at)
-        name = item[at:end]
-        if b"\\" not in name:
-            if not cluster_wide:
-                return name.decode()
-            at = end + 1
-            if item.startswith(_GENERATE_NAME, at):
-                at = item.index(b'"', at + len(_GENERATE_NAME)) + 1
-            if item.startswith(_NAMESPACE, at):
-                at += len(_NAMESPACE)
-                ns = item[at:item.index(b'"', at)]
-                if b"\\" not in ns:
-                    return (ns + b"/" + name).decode()
+    resource, else `name` (what orders a list and what a continue token carries). Read in place from a built-in
+    kind's head; anything else is parsed."""
+    m = _TYPED_HEAD.match(item)
+    if m is not None:
+        name, ns = m.groups()
+        if not cluster_wide:
+            return name.decode()
+        if ns is not None:   # a namespaced object always has one: none matched means an unusual head, parsed
+            return (ns + b"/" + name).decode()
     md = orjson.loads(item)["metadata"]
     ns = md.get("namespace")
     return f"{ns}/{md['name']}" if cluster_wide and ns else md["name"]

@@ -230,15 +230,21 @@ class APIServer:
         t0 = time.monotonic()
         while not all(c.ready for c in self.cachers().values()) and time.monotonic() - t0 < interval:
             await asyncio.sleep(0.2)
-        last = None
+        last: dict | None = None
+        due = next_allowed = 0.0
         while True:
             state = {k: c.wc.rv for k, c in self.cachers().items() if c.ready}
-            took = 0.0
-            if state != last:
+            now = time.monotonic()
+            # A cache that became ready since the last write (a CRD created after start) is written at once
+            # (time share permitting): a process killed before the next interval still restarts it warm.
+            new_cache = last is not None and not state.keys() <= last.keys()
+            if state != last and (now >= due or (new_cache and now >= next_allowed)):
                 st = await self.write_snapshot()
                 took = st["seconds"] if st else 0.0
                 last = state
-            await asyncio.sleep(max(interval, SNAPSHOT_TIME_SHARE * took))
+                due = time.monotonic() + max(interval, SNAPSHOT_TIME_SHARE * took)
+                next_allowed = time.monotonic() + SNAPSHOT_TIME_SHARE * took
+            await asyncio.sleep(0.5)
 
     async def stop(self) -> None:
         if self._snapshot_task is not None:

@@ -20,6 +20,7 @@ log = logging.getLogger("front")
 
 # How often the front looks at its shards' /readyz (and re-reads a shard whose range is not known yet).
 HEALTH_INTERVAL = 1.0
+SLOW_CHECKS = 3
 
 
 @dataclass
@@ -30,6 +31,7 @@ class Shard:
     ready: bool = False
     error: str = "not contacted yet"
     assigned: ShardSelector | None = None    # the range the front asks it for (None: its residency)
+    slow: int = 0                             # health checks in a row that timed out
 
     @property
     def selector(self) -> ShardSelector | None:
@@ -130,9 +132,16 @@ class ShardMap:
             async with self.session.get(s.url + "/readyz", timeout=t) as r:
                 ok = r.status == 200
                 s.error = "" if ok else f"/readyz: HTTP {r.status}"
-        except Exception as e:  # connection refused, timeout, bad answer
+        except asyncio.TimeoutError:
+            # A busy shard (or machine) answers late: down after SLOW_CHECKS late answers in a row, not one.
+            s.slow += 1
+            ok = s.ready and s.slow < SLOW_CHECKS
+            s.error = "/readyz: no answer in 2 s"
+        except Exception as e:  # connection refused, bad answer: down at once
             ok = False
             s.error = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        else:
+            s.slow = 0
         if ok != s.ready:
             log.info("shard %s %s%s", s.url, "ready" if ok else "not ready: ", s.error)
         s.ready = ok

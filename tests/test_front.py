@@ -36,13 +36,19 @@ class Slice:
         self.front: ApiserverProcess | None = None
 
     def start(self) -> "Slice":
-        procs = self.shards + [self.full]
-        for p in procs:
-            p.start()
-        wait_all_ready(procs, 60)
-        self.front = ApiserverProcess("--front", "--shards", ",".join(s.base for s in self.shards), *self.front_args,
-                                      etcd_servers=self.etcd_endpoint, etcd_prefix=self.prefix, name="front")
-        self.front.start().wait_ready(30)
+        """Started and ready; on a failure, whatever started is stopped before the error goes on."""
+        try:
+            procs = self.shards + [self.full]
+            for p in procs:
+                p.start()
+            wait_all_ready(procs, 90)
+            self.front = ApiserverProcess("--front", "--shards", ",".join(s.base for s in self.shards),
+                                          *self.front_args, etcd_servers=self.etcd_endpoint, etcd_prefix=self.prefix,
+                                          name="front")
+            self.front.start().wait_ready(60)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def stop(self) -> None:

@@ -30,10 +30,10 @@ def front_slice(current_etcd):
     try:
         for p in shards:
             p.start()
-        wait_all_ready(shards, 60)
+        wait_all_ready(shards, 90)
         front = ApiserverProcess("--front", "--shards", ",".join(p.base for p in shards),
                                  etcd_servers=current_etcd.endpoint, etcd_prefix=prefix, name="front")
-        front.start().wait_ready(30)
+        front.start().wait_ready(60)
         yield front, shards, sels
     finally:
         stop_all([p for p in [front, *shards] if p is not None and p.popen is not None], strict=False)

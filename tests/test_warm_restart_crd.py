@@ -6,6 +6,7 @@ caches were in no snapshot yet)."""
 from __future__ import annotations
 
 import json
+import re
 import time
 
 from tests.helpers.objects import crd
@@ -23,9 +24,21 @@ def _served(api, timeout: float = 30.0) -> None:
         time.sleep(0.1)
 
 
+def _wait_snapshot(srv, want, timeout: float = 30.0) -> int:
+    """The number of caches in the newest snapshot the server logged, once `want` holds for it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        written = re.findall(r"watch cache snapshot written .* resources=(\d+)", srv.log())
+        if written and want(int(written[-1])):
+            return int(written[-1])
+        assert time.monotonic() < deadline, written
+        time.sleep(0.2)
+
+
 def test_crd_created_after_start_restarts_warm(env):
     srv, other = env
     srv.start()   # the default 1m interval: the periodic write would come far too late for this test
+    first = _wait_snapshot(srv, lambda n: n > 0)   # the first snapshot: every cache created at start
     r = srv.api.post(CRDS, crd(GROUP, "widgets", "Widget"))
     assert r.status_code == 201, r.text
     _served(srv.api)
@@ -34,11 +47,7 @@ def test_crd_created_after_start_restarts_warm(env):
         r = srv.api.post(WIDGETS, {"apiVersion": f"{GROUP}/v1", "kind": "Widget", "metadata": {"name": f"w{i}"}})
         assert r.status_code == 201, r.text
         rvs.append(int(r.json()["metadata"]["resourceVersion"]))
-    deadline = time.monotonic() + 20
-    while srv.metric("apiserver_watch_cache_snapshot_writes_total", result="ok") < 2:
-        assert time.monotonic() < deadline, "no snapshot with the new cache"
-        time.sleep(0.2)
-    time.sleep(1.0)   # writes are debounced by state: a last one with the five widgets
+    _wait_snapshot(srv, lambda n: n == first + 1)   # ... and one with the widgets' cache, well before 1m
     srv.proc.popen.kill()
     srv.proc.popen.wait()
 

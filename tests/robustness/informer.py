@@ -78,3 +78,4 @@ class Informer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        self.proc.stdout.close()   # an open pipe left to the garbage collector is a ResourceWarning under pytest

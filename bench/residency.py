@@ -43,6 +43,7 @@ import argparse
 import asyncio
 import os
 import random
+import signal
 import statistics
 import sys
 import time
@@ -169,16 +170,27 @@ class KwokNodeProfile(Profile):
             self.sample_bytes[kind] = size // n if n else 0
 
     async def writer(self, s, base, stop):
+        """kwok writes; this counts. When measuring stops kwok is paused (SIGSTOP; resumed by the next
+        writer and before it is stopped), so the correctness check sees the quiet cluster it expects; its
+        Leases (40 s) outlive the pause."""
         from bench.nodes import WRITE_VERBS, delta_sum, metrics as request_metrics
+        self._signal(signal.SIGCONT)
         m0 = await request_metrics(s, base)
         await stop.wait()
+        self._signal(signal.SIGSTOP)
+        await asyncio.sleep(0.5)   # writes already sent land before the check reads the revision
         m1 = await request_metrics(s, base)
         self.writes += int(sum(delta_sum(m0, m1, "apiserver_request_total", verb=v) for v in WRITE_VERBS))
         self.write_errors += int(sum(delta_sum(m0, m1, "apiserver_request_total", verb=v, code=c)
                                      for v in WRITE_VERBS for c in ("409", "500", "503", "504")))
 
+    def _signal(self, sig: int) -> None:
+        if self.kwok is not None and self.kwok.alive():
+            os.kill(self.kwok.pid, sig)
+
     def close(self) -> None:
         if self.kwok is not None:
+            self._signal(signal.SIGCONT)
             self.kwok.stop()
             self.kwok = None
 

@@ -178,6 +178,21 @@ class CacheDelegator:
 
     # --- WATCH ---------------------------------------------------------------------------------
 
+    @staticmethod
+    def _before_warm_window(cacher, req: WatchRequest) -> bool:
+        """A watch from an RV older than a warm-started cache's window, which etcd has not compacted: served
+        by etcd instead of 410 (beyond upstream, docs/differences.md). After a warm restart the window starts
+        at the snapshot's revision, which may be past the last event a client saw (the snapshot is taken after
+        progress, and a sharded or selective watcher sees few events), though that client lost nothing; a cold
+        cache's window starts at its list as upstream's, and its 410 stays. Only until the window first evicts
+        an event: from then on the cache's own bound applies."""
+        rv_s = req.resource_version
+        if cacher.started != "warm" or req.send_initial_events or rv_s in (None, "", "0"):
+            return False
+        wc = cacher.wc
+        rv = int(rv_s)
+        return not wc.evicted and rv < wc.list_rv and rv >= wc.compacted
+
     async def serve_watch(self, prefix: str, req: WatchRequest, sink: WatchSink) -> None:
         """Serve one watch into `sink` until its timeout, from the cache or from etcd."""
         cacher = await self._settled()
@@ -189,6 +204,9 @@ class CacheDelegator:
             return
         if not cacher.ready:  # S1.33: a plain 429, not an ERROR event
             raise not_ready(cacher)
+        if self._before_warm_window(cacher, req):
+            await self.store.serve_watch(prefix, req, sink)
+            return
         if req.shard is None:
             await reads.serve_watch(cacher, prefix, req, sink, None)
         else:

@@ -44,6 +44,9 @@ from . import metrics, snapshot
 from .cache_watcher import CacheWatcher
 from .watch_cache import CacheEvent, Entry, WatchCache
 
+# An empty section of a partially resident cache is checked by reading etcd's objects at its revision, if
+# there are at most this many (else the cache lists).
+EMPTY_PROBE_LIMIT = 256
 log = logging.getLogger("cache")
 
 # blockTimeout: how long a read waits for the cache to catch up (S3.4).
@@ -333,9 +336,17 @@ class Cacher:
                 if item is None or kv.mod_revision != mod or item[2] != self.wc.store.get(key).data:
                     raise snapshot.SnapshotError("unverified", f"{key} at rv {rv} is not what etcd held")
                 return
-            if self.residency is not None:
-                raise snapshot.SnapshotError("unverified", "an empty partially resident snapshot cannot be checked")
             p = self.prefix.encode()
+            if self.residency is not None:
+                # Empty here means no resident object at rv: etcd's objects there are few (with many, some would
+                # fall in the range) and none may be resident. A resident shard snapshotted before its first
+                # object (a process killed early) then restarts warm.
+                kvs, _, more, _ = await self.client.range(p, _prefix_end_bytes(p), revision=rv,
+                                                          limit=EMPTY_PROBE_LIMIT, resource=self.resource_label)
+                if more or any(self.residency(kv.key.decode(), kv.value) for kv in kvs):
+                    raise snapshot.SnapshotError("unverified", f"empty partially resident snapshot, but etcd "
+                                                 f"held {'many objects' if more else 'a resident one'} at rv {rv}")
+                return
             _, _, _, count = await self.client.range(p, _prefix_end_bytes(p), revision=rv, count_only=True,
                                                      resource=self.resource_label)
             if count:

@@ -65,3 +65,28 @@ def test_crd_created_after_start_restarts_warm(env):
     resp.close()
     assert (ev["type"], ev["object"]["metadata"]["name"], int(ev["object"]["metadata"]["resourceVersion"])) == \
         ("ADDED", "down", down_rv), ev
+
+
+def test_empty_resident_section_restarts_warm(env):
+    """A resident shard snapshotted before it held any object of a resource (killed early, as the robustness
+    long form's apiserver-kill-ha did on a resident shard) restarts that cache warm: the probe reads etcd's few
+    objects at the snapshot's revision and finds none resident. Before, such a section was refused, the cache
+    listed and a sharded client resuming from its last RV got 410 though etcd had not compacted it."""
+    from tests.test_warm_restart import CM, SHARD, create
+    srv, other = env
+    srv.args = ("--residency", SHARD)
+    srv.start()
+    first = _wait_snapshot(srv, lambda n: n > 0)
+    assert first
+    srv.proc.popen.kill()
+    srv.proc.popen.wait()
+    other.start()
+    rvs = [create(other.api, f"d{i}") for i in range(20)]   # about half of them in SHARD
+    srv.start()
+    assert srv.loads() == {"warm": 1}, srv.log()[-3000:]
+    resp = srv.api.get(CM, params={"watch": "1", "resourceVersion": str(rvs[0] - 1), "shardSelector": SHARD},
+                       stream=True, timeout=20)
+    assert resp.status_code == 200, resp.text
+    ev = json.loads(next(resp.iter_lines()))
+    resp.close()
+    assert ev["type"] == "ADDED" and int(ev["object"]["metadata"]["resourceVersion"]) in rvs, ev

@@ -11,21 +11,12 @@ import asyncio
 import pytest
 
 from tests.robustness import checkers
-from tests.robustness.scenarios import KNOWN, KNOWN_IN, SCENARIOS, compare_rss, explain, run_scenario, table
+from tests.robustness.scenarios import SCENARIOS, compare_rss, explain, run_scenario, table
 from tests.robustness.traffic import CONFIGMAPS, KINDS, WIDGETS, History, Op, WatchChain
 from tests.robustness.truth import Recorder, TEvent
 
 # --- every scenario, short form ----------------------------------------------------------------------------
 
-class KnownProblem(Exception):
-    """Every violation a scenario found is the known problem its xfail names (anything else fails)."""
-
-
-# Scenarios that fail because of a known problem not fixed yet (scenarios.KNOWN, reported on issue 10). Strict:
-# it fails every time (xfail strict=True): apiserver-kill-ha, where the second apiserver keeps writing while
-# the first is down. apiserver-kill alone shows it only when a write was committed but its event not yet sent
-# at the kill, so there a run showing only that problem is an xfail and any other run must pass.
-STRICT: set = set()   # restart-410 fixed by the warm restart (cache/snapshot.py): apiserver-kill-ha passes
 # Every scenario with the cache on ConfigMaps; etcd-kill also without the cache, on a custom resource and on a
 # resident shard (--residency: sharded requests in its range from its cache, the rest from etcd).
 SHORT = ([(name, True, CONFIGMAPS) for name in SCENARIOS]
@@ -33,11 +24,8 @@ SHORT = ([(name, True, CONFIGMAPS) for name in SCENARIOS]
 
 
 def _param(name, cache, kind):
-    known = KNOWN_IN.get((name, bool(cache)))
-    marks = ([pytest.mark.xfail(reason=KNOWN[known][0], raises=KnownProblem, strict=True)]
-             if (name, cache) in STRICT else [])
     mode = cache if isinstance(cache, str) else ("cache" if cache else "nocache")
-    return pytest.param(name, cache, kind, id=f"{name}-{mode}-{kind.plural}", marks=marks)
+    return pytest.param(name, cache, kind, id=f"{name}-{mode}-{kind.plural}")
 
 
 def _run_short(job) -> dict:
@@ -62,10 +50,6 @@ def test_scenario_short(name, watch_cache, kind, short_results):
     r = short_results[(name, watch_cache, kind.plural)]
     watch_cache = bool(watch_cache)
     print(table([r]))
-    if r.get("known"):
-        if (name, watch_cache) in STRICT:
-            raise KnownProblem(explain(r, limit=3))
-        pytest.xfail(f"{KNOWN[r['known']][0]}:\n{explain(r, limit=3)}")
     assert r["passed"], explain(r, limit=10)
     assert r["acknowledged"] > 20 and r["lists"] > 5 and r["watch_events"] > 0, r
 

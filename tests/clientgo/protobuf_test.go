@@ -98,11 +98,28 @@ func TestProtobufWrites(t *testing.T) {
 	if err != nil {
 		t.Fatalf("protobuf create Pod: %v", err)
 	}
-	if !equality.Semantic.DeepEqual(gotPod.Spec.Containers, pod.Spec.Containers) ||
-		!equality.Semantic.DeepEqual(gotPod.Spec.Volumes, pod.Spec.Volumes) ||
-		!equality.Semantic.DeepEqual(gotPod.Spec.Tolerations, pod.Spec.Tolerations) ||
-		*gotPod.Spec.TerminationGracePeriodSeconds != 0 {
-		t.Fatalf("Pod read back differs:\n got %+v\nwant %+v", gotPod.Spec, pod.Spec)
+	// What kube-apiserver stores: the body with SetDefaults_Pod/Container/Probe and the DefaultTolerationSeconds
+	// admission plugin applied (machinery/defaults.py; tests/test_http_subresources.py checks them against kube).
+	want := pod.Spec.DeepCopy()
+	wc := &want.Containers[0]
+	wc.TerminationMessagePath, wc.TerminationMessagePolicy = "/dev/termination-log", corev1.TerminationMessageReadFile
+	wc.ImagePullPolicy = corev1.PullIfNotPresent
+	for _, pr := range []*corev1.Probe{wc.ReadinessProbe, wc.LivenessProbe} {
+		pr.TimeoutSeconds, pr.SuccessThreshold, pr.FailureThreshold = 1, 1, 3
+		if pr.PeriodSeconds == 0 {
+			pr.PeriodSeconds = 10
+		}
+	}
+	wc.ReadinessProbe.HTTPGet.Scheme = corev1.URISchemeHTTP
+	for _, key := range []string{"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"} {
+		want.Tolerations = append(want.Tolerations, corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists,
+			Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](300)})
+	}
+	if !equality.Semantic.DeepEqual(gotPod.Spec.Containers, want.Containers) ||
+		!equality.Semantic.DeepEqual(gotPod.Spec.Volumes, want.Volumes) ||
+		!equality.Semantic.DeepEqual(gotPod.Spec.Tolerations, want.Tolerations) ||
+		*gotPod.Spec.TerminationGracePeriodSeconds != 0 || gotPod.Spec.SchedulerName != "default-scheduler" {
+		t.Fatalf("Pod read back differs:\n got %+v\nwant %+v", gotPod.Spec, want)
 	}
 
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "pb-svc"}, Spec: corev1.ServiceSpec{

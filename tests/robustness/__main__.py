@@ -2,7 +2,7 @@
 [--rate R] [--watch-cache true|false|resident|both|all] [--kind configmaps|widgets|both] [--jobs J]
 [--soak SECONDS] [--json PATH]`: run scenarios, print the table per run and the summary per scenario (and, for
 each failure, the violations with the excerpt of history that shows them), write every result as JSON.
-Exit 1 if any failed (known problems included)."""
+Exit 1 if any failed."""
 from __future__ import annotations
 
 import argparse

@@ -330,13 +330,6 @@ FAULTS = {
     "slow-watcher": fault_slow_watcher,
     "defrag": fault_defrag,
 }
-# Known problems not fixed yet: name -> (description, text every violation's message contains), and the
-# scenarios (name, watch cache on) that can show them. A run showing only a known problem is reported as such
-# (and still not passed). None now: restart-410 (a restarted apiserver's cache answering 410 to a client resuming
-# from an uncompacted RV) is fixed by the warm restart (cache/snapshot.py, tests/test_warm_restart*.py).
-KNOWN: dict[str, tuple[str, str]] = {}
-KNOWN_IN: dict[tuple[str, bool], str] = {}
-
 # What a scenario needs beyond one apiserver over etcd: a proxy on the apiserver's etcd link, a second
 # apiserver over the same etcd (half the writers write through it, so writes go on while the first is down).
 SETUPS = {"etcd-blackhole": {"proxy": True}, "apiserver-kill-ha": {"second": True},
@@ -581,9 +574,6 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
         await asyncio.to_thread(etcd.stop)
     result["wall_s"] = round(time.monotonic() - t_start, 1)
     result["passed"] = not result["violations"]
-    known = KNOWN_IN.get((name, watch_cache))
-    if not result["passed"] and known and all(KNOWN[known][1] in v["message"] for v in result["violations"]):
-        result["known"] = known
     return result
 
 
@@ -629,13 +619,12 @@ def summary(results: list[dict]) -> str:
     for name, rs in groups.items():
         rec = [r["recover_s"] for r in rs if r.get("recover_s") is not None]
         ratio = [r["rss_vs_none"] for r in rs if r.get("rss_vs_none") is not None]
-        known = sum(1 for r in rs if r.get("known"))
         rows.append([name, str(len(rs)), str(sum(r.get("ops", 0) for r in rs)),
                      str(sum(r.get("acknowledged", 0) for r in rs)),
                      *(str(sum(r.get(k, 0) for r in rs)) for k in ("lost", "stale", "watch_violations",
                                                                      "linearizability", "other_violations")),
                      f"{max(rec):.2f}" if rec else "-", f"{max(ratio):.2f}" if ratio else "-",
-                     f"{sum(1 for r in rs if r.get('passed'))}/{len(rs)}" + (f" (known {known})" if known else "")])
+                     f"{sum(1 for r in rs if r.get('passed'))}/{len(rs)}"])
     return _grid(rows)
 
 
@@ -653,7 +642,7 @@ def table(results: list[dict]) -> str:
         for k, _ in COLUMNS:
             val = r.get(k)
             if k == "passed":
-                val = "pass" if val else (f"known: {r['known']}" if r.get("known") else "FAIL")
+                val = "pass" if val else "FAIL"
             elif val is None:
                 val = "-"
             row.append(str(val))

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import glob
 import os
+import random
 import re
 import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -126,9 +128,34 @@ def find_etcd_binary() -> str:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now. With RESIDENCY_PORT_RANGE=LO-HI in the environment (the test suite sets one per
+    pytest worker, and the processes its tests start inherit it) the port comes from that range, below the
+    kernel's ephemeral range (32768-60999): workers never pick the same port between a pick and its bind,
+    and no outgoing connection's source port takes a port picked for a server. Else the kernel picks."""
+    rng = os.environ.get("RESIDENCY_PORT_RANGE")
+    if not rng:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    lo, hi = (int(x) for x in rng.split("-"))
+    with _port_lock:
+        pid, nxt = _port_walk
+        if pid != os.getpid():  # a random start per process (forked ones included): a test and what it starts walk apart
+            nxt = random.Random(os.getpid() ^ time.monotonic_ns()).randrange(lo, hi)
+        for _ in range(hi - lo):
+            port, nxt = nxt, lo + (nxt + 1 - lo) % (hi - lo)
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _port_walk[:] = [os.getpid(), nxt]
+            return port
+    raise OSError(f"no free port in RESIDENCY_PORT_RANGE={rng}")
+
+
+_port_walk: list = [None, 0]      # [pid, next port to try] of this process's walk through its range
+_port_lock = threading.Lock()     # threads of one process share the walk
 
 
 @dataclass

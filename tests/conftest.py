@@ -9,6 +9,8 @@ import pytest
 from storage.embedded import EmbeddedEtcd
 from tests.helpers import Api, build_etcd_module, distro_etcd, start_apiserver
 from tests.helpers.etcd import load_tool
+# Ports per pytest-xdist worker, and tests ordered by the Go binaries they need (tests/ordering.py).
+from tests.ordering import pytest_collection_modifyitems  # noqa: F401  (a hook)
 
 _counter = itertools.count()
 

@@ -612,9 +612,9 @@ def test_clientgo_view_user_informer(policy, ours, clientgo_binary):
 
 
 @pytest.fixture(scope="module")
-def clientgo_binary(tmp_path_factory):
-    from tests.test_clientgo import clientgo_binary as build
-    return build.__wrapped__(tmp_path_factory)
+def clientgo_binary():
+    from tests.helpers.gobin import go_program
+    return go_program("clientgo.test")
 
 
 @pytest.mark.parametrize("path", ["/api/v1/namespaces/authz-demo/configmaps/..",

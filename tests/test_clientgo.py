@@ -1,6 +1,6 @@
 """The real k8s.io/client-go (tests/clientgo, a Go module) against real apiserver processes.
 
-The Go test binary is built once per session (`go test -c`; a missing `go` fails, never skips) and
+The Go test binary is built once (`go test -c` into .cache/go; a missing `go` fails, never skips) and
 run once per Go test with the servers' URLs in the environment (see tests/clientgo/helpers_test.go).
 Servers: a fully resident cache server and two complementary `--residency` shards over the current
 etcd, and a `--watch-cache=false` server over its own etcd 3.5.1 (the compaction test compacts it).
@@ -8,30 +8,22 @@ etcd, and a `--watch-cache=false` server over its own etcd 3.5.1 (the compaction
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import time
 
 import pytest
 
 from machinery.shard_selector import complementary
 from tests.helpers import ApiserverProcess, distro_etcd, stop_all, wait_all_ready
+from tests.helpers.gobin import go_program
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODULE = os.path.join(HERE, "clientgo")
 
 
 @pytest.fixture(scope="module")
-def clientgo_binary(tmp_path_factory):
-    go = shutil.which("go")
-    assert go, "`go` not found: the client-go tests need Go (>= 1.26) and the Go module proxy"
-    out = str(tmp_path_factory.mktemp("clientgo") / "clientgo.test")
-    t0 = time.monotonic()
-    r = subprocess.run([go, "test", "-c", "-o", out, "."], cwd=MODULE, capture_output=True, text=True,
-                       timeout=1200, env=dict(os.environ, GOFLAGS="-mod=mod"))
-    assert r.returncode == 0, f"go test -c failed:\n{r.stdout}\n{r.stderr}"
-    print(f"client-go test binary built in {time.monotonic() - t0:.1f}s")
-    return out
+def clientgo_binary():
+    """`go test -c` of tests/clientgo, built once into .cache/go (tools/build_repo_go.py)."""
+    return go_program("clientgo.test")
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -28,21 +25,12 @@ from machinery.jsonenc import (
     loads,
     watch_event,
 )
-
-GO_SRC = Path(__file__).parent / "go" / "jsonref"
+from tests.helpers.gobin import go_program
 
 
 @pytest.fixture(scope="module")
-def gobin(tmp_path_factory) -> str:
-    go = shutil.which("go")
-    if go is None:
-        pytest.fail("the Go toolchain ('go') is required for the encoding/json reference tests but is not on PATH")
-    out = tmp_path_factory.mktemp("jsonref") / "jsonref"
-    env = dict(os.environ, GOTOOLCHAIN="local", GOFLAGS="-mod=mod", CGO_ENABLED="0")
-    r = subprocess.run([go, "build", "-o", str(out), "."], cwd=GO_SRC, env=env, capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.fail(f"go build of tests/go/jsonref failed:\n{r.stderr}")
-    return str(out)
+def gobin() -> str:
+    return go_program("jsonref")
 
 
 def go_marshal_json(gobin: str, docs: list[bytes]) -> list[bytes]:
@@ -312,60 +300,12 @@ def test_s4_2_watch_event_framing():
 
 # ------------------------------------------- machinery.gocompat against Go
 
-# A second, inline Go reference: json.Unmarshal's error text and strconv.Quote, for the Go-imitation
-# helpers every layer shares (machinery.gocompat; loads above and the patch / continue-token decoders
-# report the same texts).
-_GO_ERRTEXT = r'''
-package main
-
-import (
-	"bufio"
-	"encoding/base64"
-	"encoding/json"
-	"fmt"
-	"os"
-	"strconv"
-)
-
-func main() {
-	sc := bufio.NewScanner(os.Stdin)
-	sc.Buffer(make([]byte, 1<<20), 1<<26)
-	w := bufio.NewWriter(os.Stdout)
-	defer w.Flush()
-	for sc.Scan() {
-		raw, err := base64.StdEncoding.DecodeString(sc.Text())
-		if err != nil {
-			panic(err)
-		}
-		out := "OK"
-		switch os.Args[1] {
-		case "unmarshal":
-			var v any
-			if err := json.Unmarshal(raw, &v); err != nil {
-				out = "ERR " + err.Error()
-			}
-		case "quote":
-			out = strconv.Quote(string(raw))
-		}
-		fmt.Fprintln(w, base64.StdEncoding.EncodeToString([]byte(out)))
-	}
-}
-'''
-
-
+# A second Go reference (tests/go/errtext): json.Unmarshal's error text and strconv.Quote, for the
+# Go-imitation helpers every layer shares (machinery.gocompat; loads above and the patch / continue-token
+# decoders report the same texts).
 @pytest.fixture(scope="module")
-def go_errtext(tmp_path_factory) -> str:
-    go = shutil.which("go")
-    if go is None:
-        pytest.fail("the Go toolchain ('go') is required for the encoding/json reference tests but is not on PATH")
-    src = tmp_path_factory.mktemp("errtext")
-    (src / "go.mod").write_text("module errtext\n\ngo 1.22\n")
-    (src / "main.go").write_text(_GO_ERRTEXT)
-    env = dict(os.environ, GOTOOLCHAIN="local", GOFLAGS="-mod=mod", CGO_ENABLED="0")
-    r = subprocess.run([go, "build", "-o", "errtext", "."], cwd=src, env=env, capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.fail(f"go build of the error-text reference failed:\n{r.stderr}")
-    return str(src / "errtext")
+def go_errtext() -> str:
+    return go_program("errtext")
 
 
 def _go_lines(binary: str, mode: str, inputs: list[bytes]) -> list[str]:

@@ -7,6 +7,7 @@ import asyncio
 import functools
 import importlib.util
 import os
+import sys
 from types import ModuleType
 
 from storage.embedded import EmbeddedEtcd, distro_etcd_binary
@@ -20,6 +21,7 @@ def load_tool(name: str) -> ModuleType:
     some installed distribution could shadow it as a namespace package."""
     spec = importlib.util.spec_from_file_location(f"_{name}", os.path.join(ROOT, "tools", f"{name}.py"))
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # a dataclass in the tool looks its module up there
     spec.loader.exec_module(mod)
     return mod
 

@@ -10,24 +10,17 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 
-from storage.embedded import stop_process
+from storage.embedded import free_port, stop_process
 from tests.helpers.etcd import load_tool
 
 
 def kube_apiserver_binary() -> str:
     """Path of the reference kube-apiserver, built once into .cache/kube-apiserver."""
     return load_tool("build_kube_apiserver").ensure_kube_apiserver()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _openssl(*args: str, cwd: str) -> None:
@@ -72,7 +65,7 @@ class KubeApiserver:
         self.prefix = prefix
         self.dir = tempfile.mkdtemp(prefix="kube-apiserver-")
         make_pki(self.dir)
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"https://127.0.0.1:{self.port}"
         self.ca = os.path.join(self.dir, "ca.crt")
         self.client_cert = (os.path.join(self.dir, "admin.crt"), os.path.join(self.dir, "admin.key"))

@@ -1,34 +1,18 @@
 """A client-go informer (dynamic, watch-list on) beside the traffic: tests/clientgo/robustinformer, built once
-into .cache/robust-informer. After the fault it must converge to etcd's state (issue 10: within 10 s)."""
+into .cache/go. After the fault it must converge to etcd's state (issue 10: within 10 s)."""
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SRC = os.path.join(ROOT, "tests", "clientgo")
-MAIN = os.path.join(SRC, "robustinformer", "main.go")
-BINARY = os.path.join(ROOT, ".cache", "robust-informer", "robustinformer")
 
 
 def build() -> str:
-    """The binary, built if missing or older than its source (client-go from the module cache or proxy)."""
-    if os.path.exists(BINARY) and os.path.getmtime(BINARY) >= os.path.getmtime(MAIN):
-        return BINARY
-    go = shutil.which("go")
-    if not go:
-        raise RuntimeError("`go` not found: the informer check needs Go and the module proxy")
-    os.makedirs(os.path.dirname(BINARY), exist_ok=True)
-    tmp = BINARY + f".tmp{os.getpid()}"
-    r = subprocess.run([go, "build", "-o", tmp, "./robustinformer"], cwd=SRC, capture_output=True, text=True,
-                       env=dict(os.environ, GOFLAGS="-mod=mod", CGO_ENABLED="0"), timeout=1800)
-    if r.returncode != 0:
-        raise RuntimeError(f"go build robustinformer failed:\n{r.stdout}\n{r.stderr}")
-    os.replace(tmp, BINARY)
-    return BINARY
+    """The binary, built once into .cache/go (tools/build_repo_go.py; rebuilt when tests/clientgo changes)."""
+    from tests.helpers.etcd import load_tool
+    return load_tool("build_repo_go").ensure("robustinformer")
 
 
 class Informer:

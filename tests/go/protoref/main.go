@@ -38,9 +38,13 @@ import (
 	"sigs.k8s.io/randfill"
 )
 
-// schemaFile: the kinds machinery/protobuf.py decodes (tools/k8sproto generates it), found from this
-// source file's directory (the binary runs from a temporary directory).
+// schemaFile: the kinds machinery/protobuf.py decodes (tools/k8sproto generates it): $PROTOREF_SCHEMA, else
+// found from this source file's directory (the binary runs from a temporary directory; a -trimpath build,
+// as tools/build_repo_go.py makes, has no directory to find, so the tests give the path).
 func schemaFile() string {
+	if p := os.Getenv("PROTOREF_SCHEMA"); p != "" {
+		return p
+	}
 	_, here, _, _ := goruntime.Caller(0)
 	return filepath.Join(filepath.Dir(here), "..", "..", "..", "machinery", "k8s_proto_schema.json")
 }

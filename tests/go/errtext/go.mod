@@ -1,0 +1,3 @@
+module errtext
+
+go 1.22

@@ -1,0 +1,75 @@
+"""How the suite shares one machine with itself and with the Go builds (a pytest plugin, from conftest).
+
+* Ports: each pytest-xdist worker gets its own slice of 10000-32767 (`RESIDENCY_PORT_RANGE`, read by
+  `storage.embedded.free_port` in this process and in every process a test starts), so two workers never
+  pick the same free port, and no outgoing connection takes a port picked for a server.
+* Order: tests run in stages by the Go binaries they need, so the ones that need none run while
+  `tools/build_all.py` (started in the background by `.ci/run`) is still building, in the order it builds:
+  0 none, 1 a current etcd and the stdlib-only references, 2 kube-apiserver, 3 what is built after it
+  (client-go tests, the robustness informer, the protobuf references, kube-scheduler, kwok). Within a stage
+  the longest modules go first, then the collection order. A test that reaches a binary still being built waits on its lock
+  (tools/gobuild.build_once); the order only decides how much of that waiting there is.
+"""
+from __future__ import annotations
+
+import os
+
+# The fixtures that bring a Go binary, by stage.
+_FIXTURE_STAGE = {
+    "current_etcd": 1, "apiserver_mode_cache": 1, "apiserver_mode": 1, "apiserver": 1, "api": 1,
+    "gobin": 1, "go_errtext": 1,
+    "kube_apiserver": 2, "differential_mode": 2, "differential_api": 2,
+    "clientgo_binary": 3, "protoref": 3,
+}
+# Modules whose tests start a binary themselves (not through a fixture above): their stage.
+_MODULE_STAGE = {
+    "test_current_etcd": 1, "test_etcd_selection": 1, "test_compaction": 1, "test_read_only": 1,
+    "test_residency_bench": 1, "test_warm_restart": 1,
+    "test_authn": 2, "test_authz": 3, "test_hostile_input": 2, "test_shared_etcd": 2, "test_watch_cache": 2,
+    "test_builtin_kinds": 2, "test_bench_smoke": 2, "test_kubectl_workloads": 2,
+    "test_protobuf": 3, "test_kwok": 3, "test_kube_scheduler": 3, "test_bench_kwok_smoke": 3,
+    "test_robustness": 3, "test_compaction_boundary": 3, "test_etcd_reconnect": 3, "test_warm_restart_crd": 3,
+}
+# Within a stage the longest modules go first, so no worker is left with a long module at the end while the
+# others idle (seconds on one worker, measured with `--durations`; a module not named here counts as short).
+_MODULE_SECONDS = {
+    "test_bench_smoke": 200, "test_warm_restart": 115, "test_robustness": 100, "test_residency_bench": 90,
+    "test_bench_kwok_smoke": 90, "test_authn": 70, "test_front_reshard": 55, "test_slice": 40,
+}
+PORTS_LO, PORTS_HI = 10000, 32767  # below the kernel's ephemeral range (net.ipv4.ip_local_port_range)
+
+
+def _set_port_range() -> None:
+    if "RESIDENCY_PORT_RANGE" in os.environ:
+        return
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    span = (PORTS_HI - PORTS_LO) // max(count, 1)
+    lo = PORTS_LO + index * span
+    os.environ["RESIDENCY_PORT_RANGE"] = f"{lo}-{lo + span}"
+
+
+_set_port_range()
+
+
+def stage(item) -> int:
+    module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+    return max([_MODULE_STAGE.get(module, 0)] + [_FIXTURE_STAGE.get(f, 0) for f in item.fixturenames])
+
+
+def pytest_collection_modifyitems(session, config, items):
+    # A module moves as a whole (at its latest item's stage), so its module-scoped fixtures are set up once;
+    # the same order on every worker (xdist checks that they all collected the same list).
+    def module(it) -> str:
+        return it.nodeid.split("::")[0]
+
+    stages: dict[str, int] = {}
+    for it in items:
+        stages[module(it)] = max(stages.get(module(it), 0), stage(it))
+
+    def key(it) -> tuple[int, int]:
+        m = module(it)
+        return stages[m], -_MODULE_SECONDS.get(m.rsplit("/", 1)[-1].removesuffix(".py"), 0)
+
+    items[:] = [it for _, _, it in sorted((key(it), i, it) for i, it in enumerate(items))]

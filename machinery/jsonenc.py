@@ -357,6 +357,15 @@ def _list_meta_dict(list_meta: Optional[dict]) -> dict:
     return out
 
 
+def _unstructured_list_meta(list_meta: Optional[dict]) -> dict:
+    """An UnstructuredList's metadata: as ListMeta, but `continue` is always there, "" when there is no next
+    page, since upstream's stores set it through UnstructuredList.SetContinue, a map write with no omitempty
+    (apimachinery unstructured_list.go; seen side by side: `"metadata":{"continue":"","resourceVersion":"7"}`)."""
+    meta = _list_meta_dict(list_meta)
+    meta.setdefault("continue", "")
+    return meta
+
+
 def encode_list_meta(list_meta: Optional[dict]) -> bytes:
     return dumps(_list_meta_dict(list_meta))
 
@@ -404,7 +413,7 @@ def iter_unstructured_list(
     tail = [b"]"]
     if kind:
         tail.append(b',"kind":' + dumps(kind))
-    tail.append(b',"metadata":' + dumps_sorted(_list_meta_dict(list_meta)) + b"}\n")
+    tail.append(b',"metadata":' + dumps_sorted(_unstructured_list_meta(list_meta)) + b"}\n")
     yield b"".join(tail)
 
 
@@ -431,7 +440,7 @@ def encode_unstructured_list(
         d["kind"] = kind
     if api_version:
         d["apiVersion"] = api_version
-    d["metadata"] = _list_meta_dict(list_meta)
+    d["metadata"] = _unstructured_list_meta(list_meta)
     return dumps_sorted(d) + b"\n"
 
 

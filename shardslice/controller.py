@@ -5,7 +5,9 @@ its own shard.
 
 The informer is a watch-list (`sendInitialEvents=true`, `resourceVersionMatch=NotOlderThan`, bookmarks) with
 `shardSelector=SEL`; a server that refuses watch-list (422: the WatchList gate off, as this apiserver with
-`--watch-cache=false`) gets a paged list then a watch, both with the selector, as client-go's reflector does.
+`--watch-cache=false`; or an ERROR event before the initial state is complete, as on an etcd without
+RequestWatchProgress, S3.6) gets a paged list then a watch, both with the selector, as client-go's reflector
+does.
 A watch that ends is resumed from the last resourceVersion seen (bookmarks included); a 410 starts over.
 The initial state replaces the store (objects that vanished while the watch was down are forgotten).
 
@@ -46,6 +48,11 @@ COUNTERS = ("events", "bookmarks", "reconciles", "skipped", "conflicts", "not_fo
 
 class Gone(Exception):
     """The watch's resourceVersion is too old (410): start over with a fresh initial state."""
+
+
+class WatchListFailed(Exception):
+    """An ERROR event (not a 410) before the initial state was complete: the server took the watch-list but
+    cannot serve it (as upstream on an etcd without RequestWatchProgress, whose refusal comes after the 200)."""
 
 
 class Controller:
@@ -186,14 +193,22 @@ class Controller:
                     if nl < 0:
                         break
                     line, buf = buf[:nl], buf[nl + 1:]
-                    if line.strip():
+                    if not line.strip():
+                        continue
+                    try:
                         seen = self._event(orjson.loads(line), seen)
+                    except WatchListFailed as e:
+                        log(f"{self.name}: watch-list failed ({e}); list + watch from now on")
+                        self.watch_list_supported = False
+                        return
 
     def _event(self, ev: dict, seen: set[str] | None) -> set[str] | None:
         etype, obj = ev.get("type"), ev.get("object") or {}
         if etype == "ERROR":
             if obj.get("code") == 410:
                 raise Gone()
+            if seen is not None:  # still the initial state of a watch-list
+                raise WatchListFailed(obj.get("message"))
             raise ValueError(f"watch error event: {obj.get('message')}")
         rv = (obj.get("metadata") or {}).get("resourceVersion")
         if etype == "BOOKMARK":

@@ -87,10 +87,7 @@ class APIServer:
             from .auth.rbac import RBACAuthorizer
             self.rbac = RBACAuthorizer()
         self.authorizer = authz.Authorizer(config.authorization_modes, self.rbac)
-        self.snapshot_path = None
-        if config.state_dir and config.warm_restart and config.watch_cache:
-            self.snapshot_path = snapshot.snapshot_path(os.path.abspath(config.state_dir), self.etcd_prefix,
-                                                        self._residency_name(), config.etcd_servers)
+        self.snapshot_path = None   # named at start(), once the etcd clusters' ids are known
         self._snapshot_file: snapshot.SnapshotFile | None = None
         self._snapshot_reason: str | None = None   # at start: why there is no snapshot file ("" if there is)
         self._snapshot_task: asyncio.Task | None = None
@@ -156,6 +153,8 @@ class APIServer:
 
     async def start(self) -> None:
         self.etcd_version = await self.router.default_client().status()
+        if self.config.state_dir and self.config.warm_restart and self.config.watch_cache:
+            self.snapshot_path = await self._snapshot_path()
         if self.snapshot_path is not None:
             self._snapshot_file, self._snapshot_reason = snapshot.open_snapshot(self.snapshot_path)
         if not self.config.read_only:
@@ -191,6 +190,22 @@ class APIServer:
                     self.rbac, plural, self.store_for(res), res.prefix(self.etcd_prefix)))
 
     # --- warm restart: the caches' snapshot (cache/snapshot.py) ----------------------------------------------
+
+    async def _snapshot_path(self) -> str | None:
+        """The snapshot file of this data: the prefix, the residency, and the cluster id of the default etcd
+        and of each override's (None, no warm restart this time, if an override's etcd does not answer)."""
+        clusters = {"": f"{self.router.default_client().cluster_id:x}"}
+        for group, resource in sorted(self.router.overrides):
+            try:
+                c = self.router.client_for(group, resource)
+                if c.cluster_id is None:
+                    await c.status()
+            except Exception as e:  # noqa: BLE001 (any failure: it is only the warm restart that is lost)
+                log.warning("warm restart off: the etcd of %s/%s did not give its cluster id: %r", group, resource, e)
+                return None
+            clusters[f"{group}/{resource}"] = f"{c.cluster_id:x}"
+        return snapshot.snapshot_path(os.path.abspath(self.config.state_dir), self.etcd_prefix,
+                                      self._residency_name(), clusters)
 
     async def write_snapshot(self) -> dict | None:
         """Write every ready cache to the snapshot file (atomically); None if it failed (logged, counted)."""

@@ -67,11 +67,15 @@ class SnapshotError(Exception):
         self.reason = reason   # corrupt | version | mismatch
 
 
-def snapshot_path(state_dir: str, etcd_prefix: str, residency: str, servers: Iterable[str]) -> str:
-    """One file per (etcd servers, key prefix, residency): processes over different etcds sharing a state
-    directory do not overwrite each other's file; replicas of one configuration share theirs (either's
-    state is right for both, and each is checked against etcd when loaded)."""
-    ident = "\n".join([etcd_prefix, residency, *sorted(servers)])
+def snapshot_path(state_dir: str, etcd_prefix: str, residency: str, clusters: dict[str, str]) -> str:
+    """One file per identity of the data: the key prefix, the residency and the cluster id of every etcd the
+    process reads (`clusters`: "" for the default etcd, "group/resource" for each override, to its cluster id
+    in hex). Not the etcd URLs: the embedded etcd gets a new free port at every start while its cluster id,
+    kept in its data directory, stays, so a restart finds the file it wrote (and writes no second one).
+    Processes over different etcds sharing a state directory do not overwrite each other's file; replicas of
+    one configuration share theirs (either's state is right for both, and each is checked against etcd, its
+    revision and a probe of its objects, when loaded)."""
+    ident = "\n".join([etcd_prefix, residency, *(f"{k}={v}" for k, v in sorted(clusters.items()))])
     return os.path.join(state_dir, DIRNAME, hashlib.sha1(ident.encode()).hexdigest()[:16] + ".snap")
 
 

@@ -114,6 +114,7 @@ class EtcdClient:
         self.watch_stub = pbg.WatchStub(self.channel)
         self.maintenance = pbg.MaintenanceStub(self.channel)
         self.version: str | None = None  # etcd server version, read by status()
+        self.cluster_id: int | None = None  # the etcd cluster's id, read by status()
 
     async def close(self) -> None:
         await self.channel.close()
@@ -128,9 +129,10 @@ class EtcdClient:
             metrics.observe_etcd(op, resource, time.perf_counter() - t0)
 
     async def status(self) -> str:
-        """Ask the member for its version (kept for S3.6 decisions)."""
+        """Ask the member for its version (kept for S3.6 decisions) and its cluster's id (`cluster_id`)."""
         r = await self._call("status", "", self.maintenance.Status(pb.StatusRequest(), timeout=self.timeout))
         self.version = r.version
+        self.cluster_id = r.header.cluster_id
         return r.version
 
     async def get(self, key: bytes, resource: str = "", revision: int = 0) -> tuple[KV | None, int]:

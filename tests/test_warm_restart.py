@@ -23,13 +23,19 @@ import pytest
 from cache import snapshot
 from cache.watch_cache import WatchCache
 from tests.helpers import ROOT, Api, ApiserverProcess, current_etcd_binary
-from tests.helpers.etcd import etcd_revision
-from storage.embedded import EmbeddedEtcd
+from tests.helpers.etcd import etcd_cluster_id, etcd_revision
+from storage.embedded import EmbeddedEtcd, distro_etcd_binary
 from tests.test_watch_cache import _etcd_compact as compact
 
 CM = "/api/v1/namespaces/default/configmaps"
 SHARD = "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')"
 OTHER_SHARD = "shardRange(object.metadata.uid, '0x8000000000000000', '0x10000000000000000')"
+
+
+def snap_path(srv, residency: str, etcd=None) -> str:
+    """The snapshot file `srv` writes (or would, over `etcd`): named after the etcd's cluster id."""
+    return snapshot.snapshot_path(srv.state_dir, srv.prefix, residency,
+                                  {"": etcd_cluster_id((etcd or srv.etcd).endpoint)})
 
 
 # --- the file format on its own (no processes) ---------------------------------------------------------------
@@ -137,6 +143,16 @@ def etcd():
         yield e
 
 
+def metric(api: Api, name: str, **labels: str) -> float:
+    """The sum of a counter's series with these labels, from the server's /metrics."""
+    total = 0.0
+    for line in api.get("/metrics").text.splitlines():
+        m = re.match(r"^" + re.escape(name) + r"\{(.*)\} (\S+)$", line)
+        if m and all(f'{k}="{v}"' in m.group(1) for k, v in labels.items()):
+            total += float(m.group(2))
+    return total
+
+
 class Server:
     """Our apiserver on one etcd and one --state-dir, restartable; metrics as a dict."""
 
@@ -163,13 +179,7 @@ class Server:
             return f.read()
 
     def metric(self, name: str, **labels: str) -> float:
-        text = self.api.get("/metrics").text
-        total = 0.0
-        for line in text.splitlines():
-            m = re.match(r"^" + re.escape(name) + r"\{(.*)\} (\S+)$", line)
-            if m and all(f'{k}="{v}"' in m.group(1) for k, v in labels.items()):
-                total += float(m.group(2))
-        return total
+        return metric(self.api, name, **labels)
 
     def loads(self, resource: str = "configmaps") -> dict[str, float]:
         out = {}
@@ -355,7 +365,7 @@ def test_quiet_resource_snapshot_is_fresh(env):
         assert r.status_code == 201, r.text
     srv.stop()
     rev = etcd_revision(srv.etcd.endpoint)
-    f = snapshot.SnapshotFile.open(snapshot.snapshot_path(srv.state_dir, srv.prefix, "", [srv.etcd.endpoint]))
+    f = snapshot.SnapshotFile.open(snap_path(srv, ""))
     head = f.section_head("/configmaps")
     assert head["count"] == 5 and last_cm < head["rv"] == rev
     compact(srv.etcd.endpoint, rev)
@@ -372,7 +382,7 @@ def test_damaged_snapshot_lists(env, how):
     for i in range(40):
         create(srv.api, f"c{i}", blob="x" * 2000)   # ConfigMaps are most of the file: a flip lands in them
     srv.stop()
-    path = snapshot.snapshot_path(srv.state_dir, srv.prefix, "", [srv.etcd.endpoint])
+    path = snap_path(srv, "")
     assert os.path.exists(path)
     _corrupt(path, how)
     other.start()
@@ -398,7 +408,7 @@ def test_snapshot_of_another_etcd_lists(env, unique_prefix):
     for i in range(10):
         create(srv.api, f"c{i}")
     srv.stop()
-    mine = snapshot.snapshot_path(srv.state_dir, srv.prefix, "", [srv.etcd.endpoint])
+    mine = snap_path(srv, "")
     snap_rv = snapshot.SnapshotFile.open(mine).section_head("/configmaps")["rv"]
     with EmbeddedEtcd(binary=current_etcd_binary()) as other_etcd:
         theirs = Server(other_etcd, unique_prefix, srv.state_dir)
@@ -410,7 +420,7 @@ def test_snapshot_of_another_etcd_lists(env, unique_prefix):
                 i += 1
         finally:
             theirs.stop()
-        shutil.copy(mine, snapshot.snapshot_path(srv.state_dir, srv.prefix, "", [other_etcd.endpoint]))
+        shutil.copy(mine, snap_path(srv, "", other_etcd))
         theirs.start()
         try:
             assert theirs.loads() == {"unverified": 1}, theirs.log()[-2000:]
@@ -430,8 +440,8 @@ def test_residency_mismatch_lists(env):
         create(srv.api, f"c{i}")
     srv.stop()
     # Run with the other half: its file is another one (missing); given this one's file, the section is refused.
-    src = snapshot.snapshot_path(srv.state_dir, srv.prefix, SHARD, [srv.etcd.endpoint])
-    dst = snapshot.snapshot_path(srv.state_dir, srv.prefix, OTHER_SHARD, [srv.etcd.endpoint])
+    src = snap_path(srv, SHARD)
+    dst = snap_path(srv, OTHER_SHARD)
     shutil.copy(src, dst)
     srv.args = ("--residency", OTHER_SHARD)
     srv.start()
@@ -488,3 +498,45 @@ def test_warm_restart_bench_quick(tmp_path):
     assert warm["full_range_reads"] == 0 and cold["full_range_reads"] >= 1
     assert warm["snapshot_loads"].get("warm", 0) >= 1 and warm["objects"] == cold["objects"] == doc["objects"]
     assert warm["etcd_bytes_sent"] < cold["etcd_bytes_sent"]
+
+
+def test_default_embedded_etcd_restarts_warm(tmp_path):
+    """The README's first command as a new user runs it: `python -m apiserver` with its embedded etcd (the
+    wheel's 3.5.1 here) and its state directory, stopped and started again. The embedded etcd gets a new free
+    port at every start; the snapshot is named after what identifies the data (the etcd cluster's id, kept in
+    its data directory; the prefix; the residency), not after the URL, so the second start is warm and one
+    snapshot file is left, not one more per start (both failed when the name came from the etcd URL)."""
+    state = tmp_path / "state"
+    env = {"ETCD_BIN": distro_etcd_binary()}
+
+    def start() -> ApiserverProcess:
+        p = ApiserverProcess("--state-dir", str(state), env=env, name="embedded").start()
+        p.wait_ready(60)
+        return p
+
+    def files() -> list[str]:
+        return sorted(os.listdir(state / snapshot.DIRNAME))
+
+    p = start()
+    try:
+        api = Api(p.base)
+        for i in range(30):
+            create(api, f"c{i}")
+        assert metric(api, "apiserver_watch_cache_snapshot_loads_total", resource="configmaps", result="missing")
+    finally:
+        p.stop(timeout=30)
+    first = files()
+    assert len(first) == 1 and first[0].endswith(".snap"), first
+    p = start()
+    try:
+        api = Api(p.base)
+        assert metric(api, "apiserver_watch_cache_snapshot_loads_total", resource="configmaps", result="warm") == 1
+        assert metric(api, "etcd_requests_total", operation="list", type="configmaps") == 0   # nothing relisted
+        items = api.get(CM, params={"resourceVersion": "0"}).json()["items"]
+        assert sorted(o["metadata"]["name"] for o in items) == sorted(f"c{i}" for i in range(30))
+        with open(p.log_path) as f:
+            assert "version=3.5.1" in f.read()
+    finally:
+        p.stop(timeout=30)
+    assert files() == first
+

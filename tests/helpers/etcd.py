@@ -59,3 +59,18 @@ def etcd_revision(endpoint: str) -> int:
         finally:
             await c.close()
     return asyncio.run(rev())
+
+
+def etcd_cluster_id(endpoint: str) -> str:
+    """The etcd cluster's id in hex, as the apiserver names its snapshot file after it (cache/snapshot.py)."""
+    from storage.etcd import EtcdClient
+
+    async def cid() -> str:
+        c = EtcdClient([endpoint])
+        try:
+            await c.status()
+            return f"{c.cluster_id:x}"
+        finally:
+            await c.close()
+    return asyncio.run(cid())
+

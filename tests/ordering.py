@@ -6,9 +6,10 @@
 * Order: tests run in stages by the Go binaries they need, so the ones that need none run while
   `tools/build_all.py` (started in the background by `.ci/run`) is still building, in the order it builds:
   0 none, 1 a current etcd and the stdlib-only references, 2 kube-apiserver, 3 what is built after it
-  (client-go tests, the robustness informer, the protobuf references, kube-scheduler, kwok). Within a stage
-  the longest modules go first, then the collection order. A test that reaches a binary still being built waits on its lock
-  (tools/gobuild.build_once); the order only decides how much of that waiting there is.
+  (client-go tests, the robustness informer, the protobuf references, kube-scheduler, kube-controller-manager,
+  kwok). Within a stage the longest modules go first, then the collection order. A test that reaches a binary
+  still being built waits on its lock (tools/gobuild.build_once); the order only decides how much of that
+  waiting there is.
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ _MODULE_STAGE = {
     "test_residency_bench": 1, "test_warm_restart": 1,
     "test_authn": 2, "test_authz": 3, "test_hostile_input": 2, "test_shared_etcd": 2, "test_watch_cache": 2,
     "test_builtin_kinds": 2, "test_bench_smoke": 2, "test_kubectl_workloads": 2,
-    "test_protobuf": 3, "test_kwok": 3, "test_kube_scheduler": 3, "test_bench_kwok_smoke": 3,
+    "test_protobuf": 3, "test_kwok": 3, "test_kube_scheduler": 3, "test_kube_controller_manager": 3,
+    "test_bench_kwok_smoke": 3,
     "test_robustness": 3, "test_compaction_boundary": 3, "test_etcd_reconnect": 3, "test_warm_restart_crd": 3,
 }
 # Within a stage the longest modules go first, so no worker is left with a long module at the end while the

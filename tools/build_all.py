@@ -36,6 +36,7 @@ LOCK = os.path.join(REPO_ROOT, ".cache", "build_all.lock")
 def _steps():
     import build_etcd
     import build_kube_apiserver
+    import build_kube_controller_manager
     import build_kube_scheduler
     import build_kwok
     import build_repo_go
@@ -49,6 +50,7 @@ def _steps():
         ("clientgo.test", lambda: build_repo_go.ensure("clientgo.test")),
         ("robustinformer", lambda: build_repo_go.ensure("robustinformer")),
         ("kube-scheduler", build_kube_scheduler.ensure_kube_scheduler),
+        ("kube-controller-manager", build_kube_controller_manager.ensure_kube_controller_manager),
         ("kwok", build_kwok.ensure_kwok),
     ]
 

@@ -71,10 +71,10 @@ class _Component:
     `<dir>/<log_name>`; `start()` (or a context manager), `stop()` by pid."""
     log_name = ""
 
-    def __init__(self, server: str, prefix: str):
+    def __init__(self, server: str, prefix: str, *, ca: str | None = None, cert: tuple[str, str] | None = None):
         self.server = server
         self.dir = tempfile.mkdtemp(prefix=prefix)
-        self.kubeconfig = write_kubeconfig(os.path.join(self.dir, "kubeconfig"), server)
+        self.kubeconfig = write_kubeconfig(os.path.join(self.dir, "kubeconfig"), server, ca=ca, cert=cert)
         self.log_path = os.path.join(self.dir, self.log_name)
         self.argv: list[str] = []
         self.popen: subprocess.Popen | None = None
@@ -122,8 +122,9 @@ class KwokProcess(_Component):
     log_name = "kwok.log"
 
     def __init__(self, server: str, *, lease_seconds: int = 40, stages: list[str] | None = None,
-                 options: dict[str, int | bool | str] | None = None, extra: tuple[str, ...] = (), name: str = "kwok"):
-        super().__init__(server, "kwok-")
+                 options: dict[str, int | bool | str] | None = None, extra: tuple[str, ...] = (), name: str = "kwok",
+                 selector: str = SELECTOR, ca: str | None = None, cert: tuple[str, str] | None = None):
+        super().__init__(server, "kwok-", ca=ca, cert=cert)
         self.name = name
         config = []
         if options:  # KwokConfiguration options without a flag (nodeLeaseParallelism, ...)
@@ -134,7 +135,7 @@ class KwokProcess(_Component):
                                   for k, v in {**CONFIG_DEFAULTS, **options}.items()))
         self.port = free_port()
         self.argv = [kwok_binary(), "--kubeconfig", self.kubeconfig,
-                     "--manage-all-nodes=false", f"--manage-nodes-with-annotation-selector={SELECTOR}",
+                     "--manage-all-nodes=false", f"--manage-nodes-with-annotation-selector={selector}",
                      f"--node-lease-duration-seconds={lease_seconds}",
                      f"--server-address=127.0.0.1:{self.port}"]
         for path in config + (stage_files() if stages is None else stages):
@@ -183,3 +184,30 @@ class KubeSchedulerProcess(_Component):
             return e.code, e.read().decode(errors="replace")
         except OSError as e:
             return 0, str(e)
+
+
+def kube_controller_manager_binary() -> str:
+    """Path of kube-controller-manager, built once into .cache/kube-controller-manager."""
+    return load_tool("build_kube_controller_manager").ensure_kube_controller_manager()
+
+
+class KubeControllerManagerProcess(_Component):
+    """kube-controller-manager against `server`: leader election off, `controllers` only (default: the node
+    lifecycle controller), its own HTTPS port on loopback (self-signed; /healthz needs no credentials), no
+    delegated authentication or authorization lookups. `grace`/`monitor_period` are
+    --node-monitor-grace-period and --node-monitor-period in seconds (upstream: 50 and 5). Log in
+    `<dir>/kube-controller-manager.log`."""
+    log_name = "kube-controller-manager.log"
+
+    def __init__(self, server: str, *, controllers: str = "node-lifecycle-controller", grace: float = 50,
+                 monitor_period: float = 5, verbosity: int = 2, ca: str | None = None,
+                 cert: tuple[str, str] | None = None, extra: tuple[str, ...] = ()):
+        super().__init__(server, "kube-controller-manager-", ca=ca, cert=cert)
+        self.port = free_port()
+        self.argv = [kube_controller_manager_binary(), f"--kubeconfig={self.kubeconfig}", "--leader-elect=false",
+                     f"--controllers={controllers}", f"--node-monitor-grace-period={grace}s",
+                     f"--node-monitor-period={monitor_period}s", "--bind-address=127.0.0.1",
+                     f"--secure-port={self.port}", f"--cert-dir={self.dir}", "--authentication-skip-lookup=true",
+                     "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+                     f"-v={verbosity}", *extra]
+

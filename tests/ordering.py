@@ -5,32 +5,37 @@
   pick the same free port, and no outgoing connection takes a port picked for a server.
 * Order: tests run in stages by the Go binaries they need, so the ones that need none run while
   `tools/build_all.py` (started in the background by `.ci/run`) is still building, in the order it builds:
-  0 none, 1 a current etcd and the stdlib-only references, 2 kube-apiserver, 3 what is built after it
-  (client-go tests, the robustness informer, the protobuf references, kube-scheduler, kube-controller-manager,
-  kwok). Within a stage the longest modules go first, then the collection order. A test that reaches a binary
-  still being built waits on its lock (tools/gobuild.build_once); the order only decides how much of that
-  waiting there is.
+  0 none, 1 a current etcd and the stdlib-only references, 2 kube-apiserver, 3 the client-go test binary and
+  the robustness informer, 4 kwok, 5 kube-scheduler and kube-controller-manager, 6 the protobuf references.
+  Within a stage the longest modules go first, then the collection order. A test that reaches a binary still
+  being built waits on its lock (tools/gobuild.build_once), one that is not being built yet builds it; the
+  order only decides how much of that there is.
 """
 from __future__ import annotations
 
 import os
 
-# The fixtures that bring a Go binary, by stage.
+# The fixtures that bring a Go binary, by stage (tools/build_all.py builds in this order).
 _FIXTURE_STAGE = {
     "current_etcd": 1, "apiserver_mode_cache": 1, "apiserver_mode": 1, "apiserver": 1, "api": 1,
     "gobin": 1, "go_errtext": 1,
     "kube_apiserver": 2, "differential_mode": 2, "differential_api": 2,
-    "clientgo_binary": 3, "protoref": 3,
+    "clientgo_binary": 3,
+    "protoref": 6,
 }
 # Modules whose tests start a binary themselves (not through a fixture above): their stage.
 _MODULE_STAGE = {
     "test_current_etcd": 1, "test_etcd_selection": 1, "test_compaction": 1, "test_read_only": 1,
     "test_residency_bench": 1, "test_warm_restart": 1,
-    "test_authn": 2, "test_authz": 3, "test_hostile_input": 2, "test_shared_etcd": 2, "test_watch_cache": 2,
+    "test_authn": 2, "test_hostile_input": 2, "test_shared_etcd": 2, "test_watch_cache": 2,
     "test_builtin_kinds": 2, "test_bench_smoke": 2, "test_kubectl_workloads": 2,
-    "test_protobuf": 3, "test_kwok": 3, "test_kube_scheduler": 3, "test_kube_controller_manager": 3,
-    "test_bench_kwok_smoke": 3,
-    "test_robustness": 3, "test_compaction_boundary": 3, "test_etcd_reconnect": 3, "test_warm_restart_crd": 3,
+    # 3: the client-go test binary and the robustness informer
+    "test_authz": 3, "test_robustness": 3, "test_compaction_boundary": 3, "test_etcd_reconnect": 3,
+    "test_warm_restart_crd": 3,
+    # 4: kwok; 5: kube-scheduler, kube-controller-manager; 6: the protobuf references
+    "test_kwok": 4, "test_bench_kwok_smoke": 4,
+    "test_kube_scheduler": 5, "test_kube_controller_manager": 5,
+    "test_protobuf": 6,
 }
 # Within a stage the longest modules go first, so no worker is left with a long module at the end while the
 # others idle (seconds on one worker, from a run's --junitxml; a module not named here counts as short).

@@ -11,7 +11,8 @@ The builds run one at a time on purpose: each `go build` already uses every core
 would compile the packages they share (k8s.io/api, client-go...) twice, since the Go build cache does not
 share work in progress. The order puts what most tests need first (a current etcd), then the small
 stdlib-only references, kube-apiserver (the longest; it fills the build cache with the k8s.io packages), then
-the programs that reuse that cache.
+the programs that reuse that cache, in the order of the suite's stages (tests/ordering.py). `.ci/run` runs it
+at a lower CPU priority (nice): the tests beside it have time limits, the builds have none.
 
 Each build's wall and CPU time (its processes' user + sys) goes to stderr, and with `--log` to FILE too.
 """
@@ -45,13 +46,13 @@ def _steps():
         ("jsonref", lambda: build_repo_go.ensure("jsonref")),
         ("errtext", lambda: build_repo_go.ensure("errtext")),
         ("kube-apiserver", build_kube_apiserver.ensure_kube_apiserver),
-        ("k8sproto", lambda: build_repo_go.ensure("k8sproto")),
-        ("protoref", lambda: build_repo_go.ensure("protoref")),
         ("clientgo.test", lambda: build_repo_go.ensure("clientgo.test")),
         ("robustinformer", lambda: build_repo_go.ensure("robustinformer")),
+        ("kwok", build_kwok.ensure_kwok),
         ("kube-scheduler", build_kube_scheduler.ensure_kube_scheduler),
         ("kube-controller-manager", build_kube_controller_manager.ensure_kube_controller_manager),
-        ("kwok", build_kwok.ensure_kwok),
+        ("k8sproto", lambda: build_repo_go.ensure("k8sproto")),
+        ("protoref", lambda: build_repo_go.ensure("protoref")),
     ]
 
 

@@ -12,9 +12,18 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from bench.residency import FIGURES, MEASURES, profile_figures
+from tests.helpers.gobin import ready_binaries
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def binaries():
+    """A current etcd, built or waited for before a benchmark's time limit starts counting."""
+    ready_binaries("etcd")
 
 
 def test_residency_quick(tmp_path):

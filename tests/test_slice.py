@@ -21,6 +21,7 @@ from shardslice.controller import Controller
 from shardslice.launcher import Proc, Slice
 from storage.embedded import distro_etcd_binary, free_port
 from tests.helpers import ROOT, Api, start_apiserver
+from tests.helpers.gobin import ready_binaries
 
 NS = "slice-test"
 
@@ -222,6 +223,7 @@ def test_launcher_up_on_the_wheels_etcd(tmp_path):
 
 
 def _launcher_up(tmp_path, etcd: str) -> None:
+    ready_binaries("etcd")   # "newest" is the current build: built (or waited for) before the time limit
     state = tmp_path / "state"
     env = dict(os.environ)
     if etcd == "distro":
@@ -275,6 +277,7 @@ def test_bench_slice_quick(tmp_path):
     """bench/slice.py --quick (churn-bound, K = 2, a few hundred Widgets): every figure is there, the
     slice's correctness targets hold (no etcd full-range read after start-up, every generation reconciled
     once and in range), lists and watches went through the front."""
+    ready_binaries("etcd")
     from bench import slice as bench_slice
     out = tmp_path / "slice.json"
     doc = bench_slice.main(["--quick", "--ks", "2", "--profiles", "churn", "--objects", "200", "--churn-seconds", "3",

@@ -24,6 +24,7 @@ from cache import snapshot
 from cache.watch_cache import WatchCache
 from tests.helpers import ROOT, Api, ApiserverProcess, current_etcd_binary
 from tests.helpers.etcd import etcd_cluster_id, etcd_revision
+from tests.helpers.gobin import ready_binaries
 from storage.embedded import EmbeddedEtcd, distro_etcd_binary
 from tests.test_watch_cache import _etcd_compact as compact
 
@@ -490,6 +491,7 @@ def test_warm_restart_feeds_rbac(env, tmp_path):
 def test_warm_restart_bench_quick(tmp_path):
     """bench/warm_restart.py --quick: cold and warm restarts side by side, warm without a full-range read."""
     out = tmp_path / "wr.json"
+    ready_binaries("etcd")   # built or waited for before the time limit starts
     r = subprocess.run([sys.executable, "-m", "bench.warm_restart", "--quick", "--out", str(out), "--no-docs"],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]

@@ -17,6 +17,7 @@ from storage.compact import compact_now
 from storage.etcd import EtcdClient
 from tests.robustness import checkers
 from tests.robustness.informer import Informer
+from tests.robustness.informer import build as informer_binary
 from tests.robustness.cluster import Apiserver, Etcd, EtcdCluster, Proxy
 from tests.robustness.traffic import CONFIGMAPS, NAMESPACE, SHARDS, History, Kind, Traffic
 from tests.robustness.truth import Recorder
@@ -406,6 +407,7 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
                                                                           "resident": " (resident)"}[mode]
     result: dict = {"scenario": label, "name": name, "mode": mode, "seed": seed, "duration": duration,
                     "rate": rate, "watch_cache": watch_cache, "residency": residency, "kind": kind.plural}
+    await asyncio.to_thread(informer_binary)   # built (or waited for) before anything is timed
     etcd = EtcdCluster() if spec.get("cluster") else Etcd()
     api = api2 = proxy = informer = None
     truth = None

@@ -37,7 +37,7 @@ import sys
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import msgpack
 from pyroaring import BitMap

@@ -49,9 +49,11 @@ PORTS_LO, PORTS_HI = 10000, 32767  # below the kernel's ephemeral range (net.ipv
 
 
 def _set_port_range() -> None:
-    if "RESIDENCY_PORT_RANGE" in os.environ:
-        return
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    # A worker sets its own slice even when it inherited the controller's whole range (the controller loads
+    # this conftest, and sets it, before it starts the workers); elsewhere a range already set is kept.
+    if not worker and "RESIDENCY_PORT_RANGE" in os.environ:
+        return
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
     index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
     span = (PORTS_HI - PORTS_LO) // max(count, 1)

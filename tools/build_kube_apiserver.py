@@ -60,6 +60,16 @@ def ensure_kube_apiserver(version: str = DEFAULT_VERSION, dest: str = DEFAULT_DE
                       f"kube-apiserver {version}")
 
 
+def ensure_kubernetes_command(name: str, version: str, dest: str, tool: str) -> str:
+    """`<dest>/<version>/<name>`: the command k8s.io/kubernetes/cmd/<name>, built (as `build_command` builds)
+    unless a binary reporting `version` is there. kube-scheduler and kube-controller-manager use it."""
+    if not re.fullmatch(r"v1\.\d+\.\d+", version):
+        raise BuildError(f"bad Kubernetes version {version!r} (expected e.g. {DEFAULT_VERSION})")
+    target = os.path.join(os.path.abspath(os.path.join(dest, version)), name)
+    return build_once(target, lambda t: _is_good(t, version),
+                      lambda go: build_command(go, version, target, f"{MODULE}/cmd/{name}", tool), f"{name} {version}")
+
+
 def staging_modules(go: str, version: str, cwd: str, env: dict[str, str], tool: str = TOOL) -> list[str]:
     """The modules kubernetes' go.mod replaces with `./staging/src/...` directories."""
     info = json.loads(run(tool, [go, "mod", "download", "-json", f"{MODULE}@{version}"], cwd, env))

@@ -16,14 +16,12 @@ From Python: load this file and call `ensure_kube_controller_manager()` (tests/h
 from __future__ import annotations
 
 import os
-import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tools/ is not a package
-from build_kube_apiserver import DEFAULT_VERSION, binary_version, build_command  # noqa: E402
-from gobuild import BuildError, build_once, cli  # noqa: E402
+from build_kube_apiserver import DEFAULT_VERSION, ensure_kubernetes_command  # noqa: E402
+from gobuild import BuildError, cli  # noqa: E402
 
-PACKAGE = "k8s.io/kubernetes/cmd/kube-controller-manager"
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(HERE)
 DEFAULT_DEST = os.path.join(REPO_ROOT, ".cache", "kube-controller-manager")
@@ -32,20 +30,11 @@ TOOL = "build_kube_controller_manager"
 __all__ = ["BuildError", "ensure_kube_controller_manager", "DEFAULT_VERSION"]
 
 
-def _is_good(path: str, version: str) -> bool:
-    return os.access(path, os.X_OK) and binary_version(path) == version
-
-
 def ensure_kube_controller_manager(version: str = DEFAULT_VERSION, dest: str = DEFAULT_DEST) -> str:
     """Return the path of `<dest>/<version>/kube-controller-manager`, building it first if needed.
 
     Idempotent and safe to call concurrently (a file lock serialises builds)."""
-    if not re.fullmatch(r"v1\.\d+\.\d+", version):
-        raise BuildError(f"bad Kubernetes version {version!r} (expected e.g. {DEFAULT_VERSION})")
-    target = os.path.join(os.path.abspath(os.path.join(dest, version)), "kube-controller-manager")
-    return build_once(target, lambda t: _is_good(t, version),
-                      lambda go: build_command(go, version, target, PACKAGE, TOOL),
-                      f"kube-controller-manager {version}")
+    return ensure_kubernetes_command("kube-controller-manager", version, dest, TOOL)
 
 
 def main(argv: list[str] | None = None) -> int:

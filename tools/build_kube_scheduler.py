@@ -15,14 +15,12 @@ From Python: load this file and call `ensure_kube_scheduler()` (tests/test_kube_
 from __future__ import annotations
 
 import os
-import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tools/ is not a package
-from build_kube_apiserver import DEFAULT_VERSION, binary_version, build_command  # noqa: E402
-from gobuild import BuildError, build_once, cli  # noqa: E402
+from build_kube_apiserver import DEFAULT_VERSION, ensure_kubernetes_command  # noqa: E402
+from gobuild import BuildError, cli  # noqa: E402
 
-PACKAGE = "k8s.io/kubernetes/cmd/kube-scheduler"
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(HERE)
 DEFAULT_DEST = os.path.join(REPO_ROOT, ".cache", "kube-scheduler")
@@ -31,19 +29,11 @@ TOOL = "build_kube_scheduler"
 __all__ = ["BuildError", "ensure_kube_scheduler", "DEFAULT_VERSION"]
 
 
-def _is_good(path: str, version: str) -> bool:
-    return os.access(path, os.X_OK) and binary_version(path) == version
-
-
 def ensure_kube_scheduler(version: str = DEFAULT_VERSION, dest: str = DEFAULT_DEST) -> str:
     """Return the path of `<dest>/<version>/kube-scheduler`, building it first if needed.
 
     Idempotent and safe to call concurrently (a file lock serialises builds)."""
-    if not re.fullmatch(r"v1\.\d+\.\d+", version):
-        raise BuildError(f"bad Kubernetes version {version!r} (expected e.g. {DEFAULT_VERSION})")
-    target = os.path.join(os.path.abspath(os.path.join(dest, version)), "kube-scheduler")
-    return build_once(target, lambda t: _is_good(t, version),
-                      lambda go: build_command(go, version, target, PACKAGE, TOOL), f"kube-scheduler {version}")
+    return ensure_kubernetes_command("kube-scheduler", version, dest, TOOL)
 
 
 def main(argv: list[str] | None = None) -> int:

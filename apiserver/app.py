@@ -14,6 +14,7 @@ from aiohttp import web
 from cache import metrics as cache_metrics
 from cache import snapshot
 from cache.cacher import LIST_PAGE, RESIDENT_LIST_PAGE, Cacher
+from cache.compression import CompressionConfig
 from cache.delegator import CacheDelegator
 from cache.residency import DEFAULT_FULL_RESOURCES, Residency
 from machinery.encoding import encode_obj, wire_head
@@ -58,6 +59,8 @@ class Config:
     state_dir: str = ""                        # --state-dir
     warm_restart: bool = True                  # --warm-restart
     snapshot_interval: float = 60.0            # --cache-snapshot-interval (0: on shutdown only)
+    # Cold entries compressed (cache/compression.py): --cache-compression, --cache-compression-eager.
+    compression: CompressionConfig = field(default_factory=CompressionConfig)
 
 
 class APIServer:
@@ -133,7 +136,7 @@ class APIServer:
                    # Poll at least as often as we compact (upstream: every 15 s).
                    compaction_poll=min(15.0, self.config.compaction_interval or 15.0),
                    list_page=RESIDENT_LIST_PAGE if self.residency.partial(res.plural) else LIST_PAGE,
-                   residency_name=self._residency_name(), warm=warm)
+                   residency_name=self._residency_name(), warm=warm, compression=self.config.compression)
         c.start()
         return c
 

@@ -93,10 +93,12 @@ class CacheWatcher:
         if self.make_frame is None:
             return frame
         key = (frame[0], id(frame[1]))
-        b = cache.get(key)
-        if b is None:
-            b = cache[key] = self.make_frame(*frame)
-        return ("FRAME", b)
+        hit = cache.get(key)
+        if hit is None:
+            # The source bytes stay referenced with their frame: a compressed entry's `data` is a new bytes
+            # object at every read, whose id() could otherwise be reused by the next one's within a dispatch.
+            hit = cache[key] = (frame[1], self.make_frame(*frame))
+        return ("FRAME", hit[1])
 
     def try_add(self, ev: CacheEvent, cache: dict) -> bool | None:
         """Non-blocking put. None: not interested; True: queued; False: queue full."""

@@ -42,6 +42,7 @@ from storage.store import EtcdStore, stamp_rv
 
 from . import metrics, snapshot
 from .cache_watcher import CacheWatcher
+from .compression import CompressionConfig, Compressor, CorruptEntry
 from .watch_cache import CacheEvent, Entry, WatchCache
 
 # An empty section of a partially resident cache is checked by reading etcd's objects at its revision, if
@@ -129,6 +130,7 @@ class Cacher:
                  head: bytes | None = None, compaction_poll: float = COMPACTION_POLL,
                  list_page: int = LIST_PAGE, residency_name: str = "",
                  warm: "snapshot.Section | None" = None,
+                 compression: CompressionConfig | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.store = store
         self.client = client
@@ -144,6 +146,12 @@ class Cacher:
         self.list_page = list_page
         self.clock = clock
         self.wc = WatchCache(prefix, clock)
+        # Cold entries compressed (cache/compression.py); Secrets without a dictionary (no cross-namespace leak).
+        if compression is not None and compression.enabled:
+            self.wc.compressor = Compressor(self.wc, compression,
+                                            dictionary=not (group == "" and resource_label == "secrets"))
+            self.wc.compressor.on_change = self._report_compression
+        self._compress_task: asyncio.Task | None = None
         self.ready = False
         self.not_ready_since = clock()
         self.watchers: set[CacheWatcher] = set()
@@ -180,9 +188,11 @@ class Cacher:
         self._task = asyncio.create_task(self._run())
         self._bookmark_task = asyncio.create_task(self._bookmarks())
         self._compaction_task = asyncio.create_task(self._follow_compactions())
+        if self.wc.compressor is not None:
+            self._compress_task = asyncio.create_task(self.wc.compressor.run())
 
     async def stop(self) -> None:
-        tasks = (self._task, self._bookmark_task, self._progress_task, self._compaction_task)
+        tasks = (self._task, self._bookmark_task, self._progress_task, self._compaction_task, self._compress_task)
         for t in tasks:
             if t is not None:
                 t.cancel()
@@ -210,12 +220,34 @@ class Cacher:
                     await self._watch(*start)
             except asyncio.CancelledError:
                 raise
+            except CorruptEntry as e:   # found by the dispatch of an event (a read's is handled by its request)
+                self.corrupted(e)
             except Exception as e:
                 log.warning("cache re-initialising resource=%s error=%r", self.resource_label, e)
                 self._warm_failed("error")
             self._warm_failed("compacted")  # the resumed watch ended before it caught up: its RV was compacted
             self._set_not_ready()
             await asyncio.sleep(0.2 + random.random() * 0.3)
+
+    def _report_compression(self) -> None:
+        c = self.wc.compressor
+        labels = (self.group, self.resource_label)
+        metrics.entries.labels(*labels, "compressed").set(c.compressed)
+        metrics.entries.labels(*labels, "plain").set(len(self.wc.store) - c.compressed)
+        metrics.compressed_bytes.labels(*labels).set(c.compressed_bytes)
+        metrics.dictionary_bytes.labels(*labels).set(sum(k.native_bytes() for k in (c.codec, c.retiring) if k))
+
+    def corrupted(self, err: Exception) -> None:
+        """A compressed entry did not decode: the request that found it fails (the caller raises a Status), and
+        the whole cache re-initialises from etcd, as after a watch error (the damaged bytes are never served)."""
+        metrics.corrupt_entries.labels(self.group, self.resource_label).inc()
+        if self.wc.compressor is not None:
+            self.wc.compressor.corrupt += 1
+        log.error("cache entry damaged resource=%s error=%s: re-initialising from etcd", self.resource_label, err)
+        self._set_not_ready()
+        w = self._etcd_watch
+        if w is not None:
+            w.close()   # _watch returns once what is buffered is applied; _run lists again
 
     def _set_not_ready(self) -> None:
         if self.ready:

@@ -20,6 +20,7 @@ from storage.store import EtcdStore, parse_resource_version
 
 from . import plan, reads
 from .cacher import Cacher
+from .compression import CorruptEntry
 from .metrics import residency_delegated, sharded_watch_metrics
 from .residency import Residency, entry_shard_filter
 
@@ -29,6 +30,14 @@ Obj = dict[str, Any]
 def not_ready(cacher: Cacher) -> serr.StorageError:
     """S1.25/S1.33: the cache is (re)initializing and the request may not go to etcd (429)."""
     return serr.StorageError(serr.Code.NOT_READY, cacher.prefix, retry_after=cacher.retry_after())
+
+
+def damaged(cacher: Cacher, key: str, err: CorruptEntry) -> serr.StorageError:
+    """A compressed entry did not decode: the cache re-initialises from etcd and this request fails with a
+    500 (its bytes are never served); the client's retry is answered once the cache is ready again."""
+    cacher.corrupted(err)
+    return serr.StorageError(serr.Code.INTERNAL, key, f"the watch cache's copy of {key} is damaged ({err}); "
+                             "the cache is re-initialising from etcd")
 
 
 class CacheDelegator:
@@ -98,7 +107,13 @@ class CacheDelegator:
         if c is None or not c.ready:
             return None
         e = c.wc.store.get(key)
-        return jsonenc.loads(c.wire(e.data)) if e is not None else None
+        if e is None:
+            return None
+        try:
+            return jsonenc.loads(c.wire(e.data))
+        except CorruptEntry as err:
+            c.corrupted(err)
+            return None   # the write reads the object from etcd instead
 
     # --- GET with a resourceVersion (S1.14-S1.16) ----------------------------------------------
 
@@ -123,7 +138,10 @@ class CacheDelegator:
                 e = cacher.wc.store.get(key)
                 if e is None:
                     raise serr.not_found(key)
-                return cacher.wire(e.data)
+                try:
+                    return cacher.wire(e.data)
+                except CorruptEntry as err:
+                    raise damaged(cacher, key, err) from None
         # S1.14: RV unset is a quorum read. On the etcd path RV=N reads the latest state and
         # checks it is not older than N.
         obj = await self.store.get(key)
@@ -168,8 +186,11 @@ class CacheDelegator:
         except reads.Delegate:
             return None
         res, wire = self.res, cacher.wire
-        page = ListPage(got.resource_version, raw=[list_item_bytes(res, e.data) for e in got.entries],
-                        decode=lambda data: jsonenc.loads(wire(data)))
+        try:
+            raw = [list_item_bytes(res, e.data) for e in got.entries]
+        except CorruptEntry as err:
+            raise damaged(cacher, prefix, err) from None
+        page = ListPage(got.resource_version, raw=raw, decode=lambda data: jsonenc.loads(wire(data)))
         if got.continue_key is not None:
             # S2.2: upstream's cache path strips the un-slashed prefix, so its tokens start with "/".
             page.continue_ = encode_continue(got.continue_key[len(prefix) - 1:], got.resource_version)
@@ -207,8 +228,12 @@ class CacheDelegator:
         if self._before_warm_window(cacher, req):
             await self.store.serve_watch(prefix, req, sink)
             return
-        if req.shard is None:
-            await reads.serve_watch(cacher, prefix, req, sink, None)
-        else:
-            await reads.serve_watch(cacher, prefix, req, sink, entry_shard_filter(req.shard, self.resource_prefix),
-                                    on_watcher=sharded_watch_metrics(self.res))
+        try:
+            if req.shard is None:
+                await reads.serve_watch(cacher, prefix, req, sink, None)
+            else:
+                await reads.serve_watch(cacher, prefix, req, sink,
+                                        entry_shard_filter(req.shard, self.resource_prefix),
+                                        on_watcher=sharded_watch_metrics(self.res))
+        except CorruptEntry as err:   # in a watch-list's initial state (a live event's fails the dispatch)
+            raise damaged(cacher, prefix, err) from None

@@ -32,6 +32,17 @@ storage_list_total = Counter("apiserver_storage_list_total", "Number of LIST req
 storage_list_returned = Counter("apiserver_storage_list_returned_objects_total",
                                 "Number of objects returned for a LIST request from storage",
                                 ["group", "resource", "storage"])
+# Compressed entries (cache/compression.py, not upstream) that failed to decode: each re-initialises the cache.
+corrupt_entries = Counter("apiserver_watch_cache_corrupt_entries_total",
+                          "Compressed watch cache entries found damaged when read (each re-initialises the cache).", _L)
+entries = Gauge("apiserver_watch_cache_entries",
+                "Watch cache entries held as wire bytes (plain) or compressed, broken by resource type.",
+                _L + ["state"])
+compressed_bytes = Gauge("apiserver_watch_cache_compressed_bytes",
+                         "Bytes of the compressed entries' frames, broken by resource type.", _L)
+dictionary_bytes = Gauge("apiserver_watch_cache_dictionary_bytes",
+                         "Bytes of the compression dictionaries and their decoder contexts, broken by resource type.",
+                         _L)
 init_events = Counter("apiserver_init_events_total", "Counter of init events processed in watch cache broken by resource type.", _L)
 
 # Residency: requests a partially resident cache could not answer (served from etcd).

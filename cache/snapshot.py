@@ -4,7 +4,7 @@ A process writes every ready cache's state to one file in `<state-dir>/watch-cac
 periodically; on start each Cacher loads its section, checks it against etcd, and resumes its etcd watch
 from the saved revision instead of listing the whole resource (cache/cacher.py, `Cacher._warm_start`).
 
-File layout (little-endian), version 1:
+File layout (little-endian), version 2 (1 had no codecs; such a file is refused as another version):
 
 ```
 header   MAGIC (8) | u32 version | frame(META)
@@ -13,6 +13,11 @@ index    frame(INDEX)                                              {"group/resou
 trailer  u64 offset of the INDEX frame | END_MAGIC (8)
 frame    u8 type | u32 payload length | u32 crc32(payload) | payload (msgpack)
 ```
+
+An entry is saved as the cache holds it, compressed or not (cache/compression.py), and restored without
+decompressing: (key, rv, stored bytes, slot, uid hash, codec id, 0 for plain), with the section's codecs
+(their dictionaries) in its SECTION frame. A dictionary is made of the resource's objects, so the file is
+created readable by its owner only (as etcd's data directory is).
 
 A file is written to a temporary name, fsynced and renamed over the previous one, so a reader sees a
 whole old file or a whole new one. Whatever happens to it afterwards (torn, truncated, bit flips, another
@@ -43,13 +48,14 @@ import msgpack
 from pyroaring import BitMap
 
 from . import metrics
+from .compression import Codec
 from .watch_cache import Indexes, WatchCache
 
 log = logging.getLogger("cache.snapshot")
 
 MAGIC = b"RSWCSNAP"
 END_MAGIC = b"RSWCEND\x00"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 META, SECTION, ENTRIES, SECTION_END, INDEX = 1, 2, 3, 4, 9
 _FRAME = struct.Struct("<BII")
 _TRAILER = struct.Struct("<Q8s")
@@ -113,12 +119,15 @@ class Capture:
     indexes: dict[str, Any]
     next_slot: int
     count: int
+    codecs: dict[int, Any]          # codec id -> Codec: the ones the captured entries may reference
 
 
 def capture(wc: WatchCache, identity: dict[str, Any]) -> Capture:
     """Synchronous (no await): the tree snapshot, the RV and the indexes belong to the same state."""
+    c = wc.compressor
+    codecs = {k.id: k for k in (c.codec, c.retiring) if k is not None} if c is not None else {}
     return Capture(identity, wc.rv, wc.store.snapshot(), wc.prefix, dump_indexes(wc.indexes),
-                   len(wc.slots), len(wc.store))
+                   len(wc.slots), len(wc.store), codecs)
 
 
 class _Writer:
@@ -148,14 +157,15 @@ async def write_snapshot(path: str, meta: dict[str, Any], captures) -> dict[str,
     index: dict[str, list[int]] = {}
     entries = 0
     try:
-        with open(tmp, "wb") as f:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
             w = _Writer(f)
             w.raw(MAGIC + struct.pack("<I", FORMAT_VERSION))
             w.frame(META, dict(meta, version=FORMAT_VERSION, written=time.time(), pid=os.getpid()))
             async for key, cap in captures:
                 start = w.offset
+                codecs = cap.codecs
                 w.frame(SECTION, dict(cap.identity, rv=cap.rv, count=cap.count, next_slot=cap.next_slot,
-                                      indexes=cap.indexes))
+                                      indexes=cap.indexes, codecs=[[i, k.dictionary(), k.ratio] for i, k in codecs.items()]))
                 n = 0
                 it = iter(cap.tree.iter_from(cap.prefix))
                 while True:
@@ -163,7 +173,13 @@ async def write_snapshot(path: str, meta: dict[str, Any], captures) -> dict[str,
                     for k, e in it:
                         if not k.startswith(cap.prefix):
                             break
-                        chunk.append((k, e.rv, e.data, e.slot, e.uid_hash))
+                        codec = e.codec
+                        if codec is None:
+                            chunk.append((k, e.rv, e.stored, e.slot, e.uid_hash, 0))
+                        elif codecs.get(codec.id) is codec:
+                            chunk.append((k, e.rv, e.stored, e.slot, e.uid_hash, codec.id))
+                        else:  # compressed after the capture with a codec the section does not carry
+                            chunk.append((k, e.rv, e.data, e.slot, e.uid_hash, 0))
                         if len(chunk) == CHUNK_ENTRIES:
                             break
                     if not chunk:
@@ -362,6 +378,7 @@ async def load_section(section: Section, wc: WatchCache, identity: dict[str, Any
                 for k, v in identity.items():
                     if head.get(k) != v:
                         raise SnapshotError("mismatch", f"{k} is {head.get(k)!r}, this cache's is {v!r}")
+                codecs = {int(i): Codec(int(i), d, float(r)) for i, d, r in head["codecs"]}
                 wc.begin_restore(head["next_slot"])
                 n = 0
                 last_key, newest = "", ("", -1)
@@ -373,7 +390,7 @@ async def load_section(section: Section, wc: WatchCache, identity: dict[str, Any
                     if ftype < 0:
                         raise SnapshotError("corrupt", "section ends without its end frame")
                     chunk = r.frame(ENTRIES, use_list=False)
-                    last_key, newest = wc.add_restored(chunk, last_key, newest)
+                    last_key, newest = wc.add_restored(chunk, last_key, newest, codecs)
                     n += len(chunk)
                     await asyncio.sleep(0)
             finally:
@@ -381,6 +398,8 @@ async def load_section(section: Section, wc: WatchCache, identity: dict[str, Any
             if end.get("count") != n or head.get("count") != n:
                 raise SnapshotError("corrupt", f"{n} entries, the section says {end.get('count')}")
             wc.restore_indexes(load_indexes(head["indexes"]))
+            if wc.compressor is not None:
+                wc.compressor.restored(codecs)
         wc.finish_replace(head["rv"])
     except SnapshotError:
         wc.begin_replace()

@@ -232,6 +232,8 @@ class WatchCache:
         self.list_rv = 0            # revision of the last replace (S1.31)
         self.evicted = False        # an event has left the window since the last replace
         self.capacity_changes: list[int] = []  # +1/-1 per resize, for metrics
+        # cache/compression.py: told of every entry that becomes current, so cold ones get compressed.
+        self.compressor = None
 
     # --- ingest ---------------------------------------------------------------
 
@@ -266,10 +268,15 @@ class WatchCache:
         self.slots = []
         self.allocator.reset()
         self.indexes = Indexes()
+        if self.compressor is not None:
+            self.compressor.reset()
 
     def add_listed(self, objects: Iterable[tuple[str, int, bytes, str, str, dict[str, str]]]) -> None:
+        note = self.compressor.note if self.compressor is not None else None
         for key, orv, data, uid, ns, labels in objects:
             self.store.insert(key, self._new_entry(key, orv, data, uid, ns, labels))
+            if note is not None:
+                note(key, orv)
 
     # A warm start (cache/snapshot.py) installs a saved state the same way: begin_replace, add_restored per
     # chunk (entries keep their saved slots), then restore_indexes and finish_replace at the saved RV.
@@ -278,20 +285,27 @@ class WatchCache:
         self.begin_replace()
         self.slots = [None] * next_slot
 
-    def add_restored(self, entries: Iterable[tuple[str, int, bytes, int, int]], after: str,
-                     newest: tuple[str, int]) -> tuple[str, tuple[str, int]]:
-        """(key, rv, data, slot, uid_hash) per saved entry: keys ascending after `after`, under the prefix,
-        slots below the allocator's and each used once (ValueError otherwise). Returns the last key and the
-        (key, rv) of the entry with the greatest RV so far (`newest` before this chunk)."""
+    def add_restored(self, entries: Iterable[tuple[str, int, bytes, int, int, int]], after: str,
+                     newest: tuple[str, int], codecs: dict) -> tuple[str, tuple[str, int]]:
+        """(key, rv, stored bytes, slot, uid_hash, codec id) per saved entry: keys ascending after `after`,
+        under the prefix, slots below the allocator's and each used once, codec ids 0 (plain) or in `codecs`
+        (ValueError otherwise; KeyError for an unknown codec). Compressed entries stay compressed. Returns the
+        last key and the (key, rv) of the entry with the greatest RV so far (`newest` before this chunk)."""
         slots, insert, prefix = self.slots, self.store.insert, self.prefix
+        note = self.compressor.note if self.compressor is not None else None
         top_key, top = newest
-        for key, rv, data, slot, uid_hash in entries:
+        for key, rv, data, slot, uid_hash, codec_id in entries:
             if key <= after or not key.startswith(prefix):
                 raise ValueError(f"key {key!r} out of order or outside {prefix}")
             if slots[slot] is not None or slot < 0:
                 raise ValueError(f"slot {slot} used twice")
-            e = slots[slot] = Entry(key, rv, data, slot, uid_hash)
+            e = slots[slot] = Entry(key, rv, data, slot, uid_hash, codecs[codec_id] if codec_id else None)
             insert(key, e)
+            if note is not None:
+                if codec_id:
+                    self.compressor.kept(len(data))
+                else:
+                    note(key, rv)
             after = key
             if rv > top:
                 top_key, top = key, rv
@@ -320,6 +334,8 @@ class WatchCache:
                   prev_labels: dict[str, str] | None) -> CacheEvent:
         prev = self.store.get(key)
         if prev is not None:
+            if prev.codec is not None and self.compressor is not None:
+                self.compressor.dropped(prev)
             # Same slot keeps the object's identity in the bitmaps; only labels move.
             self.indexes.remove(prev.slot, namespace, prev_labels or {})
             e = Entry(key, rv, data, prev.slot, prev.uid_hash)
@@ -328,6 +344,8 @@ class WatchCache:
         else:
             e = self._new_entry(key, rv, data, uid, namespace, labels)
         self.store.insert(key, e)
+        if self.compressor is not None:
+            self.compressor.note(key, rv)
         return self._record(CacheEvent("MODIFIED" if prev is not None else "ADDED", key, rv, e, prev,
                                        self.clock()))
 
@@ -338,6 +356,8 @@ class WatchCache:
             self.rv = max(self.rv, rv)
             return None
         self.store.delete(key)
+        if prev.codec is not None and self.compressor is not None:
+            self.compressor.dropped(prev)
         self._free_entry(prev, namespace, prev_labels or {})
         tomb = Entry(key, rv, deleted_data, -1, prev.uid_hash)
         return self._record(CacheEvent("DELETED", key, rv, tomb, prev, self.clock()))
@@ -509,6 +529,7 @@ class WatchCache:
             "history_bytes": history_bytes,
             "snapshots": len(self.snapshots),
             "snapshot_bytes_estimate": snap_bytes,
+            **({"compression": self.compressor.stats()} if self.compressor is not None else {}),
         }
 
 

@@ -2,11 +2,16 @@
 """The watch cache's per-object record, as small as a Python object can be.
 
 `Entry` holds the storage key (the same str object the B-tree is keyed by),
-the wire bytes, the resourceVersion and the UID's FNV-1a 64 hash as C
+the stored bytes, the resourceVersion and the UID's FNV-1a 64 hash as C
 integers (a Python int each would cost 28-36 B more), and the dense slot id
-used by the roaring bitmaps. It references only str and bytes, so it cannot
-be part of a reference cycle and is not tracked by the garbage collector
-(saves the 16 B GC header).
+used by the roaring bitmaps.
+
+The stored bytes are the wire bytes, or, once the entry is cold and its
+resource's compressor has shrunk it (cache/compression.py), a zstd frame that
+`codec.decompress` turns back into exactly those bytes: `data` is always the
+wire bytes, so no reader can tell. A codec never references entries, so an
+entry still cannot be part of a reference cycle and is not tracked by the
+garbage collector (saves the 16 B GC header).
 """
 cimport cython
 from libc.stdint cimport int64_t, uint64_t
@@ -16,24 +21,39 @@ from libc.stdint cimport int64_t, uint64_t
 @cython.final
 cdef class Entry:
     cdef readonly object key
-    cdef readonly bytes data
+    cdef readonly bytes stored      # the wire bytes, or a frame of them when codec is not None
+    cdef readonly object codec      # None, or what decodes `stored` (shared by the resource's entries)
     cdef readonly int64_t rv
     cdef readonly uint64_t uid_hash
     cdef readonly int64_t slot
 
-    def __cinit__(self, str key, int64_t rv, bytes data, int64_t slot, uint64_t uid_hash):
+    def __cinit__(self, str key, int64_t rv, bytes data, int64_t slot, uint64_t uid_hash, object codec=None):
         self.key = key
         self.rv = rv
-        self.data = data
+        self.stored = data
+        self.codec = codec
         self.slot = slot
         self.uid_hash = uid_hash
 
+    @property
+    def data(self):
+        """The wire bytes (decoded from the frame if the entry is compressed)."""
+        if self.codec is None:
+            return self.stored
+        return self.codec.decompress(self.stored)
+
+    def compress(self, bytes frame, object codec):
+        """Keep `frame` instead of the wire bytes; the compressor checked that `codec` decodes it back."""
+        self.stored = frame
+        self.codec = codec
+
     def __sizeof__(self):
-        """The record plus its bytes (the key is shared with the B-tree and counted there). O(1)."""
-        return Py_TYPE_BASICSIZE(self) + self.data.__sizeof__()
+        """The record plus its bytes (the key is shared with the B-tree and counted there, the codec by its
+        resource). O(1)."""
+        return Py_TYPE_BASICSIZE(self) + self.stored.__sizeof__()
 
     def __repr__(self):
-        return f"Entry({self.key!r}, rv={self.rv})"
+        return f"Entry({self.key!r}, rv={self.rv}{', compressed' if self.codec is not None else ''})"
 
 
 cdef extern from *:

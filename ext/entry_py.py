@@ -3,17 +3,26 @@ from __future__ import annotations
 
 
 class Entry:
-    __slots__ = ("key", "rv", "data", "slot", "uid_hash")
+    __slots__ = ("key", "rv", "stored", "codec", "slot", "uid_hash")
 
-    def __init__(self, key: str, rv: int, data: bytes, slot: int, uid_hash: int):
+    def __init__(self, key: str, rv: int, data: bytes, slot: int, uid_hash: int, codec=None):
         self.key = key
         self.rv = rv
-        self.data = data
+        self.stored = data
+        self.codec = codec
         self.slot = slot
         self.uid_hash = uid_hash
 
+    @property
+    def data(self) -> bytes:
+        return self.stored if self.codec is None else self.codec.decompress(self.stored)
+
+    def compress(self, frame: bytes, codec) -> None:
+        self.stored = frame
+        self.codec = codec
+
     def __sizeof__(self) -> int:
-        return object.__sizeof__(self) + self.data.__sizeof__()
+        return object.__sizeof__(self) + self.stored.__sizeof__()
 
     def __repr__(self) -> str:
-        return f"Entry({self.key!r}, rv={self.rv})"
+        return f"Entry({self.key!r}, rv={self.rv}{', compressed' if self.codec is not None else ''})"

@@ -23,9 +23,10 @@ def test_fields_roundtrip(Entry):
 
 
 def test_compiled_entry_is_small_and_untracked():
-    """No GC header and C integers: the record itself is 56 B on 64-bit CPython."""
+    """No GC header and C integers: the record itself is 64 B on 64-bit CPython (56 before its codec slot,
+    cache/compression.py)."""
     e = ext.Entry("k", 1, b"", 0, 0)
     assert not gc.is_tracked(e)
-    assert e.__sizeof__() - b"".__sizeof__() <= 56
+    assert e.__sizeof__() - b"".__sizeof__() <= 64
     with pytest.raises(AttributeError):
         e.rv = 2  # read-only: entries are immutable versions

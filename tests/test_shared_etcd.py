@@ -27,7 +27,7 @@ def two_servers():
     """kube-apiserver (protobuf storage) and ours (watch cache on) over one etcd of their own, prefix /registry."""
     from tests.helpers.kube import KubeApiserver
     with current_etcd() as etcd, KubeApiserver(etcd.endpoint, prefix="/registry", protobuf=True) as kube:
-        ours = start_apiserver(etcd.endpoint, "/registry")
+        ours = start_apiserver(etcd.endpoint, "/registry", "--cache-compression-eager")  # compressed entries
         try:
             yield Api(kube.url, cert=kube.client_cert, verify=kube.ca), Api(ours.base)
         finally:

@@ -89,7 +89,8 @@ class Server:
 
 def _start(etcd, tag: str) -> Server:
     start_rev = _etcd_revision(etcd.endpoint)
-    proc = start_apiserver(etcd.endpoint, f"/registry-wc{tag}{os.getpid()}", "--watch-cache=true")
+    proc = start_apiserver(etcd.endpoint, f"/registry-wc{tag}{os.getpid()}", "--watch-cache=true",
+                           "--cache-compression-eager")   # answered from compressed entries (issue 23)
     return Server(proc.base, etcd, proc, start_rev)
 
 

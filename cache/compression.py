@@ -1,0 +1,401 @@
+"""Cold entries below their wire size: per-resource zstd dictionaries (not upstream: KEP-6264 lists watch-cache
+memory as a non-goal).
+
+An entry stays as wire bytes while it is hot: while an event in the window refers to it (watch events are
+always served from plain bytes, and the window is where recent writes live). Once the window has moved past
+it, the resource's `Compressor` replaces its bytes, in place, with a zstd frame of them (`Entry.compress`);
+`Entry.data` decodes the frame again, so every reader (GET, list, watch-list, the snapshot writer) gets the
+same bytes as before and cannot tell.
+
+* Dictionaries. A resource trains its own dictionary from its entries once it holds `min_objects` of them
+  (few objects would not repay the dictionary's memory), and a new one when new entries compress markedly
+  worse than the training sample did (new fields, another operator's objects). Each compressed entry
+  references the `Codec` that decodes it, so a dictionary lives exactly as long as an entry uses it; after a
+  retraining the old dictionary's entries are re-encoded, and at most two dictionaries per resource exist.
+* No cross-tenant leak. Secrets are compressed without a dictionary: a dictionary is made of its samples'
+  bytes and would carry one namespace's secret values into every entry (and snapshot) that uses it.
+  Dictionaries are never logged nor reported, only their sizes.
+* Off the event loop. Training, compression and re-encoding run in a worker thread (libzstd releases the GIL);
+  only the swap of an entry's bytes, after checking it is still the current version, runs on the loop.
+* The frame. Magicless zstd frames without a dictionary id (the entry knows its codec), with the content size
+  and zstd's content checksum: a damaged entry fails to decode (`CorruptEntry`), it is never served.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import zstandard
+
+log = logging.getLogger("cache.compression")
+
+LEVEL = 3
+DICT_BYTES = 16 * 1024          # per dictionary (a trained one may be smaller); measured in bench.heap_per_object
+TRAIN_SAMPLES = 2000            # entries sampled to train a dictionary
+TRAIN_SAMPLE_BYTES = 4 << 20    # and at most this many of their bytes
+DRIFT = 1.5                     # retrain when recent entries compress this much worse than the training sample
+DRIFT_WINDOW = 512              # ... over at least this many entries
+MIN_SAVING = 16                 # keep a frame only if it saves at least this many bytes over the wire form
+
+# Parameters for small inputs (their tables and window fit a record, so a compression context stays small).
+_FRAME = zstandard.ZstdCompressionParameters.from_level(
+    LEVEL, source_size=16 * 1024, format=zstandard.FORMAT_ZSTD1_MAGICLESS, write_checksum=1, write_dict_id=0, write_content_size=1)
+
+
+class CorruptEntry(Exception):
+    """A compressed entry did not decode (its checksum or its frame is damaged)."""
+
+
+@dataclass
+class CompressionConfig:
+    enabled: bool = True             # --cache-compression
+    min_objects: int = 256           # a resource compresses once it holds this many entries
+    interval: float = 2.0            # seconds between background passes
+    batch: int = 4096                # entries per pass
+    hot_events: int | None = None    # None: the whole event window is hot; N: only the newest N events' entries
+    # (the test flag --cache-compression-eager sets min_objects=2, interval=0.05, hot_events=0: the differential
+    # suites, which hold few objects, then really serve compressed entries)
+
+
+EAGER = dict(min_objects=2, interval=0.05, hot_events=0)
+
+
+class Codec:
+    """A dictionary (or none) and the decoder of the frames made with it. Shared by the entries it encoded."""
+
+    __slots__ = ("id", "dict_bytes", "ratio", "_dict", "_decoder", "__weakref__")
+
+    def __init__(self, id_: int, dictionary: bytes | None, ratio: float = 0.0):
+        self.id = id_
+        self.ratio = ratio       # frame bytes / wire bytes over its training sample (0: unknown)
+        self.dict_bytes = len(dictionary) if dictionary else 0
+        self._dict = zstandard.ZstdCompressionDict(dictionary) if dictionary else None
+        self._decoder = self.decoder()   # the event loop's (contexts are never used by two threads at once)
+
+    def dictionary(self) -> bytes | None:
+        """The dictionary's bytes, for the snapshot file only (never logged nor reported)."""
+        return self._dict.as_bytes() if self._dict is not None else None
+
+    def decoder(self) -> zstandard.ZstdDecompressor:
+        return zstandard.ZstdDecompressor(dict_data=self._dict, format=zstandard.FORMAT_ZSTD1_MAGICLESS)
+
+    def decompress(self, frame: bytes) -> bytes:
+        """The wire bytes of a frame (event loop thread only)."""
+        try:
+            return self._decoder.decompress(frame)
+        except zstandard.ZstdError as e:
+            raise CorruptEntry(str(e)) from None
+
+    def compressor(self) -> zstandard.ZstdCompressor:
+        """A new compression context, for one worker call (it loads the dictionary, and is dropped after)."""
+        return zstandard.ZstdCompressor(dict_data=self._dict, compression_params=_FRAME)
+
+    def native_bytes(self) -> int:
+        """What stays allocated: the dictionary's bytes (kept to build compression contexts) and the decoder's
+        context with the dictionary loaded, as libzstd reports it (ZSTD_sizeof_DCtx: its window buffers are
+        reserved but mostly untouched for records this small)."""
+        return self.dict_bytes + self._decoder.memory_size()
+
+    def __repr__(self) -> str:  # never the dictionary's bytes
+        return f"Codec(id={self.id}, dict_bytes={self.dict_bytes})"
+
+
+def train(samples: list[bytes], dict_bytes: int = DICT_BYTES) -> bytes:
+    """A zstd dictionary from `samples` (worker thread). Too few or too uniform samples for the trainer: the
+    samples' own bytes as a raw-content dictionary (what zstd would find to reference anyway)."""
+    try:
+        return zstandard.train_dictionary(dict_bytes, samples, level=LEVEL).as_bytes()
+    except zstandard.ZstdError:
+        return b"".join(samples)[-dict_bytes:]
+
+
+def compress_all(codec: Codec, datas: list[bytes]) -> list[bytes | None]:
+    """Frames of `datas` (worker thread); None where a frame would not save MIN_SAVING bytes."""
+    c = codec.compressor()
+    out: list[bytes | None] = []
+    for d in datas:
+        f = c.compress(d)
+        out.append(f if len(f) + MIN_SAVING <= len(d) else None)
+    return out
+
+
+def recompress_all(old: Codec, new: Codec, frames: list[bytes]) -> list[bytes | None]:
+    """Old frames re-encoded with `new` (worker thread, with its own decoder); None where the entry is better
+    left plain or did not decode (a read will find it damaged)."""
+    c, d_old = new.compressor(), old.decoder()
+    out: list[bytes | None] = []
+    for f in frames:
+        try:
+            d = d_old.decompress(f)
+        except zstandard.ZstdError:
+            out.append(None)
+            continue
+        g = c.compress(d)
+        out.append(g if len(g) + MIN_SAVING <= len(d) else None)
+    return out
+
+
+class Compressor:
+    """One resource's compression: which entries are cold, its dictionaries, the background passes.
+
+    The WatchCache tells it of every entry that becomes current (`note`) and of every reset (`reset`); the
+    Cacher runs `run` beside its watch."""
+
+    def __init__(self, wc, config: CompressionConfig, dictionary: bool = True):
+        self.wc = wc
+        self.config = config
+        self.dictionary = dictionary          # False for Secrets: no dictionary shared across namespaces
+        self.pending: deque[tuple[int, str]] = deque()   # (rv, key) of entries not yet looked at, by RV
+        self.codec: Codec | None = None       # what new frames are made with
+        self.retiring: Codec | None = None    # the previous dictionary while its entries are re-encoded
+        self._next_id = 1
+        self.trained_ratio = 0.0
+        self.retrain = False
+        self._recent_in = self._recent_out = self._recent_n = 0
+        self.trainings = 0
+        self.reencoded = 0
+        self.corrupt = 0
+        self.compressed = 0                   # current entries held compressed, and their frames' bytes
+        self.compressed_bytes = 0
+        self.on_change = None                 # called after a pass changed something (the Cacher's gauges)
+        self._seed = False                    # pending was dropped below min_objects: rebuild it after training
+        self._wake: asyncio.Event | None = None   # set by note(): an idle resource costs no pass
+
+    # --- told by the WatchCache ----------------------------------------------------------------
+
+    def note(self, key: str, rv: int) -> None:
+        self.pending.append((rv, key))
+        w = self._wake
+        if w is not None and not w.is_set():
+            w.set()
+
+    def reset(self) -> None:
+        """A relist: every entry is new (the listed ones are noted again, in listing order, not by RV)."""
+        self.pending.clear()
+        self.compressed = self.compressed_bytes = 0
+
+    def kept(self, frame_len: int) -> None:
+        """A compressed entry became current (a warm start restored it)."""
+        self.compressed += 1
+        self.compressed_bytes += frame_len
+
+    def dropped(self, e) -> None:
+        """A compressed entry stopped being current (replaced or deleted)."""
+        self.compressed -= 1
+        self.compressed_bytes -= len(e.stored)
+
+    # --- the passes ----------------------------------------------------------------------------
+
+    def _hot_floor(self) -> int:
+        """Entries at or above this RV are hot: an event in the window (or, eager, among the newest N) refers
+        to them."""
+        h = self.wc.history
+        n = self.config.hot_events
+        if n is None:
+            return h[0].rv if h else self.wc.rv + 1
+        if n == 0 or not h:
+            return self.wc.rv + 1
+        return h[-min(n, len(h))].rv
+
+    def _cold_candidates(self) -> list:
+        """Current, plain entries the window has moved past (at most a batch), from `pending`."""
+        floor = self._hot_floor()
+        out = []
+        get = self.wc.store.get
+        pending = self.pending
+        while pending and len(out) < self.config.batch:
+            rv, key = pending[0]
+            if rv >= floor and self.wc.list_rv < rv:
+                break  # pending is in RV order after the listed entries: the rest is hot too
+            pending.popleft()
+            e = get(key)
+            if e is not None and e.rv == rv and e.codec is None:
+                out.append(e)
+        return out
+
+    async def run(self) -> None:
+        """Background passes until cancelled (the Cacher cancels it with its other tasks)."""
+        loop = asyncio.get_running_loop()
+        self._wake = wake = asyncio.Event()
+        wake.set()
+        while True:
+            await wake.wait()
+            await asyncio.sleep(self.config.interval)
+            wake.clear()
+            try:
+                if await self.step(loop) or self.retiring is not None or self._backlog():
+                    wake.set()   # more to do: the next pass follows after the interval
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("compression pass failed resource=%s", self.wc.prefix)
+
+    async def step(self, loop=None) -> int:
+        """One pass: train if due, then compress the cold entries of one batch. Returns entries compressed."""
+        loop = loop or asyncio.get_running_loop()
+        if self.codec is None or self.retrain:
+            if len(self.wc.store) < self.config.min_objects:
+                if self.codec is None:   # nothing is compressed yet: remember no entry, look at all of them later
+                    self.pending.clear()
+                    self._seed = True
+                return 0
+            await self._train(loop)
+        if self._seed:
+            self._seed = False
+            self.pending = deque(sorted((e.rv, e.key) for e in self.wc.slots if e is not None and e.codec is None))
+        if self.retiring is not None:
+            await self._reencode(loop)
+        batch = self._cold_candidates()
+        if not batch:
+            return 0
+        codec = self.codec
+        datas = [e.stored for e in batch]
+        frames = await loop.run_in_executor(None, compress_all, codec, datas)
+        done = 0
+        if codec is not self.codec and codec is not self.retiring:
+            return 0   # retired while this batch was compressed: its frames would keep a dropped dictionary
+        get = self.wc.store.get
+        n_in = n_out = 0
+        for e, d, f in zip(batch, datas, frames):
+            if f is None or get(e.key) is not e or e.codec is not None:
+                continue   # not worth it, or written (or relisted) meanwhile: the new version is hot
+            e.compress(f, codec)
+            done += 1
+            n_in += len(d)
+            n_out += len(f)
+        self.compressed += done
+        self.compressed_bytes += n_out
+        self._drifted(n_in, n_out, done)
+        if done and self.on_change is not None:
+            self.on_change()
+        return done
+
+    def _backlog(self) -> bool:
+        """Pending entries that are cold already (a full batch was taken, or the window has moved)."""
+        return bool(self.pending) and (self.pending[0][0] <= self.wc.list_rv or self.pending[0][0] < self._hot_floor())
+
+    async def _train(self, loop) -> None:
+        codec_id = self._next_id
+        self._next_id += 1
+        if not self.dictionary:
+            self.codec = Codec(codec_id, None)
+            return
+        samples = self._samples()
+        t0 = time.perf_counter()
+        dictionary = await loop.run_in_executor(None, train, samples)
+        codec = Codec(codec_id, dictionary)
+        frames = await loop.run_in_executor(None, compress_all, codec, samples)
+        self.trained_ratio = codec.ratio = sum(len(f) if f else len(s) for f, s in zip(frames, samples)) / max(
+            1, sum(len(s) for s in samples))
+        self.trainings += 1
+        log.info("compression dictionary trained resource=%s samples=%d dict_bytes=%d ratio=%.3f seconds=%.3f",
+                 self.wc.prefix, len(samples), len(dictionary), self.trained_ratio, time.perf_counter() - t0)
+        if self.codec is not None:
+            self.retiring = self.codec
+        self.codec = codec
+        self.retrain = False
+
+    def restored(self, codecs: dict[int, Codec]) -> None:
+        """A warm start installed entries compressed with these codecs: the newest makes new frames, an older
+        one is re-encoded away as after a retraining."""
+        if not codecs:
+            return
+        ids = sorted(codecs)
+        self.codec = codecs[ids[-1]]
+        self.trained_ratio = self.codec.ratio
+        self.retiring = codecs[ids[-2]] if len(ids) > 1 else None
+        self._next_id = max(self._next_id, ids[-1] + 1)
+
+    def _samples(self) -> list[bytes]:
+        """Up to TRAIN_SAMPLES entries' wire bytes, drawn at random over the resource."""
+        slots = [e for e in self.wc.slots if e is not None]
+        if len(slots) > TRAIN_SAMPLES:
+            slots = random.sample(slots, TRAIN_SAMPLES)
+        out, size = [], 0
+        for e in slots:
+            d = e.data
+            if size + len(d) > TRAIN_SAMPLE_BYTES and out:
+                break
+            out.append(d)
+            size += len(d)
+        return out
+
+    def _drifted(self, n_in: int, n_out: int, n: int) -> None:
+        """Retrain once recent entries compress DRIFT times worse than the training sample did."""
+        if not self.dictionary or self.retiring is not None or not n:
+            return
+        self._recent_in += n_in
+        self._recent_out += n_out
+        self._recent_n += n
+        if self._recent_n < DRIFT_WINDOW:
+            return
+        ratio = self._recent_out / max(1, self._recent_in)
+        self._recent_in = self._recent_out = self._recent_n = 0
+        if ratio > self.trained_ratio * DRIFT:
+            log.info("compression ratio drifted resource=%s trained=%.3f recent=%.3f: retraining",
+                     self.wc.prefix, self.trained_ratio, ratio)
+            self.retrain = True   # the next pass trains a new dictionary and retires this one
+
+    async def _reencode(self, loop) -> None:
+        """Re-encode a batch of the retiring dictionary's entries; drop it when none is left."""
+        old, new = self.retiring, self.codec
+        batch = [e for e in self.wc.slots if e is not None and e.codec is old][: self.config.batch]
+        if not batch:
+            self.retiring = None
+            return
+        frames = await loop.run_in_executor(None, recompress_all, old, new, [e.stored for e in batch])
+        get = self.wc.store.get
+        for e, f in zip(batch, frames):
+            if get(e.key) is not e or e.codec is not old:
+                continue
+            before = len(e.stored)
+            if f is None:
+                try:
+                    e.compress(old.decompress(e.stored), None)   # back to plain bytes: no entry keeps `old`
+                except CorruptEntry:
+                    continue   # left as it is: the next read reports it and the cache re-initialises
+                self.compressed -= 1
+                self.compressed_bytes -= before
+            else:
+                e.compress(f, new)
+                self.compressed_bytes += len(f) - before
+            self.reencoded += 1
+        if self.on_change is not None:
+            self.on_change()
+
+    # --- reporting -------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Entries plain and compressed, their bytes, the dictionaries (sizes only) and the ratio."""
+        plain = compressed = plain_bytes = frame_bytes = 0
+        codecs: dict[int, Codec] = {}
+        for e in self.wc.slots:
+            if e is None:
+                continue
+            if e.codec is None:
+                plain += 1
+                plain_bytes += len(e.stored)
+            else:
+                compressed += 1
+                frame_bytes += len(e.stored)
+                codecs[id(e.codec)] = e.codec
+        for c in (self.codec, self.retiring):
+            if c is not None:
+                codecs[id(c)] = c
+        return {"entries_plain": plain, "entries_compressed": compressed, "plain_bytes": plain_bytes,
+                "compressed_bytes": frame_bytes, "dictionaries": sum(1 for c in codecs.values() if c.dict_bytes),
+                "dictionary_bytes": sum(c.dict_bytes for c in codecs.values()),
+                "codec_native_bytes": sum(c.native_bytes() for c in codecs.values()),
+                "trainings": self.trainings, "reencoded": self.reencoded, "corrupt": self.corrupt}
+
+
+def codec_of(codecs: Iterable[Codec], codec_id: int) -> Codec | None:
+    for c in codecs:
+        if c.id == codec_id:
+            return c
+    return None

@@ -1,0 +1,252 @@
+"""Compressed residency (issue 23, cache/compression.py), the structures on their own: cold entries become zstd
+frames in place and every reader still gets the wire bytes; hot ones (the event window) stay plain; Secrets get
+no dictionary; a drifted resource retrains and its old dictionary goes once no entry uses it; a damaged frame is
+found when read; snapshots keep the compressed form. The HTTP side (byte-identical answers, the 500 and the
+re-initialisation) is in tests/test_compression_http.py."""
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import stat
+import time
+import weakref
+
+import pytest
+
+import ext
+from cache import compression, snapshot
+from cache.cache_watcher import CacheWatcher
+from cache.compression import CompressionConfig, Compressor, CorruptEntry
+from cache.watch_cache import WatchCache
+from ext.entry_py import Entry as PyEntry
+
+PREFIX = "/registry/configmaps/"
+
+
+def cm(i: int, ns: str = "default", extra: str = "") -> bytes:
+    """A ConfigMap as the cache keeps it (wire JSON without kind/apiVersion), varied per object."""
+    return json.dumps({"metadata": {"name": f"settings-{i:05d}", "namespace": ns, "uid": f"6f1c{i:08x}-2b1e-4c7e",
+                                    "resourceVersion": str(10 + i), "creationTimestamp": "2026-11-30T10:00:00Z",
+                                    "labels": {"app": f"app-{i % 7}", "tier": "backend"}},
+                       "data": {"log.level": ["info", "debug", "warn"][i % 3], "replicas": str(i % 5),
+                                "endpoint": f"https://svc-{i % 11}.{ns}.svc:8443/v1{extra}"}},
+                      separators=(",", ":")).encode()
+
+
+def filled(n: int, config: CompressionConfig, prefix: str = PREFIX, dictionary: bool = True,
+           data=cm, clock=time.monotonic) -> WatchCache:
+    wc = WatchCache(prefix, clock)
+    wc.compressor = Compressor(wc, config, dictionary=dictionary)
+    wc.replace(((f"{prefix}default/c{i:05d}", 10 + i, data(i), f"uid-{i}", "default", {}) for i in range(n)), 10 + n)
+    return wc
+
+
+async def run_passes(wc: WatchCache, n: int = 10) -> int:
+    done = 0
+    for _ in range(n):
+        done += await wc.compressor.step()
+    return done
+
+
+@pytest.fixture(params=["c", "py"])
+def Entry(request):
+    return ext.Entry if request.param == "c" else PyEntry
+
+
+def test_entry_compress_in_place_keeps_data(Entry):
+    """`data` is the wire bytes before and after; `stored` is the frame; the codec decodes it."""
+    codec = compression.Codec(1, None)
+    wire = cm(1) * 3
+    e = Entry(PREFIX + "default/a", 5, wire, 0, 7)
+    frame = compression.compress_all(codec, [wire])[0]
+    assert frame is not None and len(frame) < len(wire)
+    e.compress(frame, codec)
+    assert e.data == wire and e.stored == frame and e.codec is codec
+    assert e.__sizeof__() < len(wire) and "compressed" in repr(e)
+
+
+async def test_cold_entries_compress_and_read_back_identical():
+    wc = filled(600, CompressionConfig(min_objects=100))
+    before = {k: e.data for k, e in wc.store.items()}
+    assert await run_passes(wc) == 600
+    st = wc.compressor.stats()
+    assert st["entries_compressed"] == 600 and st["entries_plain"] == 0 and st["dictionaries"] == 1
+    assert {k: e.data for k, e in wc.store.items()} == before
+    # the frames are much smaller than the wire bytes: a trained dictionary on similar records
+    assert st["compressed_bytes"] < 0.35 * sum(map(len, before.values())), st
+    assert wc.compressor.compressed == 600 and wc.compressor.compressed_bytes == st["compressed_bytes"]
+    assert "dictionary" not in json.dumps(wc.stats()).replace("dictionary_bytes", "").replace("dictionaries", "")
+
+
+async def test_too_few_objects_are_not_compressed():
+    wc = filled(50, CompressionConfig(min_objects=100))
+    assert await run_passes(wc) == 0 and wc.compressor.codec is None
+
+
+async def test_hot_entries_stay_plain_until_the_window_moves_past():
+    """Entries an event in the window refers to are never compressed (watch events are served plain)."""
+    now = [0.0]
+    wc = filled(300, CompressionConfig(min_objects=100), clock=lambda: now[0])
+    rv = wc.rv
+    for i in range(5):
+        rv += 1
+        wc.apply_put(f"{PREFIX}default/c{i:05d}", rv, cm(i, extra="/new"), f"uid-{i}", "default", {}, {})
+    await run_passes(wc)
+    hot = [e for e in (ev.entry for ev in wc.history)]
+    assert hot and all(e.codec is None for e in hot)
+    assert wc.compressor.compressed == 295
+    # the window moves past them (100 events, the oldest older than 75 s): they become cold and are compressed
+    now[0] = 1000.0
+    for j in range(150):
+        rv += 1
+        wc.apply_put(f"{PREFIX}other/x{j}", rv, cm(1000 + j), f"u{j}", "other", {}, None)
+    await run_passes(wc)
+    assert all(wc.store.get(f"{PREFIX}default/c{i:05d}").codec is not None for i in range(5))
+    assert all(ev.entry.codec is None for ev in wc.history)
+
+
+async def test_replaced_and_deleted_entries_leave_the_counts():
+    wc = filled(300, CompressionConfig(min_objects=100))
+    await run_passes(wc)
+    rv = wc.rv
+    wc.apply_put(f"{PREFIX}default/c00001", rv + 1, cm(1, extra="/x"), "uid-1", "default", {}, {})
+    wc.apply_delete(f"{PREFIX}default/c00002", rv + 2, cm(2), "default", {})
+    st = wc.compressor.stats()
+    assert wc.compressor.compressed == st["entries_compressed"] == 298
+    assert wc.compressor.compressed_bytes == st["compressed_bytes"]
+
+
+async def test_entry_written_during_a_pass_is_not_swapped():
+    """The frame of a version that was replaced while the worker compressed it is dropped."""
+    wc = filled(300, CompressionConfig(min_objects=100, hot_events=0))   # every entry is cold at once
+    await wc.compressor.step()    # trains and compresses everything
+    rv = wc.rv
+    for i in range(200):          # new versions, plain until the next pass
+        rv += 1
+        wc.apply_put(f"{PREFIX}default/c{i:05d}", rv, cm(i, extra="/v2"), f"uid-{i}", "default", {}, {})
+    loop = asyncio.get_running_loop()
+    orig = compression.compress_all
+    replaced = []
+    key = f"{PREFIX}default/c00000"
+
+    def put_newer() -> None:
+        replaced.append(wc.apply_put(key, wc.rv + 1, cm(0, extra="/v3"), "uid-0", "default", {}, {}).entry)
+
+    def racing(codec, datas):   # in the worker: a write lands on the loop before the frames come back
+        out = orig(codec, datas)
+        loop.call_soon_threadsafe(put_newer)
+        return out
+    compression.compress_all = racing
+    try:
+        assert wc.store.get(key).codec is None
+        await wc.compressor.step()
+    finally:
+        compression.compress_all = orig
+    assert replaced and replaced[0].codec is None and replaced[0].data == cm(0, extra="/v3")
+    assert wc.store.get(f"{PREFIX}default/c00000") is replaced[0]
+    assert wc.store.get(f"{PREFIX}default/c00001").codec is not None   # the others of the batch were swapped
+    assert wc.compressor.compressed == wc.compressor.stats()["entries_compressed"]
+
+
+async def test_secrets_get_no_dictionary():
+    """A dictionary is made of its samples' bytes: Secrets are compressed without one (no cross-namespace leak)."""
+    wc = filled(300, CompressionConfig(min_objects=100), prefix="/registry/secrets/", dictionary=False,
+                data=lambda i: json.dumps({"metadata": {"name": f"s{i}", "namespace": f"tenant-{i % 9}"},
+                                           "data": {"token": "QUJD" * 40}, "type": "Opaque"}).encode())
+    await run_passes(wc)
+    st = wc.compressor.stats()
+    assert st["dictionaries"] == 0 and st["dictionary_bytes"] == 0
+    assert wc.compressor.codec.dictionary() is None and st["entries_compressed"] == 300
+
+
+async def test_drift_retrains_and_the_old_dictionary_goes():
+    """New entries that compress much worse than the training sample: a new dictionary; the old one's entries
+    are re-encoded and the old dictionary is freed once none uses it (at most two exist meanwhile)."""
+    wc = filled(400, CompressionConfig(min_objects=100, hot_events=0))
+    await run_passes(wc, 2)
+    first = wc.compressor.codec
+    ref = weakref.ref(first)
+    rv = wc.rv
+
+    def other(i: int) -> bytes:   # another operator's objects: nothing in common with the first dictionary
+        return json.dumps({"spec": {"zq": [f"{(i * 7919 + k) % 104729:06x}-{k}" for k in range(12)],
+                                    "w": {f"k{k}": k * i for k in range(6)}}, "kind2": "Widget"}).encode()
+    for i in range(1200):
+        rv += 1
+        wc.apply_put(f"{PREFIX}w/x{i:05d}", rv, other(i), f"w{i}", "w", {}, None)
+    want = {k: e.data for k, e in wc.store.items()}
+    await run_passes(wc, 20)
+    assert wc.compressor.trainings >= 2 and wc.compressor.codec is not first
+    assert wc.compressor.retiring is None and wc.compressor.reencoded > 0
+    assert all(e.codec is not first for e in wc.slots if e is not None)
+    assert {k: e.data for k, e in wc.store.items()} == want
+    del first
+    wc.history.clear()
+    wc.snapshot_trees.clear()
+    gc.collect()
+    assert ref() is None, "the first dictionary is still referenced"
+
+
+async def test_damaged_frame_is_detected_when_read():
+    wc = filled(300, CompressionConfig(min_objects=100))
+    await run_passes(wc)
+    e = wc.store.get(f"{PREFIX}default/c00007")
+    f = bytearray(e.stored)
+    f[len(f) // 2] ^= 0x40
+    e.compress(bytes(f), e.codec)
+    with pytest.raises(CorruptEntry):
+        e.data
+
+
+def test_watcher_frame_cache_holds_the_source_bytes():
+    """A compressed entry's `data` is a new bytes object per read: the per-dispatch frame cache must not hand
+    one watcher's frame of an old bytes object to another whose bytes got the same id()."""
+    w = CacheWatcher.__new__(CacheWatcher)
+    w.make_frame = lambda t, b: t.encode() + b":" + b
+    cache: dict = {}
+    first = w._encoded(("ADDED", b"x" * 40), cache)
+    gc.collect()
+    second = w._encoded(("ADDED", b"y" * 40), cache)
+    assert first[1].endswith(b"x" * 40) and second[1].endswith(b"y" * 40)
+
+
+async def test_snapshot_keeps_the_compressed_form(tmp_path):
+    """Written as held (frames and their dictionary), restored without decompressing, owner-only file."""
+    wc = filled(snapshot.CHUNK_ENTRIES + 300, CompressionConfig(min_objects=100, batch=100000))
+    await run_passes(wc, 3)
+    assert wc.compressor.compressed == len(wc)
+    ident = {"resource": "configmaps", "group": "", "prefix": PREFIX, "residency": "", "head": b"x"}
+    path = str(tmp_path / "s.snap")
+
+    async def caps():
+        yield "/configmaps", snapshot.capture(wc, ident)
+    st = await snapshot.write_snapshot(path, {"etcd_prefix": "/registry"}, caps())
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert st["bytes"] < sum(len(e.data) for e in wc.slots if e is not None)
+    back = WatchCache(PREFIX, time.monotonic)
+    back.compressor = Compressor(back, CompressionConfig(min_objects=100))
+    await snapshot.load_section(snapshot.SnapshotFile.open(path).sections["/configmaps"], back, ident)
+    assert [(k, e.rv, e.stored, e.slot) for k, e in back.store.items()] == \
+        [(k, e.rv, e.stored, e.slot) for k, e in wc.store.items()]
+    assert all(e.codec is back.compressor.codec for e in back.slots if e is not None)
+    assert [e.data for e in back.slots if e] == [e.data for e in wc.slots if e]
+    assert back.compressor.compressed == len(back) and back.compressor.trained_ratio == wc.compressor.trained_ratio
+
+
+async def test_snapshot_writes_plain_what_its_section_has_no_codec_for(tmp_path):
+    wc = filled(300, CompressionConfig(min_objects=100))
+    await run_passes(wc)
+    ident = {"resource": "configmaps", "group": "", "prefix": PREFIX, "residency": "", "head": b"x"}
+    cap = snapshot.capture(wc, ident)
+    cap.codecs = {}     # as if the section did not carry the dictionary: entries are written plain
+    path = str(tmp_path / "s.snap")
+
+    async def caps():
+        yield "/configmaps", cap
+    await snapshot.write_snapshot(path, {}, caps())
+    back = WatchCache(PREFIX, time.monotonic)
+    await snapshot.load_section(snapshot.SnapshotFile.open(path).sections["/configmaps"], back, ident)
+    assert all(e.codec is None for e in back.slots if e) and \
+        [e.data for e in back.slots if e] == [e.data for e in wc.slots if e]

@@ -149,7 +149,8 @@ class Cacher:
         # Cold entries compressed (cache/compression.py); Secrets without a dictionary (no cross-namespace leak).
         if compression is not None and compression.enabled:
             self.wc.compressor = Compressor(self.wc, compression,
-                                            dictionary=not (group == "" and resource_label == "secrets"))
+                                            dictionary=not (group == "" and resource_label == "secrets"),
+                                            active=lambda: self.ready)
             self.wc.compressor.on_change = self._report_compression
         self._compress_task: asyncio.Task | None = None
         self.ready = False

@@ -106,6 +106,20 @@ async def check(resp: aiohttp.ClientResponse, what: str, ok=None) -> bytes:
     return body
 
 
+async def compression_settled(s: aiohttp.ClientSession, base: str, timeout: float = 300.0) -> None:
+    """Wait until every cache of the apiserver at `base` has compressed its cold entries (cache/compression.py),
+    so memory is measured cold; a server without compression is settled at once."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rep = await get_json(s, base + "/debug/residency")
+        busy = [k for k, v in rep["resources"].items() if not v.get("compression", {"settled": True})["settled"]]
+        if not busy:
+            return
+        if time.monotonic() > deadline:
+            raise BenchError(f"{base}: compression of {busy} not settled in {timeout:.0f} s")
+        await asyncio.sleep(0.25)
+
+
 async def get_json(s: aiohttp.ClientSession, url: str, params: dict | None = None, what: str = "") -> dict:
     """GET and decode, retrying while a cache (re)initialises (429)."""
     for _ in range(50):

@@ -48,8 +48,8 @@ import zlib
 import aiohttp
 import orjson
 
-from bench.harness import (JSON_CT, ROOT, Apiserver, BenchError, check, current_etcd, get_json, log, run_pool,
-                           stop_all, versions, wait_all_ready_async, write_json)
+from bench.harness import (JSON_CT, ROOT, Apiserver, BenchError, check, compression_settled, current_etcd, get_json,
+                           log, run_pool, stop_all, versions, wait_all_ready_async, write_json)
 from bench.report import pct, render
 
 G = "rbac.authorization.k8s.io"
@@ -396,6 +396,7 @@ async def measure(s, etcd_ep: str, prefix: str, role: str, mode_flags: tuple[str
             if time.perf_counter() - t0 > 600:
                 raise BenchError(f"{role}: RBAC caches not filled after 600 s")
             await asyncio.sleep(0.5)
+        await compression_settled(s, p.base)   # cold: measured as a quiet cluster holds it
         await asyncio.sleep(1.0)
         rep = await get_json(s, p.base + "/debug/residency", {"gc": "1"})
         res = {k: v for k, v in rep["resources"].items() if k.endswith(G)}

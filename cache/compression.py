@@ -397,7 +397,14 @@ class Compressor:
                 "compressed_bytes": frame_bytes, "dictionaries": sum(1 for c in codecs.values() if c.dict_bytes),
                 "dictionary_bytes": sum(c.dict_bytes for c in codecs.values()),
                 "codec_native_bytes": sum(c.native_bytes() for c in codecs.values()),
-                "trainings": self.trainings, "reencoded": self.reencoded, "corrupt": self.corrupt}
+                "trainings": self.trainings, "reencoded": self.reencoded, "corrupt": self.corrupt,
+                "settled": self.settled()}
+
+    def settled(self) -> bool:
+        """Every cold entry has been looked at (benchmarks wait for this before they measure)."""
+        if self.codec is None and not self.retrain:
+            return len(self.wc.store) < self.config.min_objects
+        return not self.retrain and self.retiring is None and not self._backlog()
 
 
 def codec_of(codecs: Iterable[Codec], codec_id: int) -> Codec | None:

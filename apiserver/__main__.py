@@ -137,8 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "with a dictionary trained per resource (Secrets: without one); every answer is "
                         "byte-identical (default true; false: entries stay wire bytes)")
     p.add_argument("--cache-compression-eager", action="store_true",
-                   help="testing: compress every entry but the newest from a resource's second object on, "
-                        "within 50 ms, so a test holding few objects is answered from compressed entries")
+                   help="testing: compress every entry, the newest and those the event window refers to "
+                        "included, from a resource's second object on, within 50 ms, so a test holding few "
+                        "objects is answered from compressed entries")
     p.add_argument("--front", action="store_true",
                    help="serve the whole API from the residency apiservers given by --shards (keeps no object "
                         "cache; writes and GETs go to etcd): see front/")

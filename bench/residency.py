@@ -53,8 +53,8 @@ import uuid
 import aiohttp
 import orjson
 
-from bench.harness import (Apiserver, BenchError, current_etcd, get_json, log, stop_all, versions,
-                           wait_all_ready_async, write_json)
+from bench.harness import (Apiserver, BenchError, compression_settled, current_etcd, get_json, log, stop_all,
+                           versions, wait_all_ready_async, write_json)
 from bench.report import MIB, RESIDENCY_MEASURES as MEASURES, residency_plot, residency_table
 from bench.workloads import PROFILES, STATE_FULL_RESOURCES, Profile, pod
 from cache.residency import DEFAULT_FULL_RESOURCES
@@ -308,6 +308,8 @@ async def correctness(s, full: Apiserver, shards: list[Apiserver], prof: Profile
 
 
 async def measure_all(s, procs: list[Apiserver]) -> list[dict]:
+    for p in procs:   # every process measured cold (its cold entries compressed), not some mid-way
+        await compression_settled(s, p.base)
     out = []
     for p in procs:
         out.append(measurement(await get_json(s, p.base + "/debug/residency", {"gc": "1"})))

@@ -250,3 +250,145 @@ async def test_snapshot_writes_plain_what_its_section_has_no_codec_for(tmp_path)
     await snapshot.load_section(snapshot.SnapshotFile.open(path).sections["/configmaps"], back, ident)
     assert all(e.codec is None for e in back.slots if e) and \
         [e.data for e in back.slots if e] == [e.data for e in wc.slots if e]
+
+
+# --- a state machine of the watch cache with compression, against a plain model ------------------------------
+
+from hypothesis import HealthCheck, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule  # noqa: E402
+
+KEYS = st.sampled_from([f"{PREFIX}ns{i % 3}/k{i:02d}" for i in range(24)])
+
+
+class CompressedCacheMachine(RuleBasedStateMachine):
+    """Ingest (puts, deletes, relists), compression passes (training, drift retraining, re-encoding), warm
+    restarts through a snapshot file, and reads (GET of the latest state, lists at random RVs in the window)
+    against a model that keeps every state as plain dicts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.now = [0.0]
+        self.hot: int | None = None
+        self.rv = 100
+        self.state: dict[str, bytes] = {}
+        self.states: dict[int, dict[str, bytes]] = {}   # rv -> the model's state after it
+        self.tmp = None
+
+    @initialize(hot=st.sampled_from([None, 0, 2]), keys=st.lists(KEYS, max_size=12))
+    def start(self, hot, keys):
+        """A cache listed with some objects; hot: the whole window is hot (None), nothing is (0), or 2 events."""
+        self.hot = hot
+        self.wc = self._new_cache()
+        self.state = {k: cm(i, extra=k[-3:]) for i, k in enumerate(keys)}
+        self.relist()
+
+    def _new_cache(self) -> WatchCache:
+        wc = WatchCache(PREFIX, lambda: self.now[0], lower_capacity=8, upper_capacity=16)
+        wc.compressor = Compressor(wc, CompressionConfig(min_objects=4, batch=7, hot_events=self.hot))
+        return wc
+
+    def teardown(self) -> None:
+        self.loop.close()
+        if self.tmp is not None:
+            import shutil
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _record(self) -> None:
+        self.states[self.rv] = dict(self.state)
+
+    @rule(key=KEYS, n=st.integers(0, 40), style=st.sampled_from(["cm", "other"]))
+    def put_one(self, key, n, style):
+        self.put(key, n, style)
+
+    def put(self, key, n, style):
+        self.rv += 1
+        self.now[0] += 3
+        data = cm(n, extra=f"/{key[-3:]}") if style == "cm" else json.dumps({"w": [n] * (n % 7), "k": key}).encode()
+        prev = self.wc.store.get(key)
+        self.wc.apply_put(key, self.rv, data, f"uid-{key}", key.split("/")[-2], {}, {} if prev else None)
+        self.state[key] = data
+        self._record()
+
+    @rule(keys=st.lists(KEYS, min_size=2, max_size=8), n=st.integers(0, 40))
+    def put_many(self, keys, n):
+        for i, k in enumerate(keys):
+            self.put(k, n + i, "cm" if (n + i) % 4 else "other")
+
+    @rule(key=KEYS)
+    def delete(self, key):
+        if key not in self.state:
+            return
+        self.rv += 1
+        self.now[0] += 3
+        self.wc.apply_delete(key, self.rv, self.state[key], key.split("/")[-2], {})
+        del self.state[key]
+        self._record()
+
+    @rule(passes=st.integers(1, 4))
+    def compress(self, passes):
+        for _ in range(passes):
+            self.loop.run_until_complete(self.wc.compressor.step(self.loop))
+
+    @rule()
+    def drift(self):
+        """As if recent entries compressed much worse: the next pass trains anew and re-encodes."""
+        if self.wc.compressor.codec is not None and self.wc.compressor.retiring is None:
+            self.wc.compressor.retrain = True
+
+    @rule()
+    def relisted(self):
+        self.relist()
+
+    def relist(self):
+        self.wc.replace(((k, self.rv, d, f"uid-{k}", k.split("/")[-2], {}) for k, d in sorted(self.state.items())),
+                        self.rv)
+        self.states = {self.rv: dict(self.state)}
+
+    @rule()
+    def warm_restart(self):
+        import tempfile
+        self.tmp = self.tmp or tempfile.mkdtemp(prefix="zsm-")
+        ident = {"resource": "configmaps", "group": "", "prefix": PREFIX, "residency": "", "head": b"x"}
+        path = os.path.join(self.tmp, "s.snap")
+
+        async def go():
+            async def caps():
+                yield "/configmaps", snapshot.capture(self.wc, ident)
+            await snapshot.write_snapshot(path, {}, caps())
+            back = self._new_cache()
+            await snapshot.load_section(snapshot.SnapshotFile.open(path).sections["/configmaps"], back, ident)
+            return back
+        self.wc = self.loop.run_until_complete(go())
+        self.states = {self.wc.rv: dict(self.state)}
+
+    @rule(data=st.data())
+    def list_at(self, data):
+        lo = self.wc.oldest_servable_rv()
+        rvs = [rv for rv in self.states if rv >= lo]
+        if not rvs:
+            return
+        rv = data.draw(st.sampled_from(sorted(rvs)))
+        tree = self.wc.snapshot_at(rv)
+        if tree is None:
+            return
+        got = {e.key: e.data for e in self.wc.iter_prefix(tree, PREFIX)}
+        assert got == self.states[rv]
+
+    @invariant()
+    def latest_state_and_counts(self):
+        assert {k: e.data for k, e in self.wc.store.items()} == self.state
+        c = self.wc.compressor
+        st_ = c.stats()
+        assert c.compressed == st_["entries_compressed"] and c.compressed_bytes == st_["compressed_bytes"]
+        live = {id(e.codec) for e in self.wc.slots if e is not None and e.codec is not None}
+        assert live <= {id(x) for x in (c.codec, c.retiring) if x is not None}, "an entry keeps a dropped codec"
+        for ev in self.wc.history:   # events the window refers to stay plain unless eager
+            if c.config.hot_events is None:
+                assert ev.entry.codec is None
+
+
+CompressedCacheMachine.TestCase.settings = settings(
+    max_examples=60, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+TestCompressedCacheMachine = CompressedCacheMachine.TestCase

@@ -1,9 +1,9 @@
 """Cold entries below their wire size: per-resource zstd dictionaries (not upstream: KEP-6264 lists watch-cache
 memory as a non-goal).
 
-An entry stays as wire bytes while it is hot: while an event in the window refers to it (watch events are
-always served from plain bytes, and the window is where recent writes live). Once the window has moved past
-it, the resource's `Compressor` replaces its bytes, in place, with a zstd frame of them (`Entry.compress`);
+An entry stays as wire bytes while it is hot: while an event of the last 75 s (the event window's span)
+refers to it, so live watch events are always served from plain bytes. Once the window has moved past it (by
+time, or by later events evicting its own), the resource's `Compressor` replaces its bytes, in place, with a zstd frame of them (`Entry.compress`);
 `Entry.data` decodes the frame again, so every reader (GET, list, watch-list, the snapshot writer) gets the
 same bytes as before and cannot tell.
 
@@ -62,6 +62,7 @@ class CompressionConfig:
     min_objects: int = 256           # a resource compresses once it holds this many entries
     interval: float = 2.0            # seconds between background passes
     batch: int = 4096                # entries per pass
+    recheck: float = 15.0            # seconds between passes while only hot entries wait (time makes them cold)
     hot_events: int | None = None    # None: the whole event window is hot; N: only the newest N events' entries
     # (the test flag --cache-compression-eager sets min_objects=2, interval=0.05, hot_events=0: every entry, hot
     # ones too, so the differential suites, which hold few objects, really serve compressed entries)
@@ -200,12 +201,17 @@ class Compressor:
     # --- the passes ----------------------------------------------------------------------------
 
     def _hot_floor(self) -> int:
-        """Entries at or above this RV are hot: an event in the window (or, eager, among the newest N) refers
-        to them."""
+        """Entries at or above this RV are hot: an event of the window refers to them, the window being the
+        events of the last `wc.window` seconds (75 s; older events the capacity still keeps only serve watches
+        resuming from far back, which decode) or, eager, the newest N events."""
         h = self.wc.history
         n = self.config.hot_events
         if n is None:
-            return h[0].rv if h else self.wc.rv + 1
+            horizon = self.wc.clock() - self.wc.window
+            for ev in h:   # oldest first: stops at the first fresh event (only the stale prefix is walked)
+                if ev.time >= horizon:
+                    return ev.rv
+            return self.wc.rv + 1
         if n == 0 or not h:
             return self.wc.rv + 1
         return h[-min(n, len(h))].rv
@@ -232,7 +238,12 @@ class Compressor:
         self._wake = wake = asyncio.Event()
         wake.set()
         while True:
-            await wake.wait()
+            # Woken by a new entry; while entries wait to leave the window, also when time may have moved
+            # them out of it (no write needs to come).
+            try:
+                await asyncio.wait_for(wake.wait(), self.config.recheck if self.pending else None)
+            except asyncio.TimeoutError:
+                pass
             await asyncio.sleep(self.config.interval)
             wake.clear()
             try:

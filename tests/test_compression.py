@@ -107,6 +107,21 @@ async def test_hot_entries_stay_plain_until_the_window_moves_past():
     assert all(ev.entry.codec is None for ev in wc.history)
 
 
+async def test_written_entries_turn_cold_with_time_alone():
+    """A bulk load that no later write pushes out of the window: its entries are compressed once their events
+    are older than the window's 75 s, though the window's capacity still keeps the events."""
+    now = [0.0]
+    wc = filled(0, CompressionConfig(min_objects=100), clock=lambda: now[0])
+    for i in range(300):
+        wc.apply_put(f"{PREFIX}default/c{i:05d}", 20 + i, cm(i), f"uid-{i}", "default", {}, None)
+    assert await run_passes(wc) == 0 and len(wc.history) == 300
+    now[0] = 60.0
+    assert await run_passes(wc) == 0
+    now[0] = 76.0
+    assert await run_passes(wc) == 300 and len(wc.history) == 300
+    assert wc.compressor.settled()
+
+
 async def test_replaced_and_deleted_entries_leave_the_counts():
     wc = filled(300, CompressionConfig(min_objects=100))
     await run_passes(wc)
@@ -384,8 +399,9 @@ class CompressedCacheMachine(RuleBasedStateMachine):
         assert c.compressed == st_["entries_compressed"] and c.compressed_bytes == st_["compressed_bytes"]
         live = {id(e.codec) for e in self.wc.slots if e is not None and e.codec is not None}
         assert live <= {id(x) for x in (c.codec, c.retiring) if x is not None}, "an entry keeps a dropped codec"
-        for ev in self.wc.history:   # events the window refers to stay plain unless eager
-            if c.config.hot_events is None:
+        horizon = self.now[0] - self.wc.window
+        for ev in self.wc.history:   # entries of the window's fresh events stay plain unless eager
+            if c.config.hot_events is None and ev.time >= horizon:
                 assert ev.entry.codec is None
 
 

@@ -417,10 +417,11 @@ class Compressor:
                 "settled": self.settled()}
 
     def settled(self) -> bool:
-        """Every cold entry has been looked at (benchmarks wait for this before they measure)."""
+        """Every entry has been looked at, hot ones too once they turned cold: what benchmarks that stopped
+        writing wait for before they measure the cold state (under churn it is never true)."""
         if self.codec is None and not self.retrain:
             return len(self.wc.store) < self.config.min_objects
-        return not self.retrain and self.retiring is None and not self._backlog()
+        return not self.retrain and self.retiring is None and not self.pending
 
 
 def codec_of(codecs: Iterable[Codec], codec_id: int) -> Codec | None:

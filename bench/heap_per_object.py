@@ -219,12 +219,17 @@ def run_child(kind: str, n: int, method: str, store: str, realistic: bool = Fals
     return json.loads(r.stdout)
 
 
-def measure(kinds: list[str], ns: dict[str, int]) -> dict:
-    # Children are independent processes: run two at a time (each measures only itself).
+def run_children(kinds: list[str], ns: dict[str, int], stores: tuple[str, ...], realistic: bool = False) -> dict:
+    """{(kind, n, method, store): figures}, a child per job. Children are independent processes: run two at a
+    time (each measures only itself)."""
     jobs = [(kind, ns[kind], method, store) for kind in kinds for method in ("tracemalloc", "rss")
-            for store in ("cache", "cache_exact", "dict")]
+            for store in stores]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        done = dict(zip(jobs, pool.map(lambda j: run_child(*j), jobs)))
+        return dict(zip(jobs, pool.map(lambda j: run_child(*j, realistic=realistic), jobs)))
+
+
+def measure(kinds: list[str], ns: dict[str, int]) -> dict:
+    done = run_children(kinds, ns, ("cache", "cache_exact", "dict"))
     res = {}
     for kind in kinds:
         n = ns[kind]
@@ -257,17 +262,14 @@ def measure(kinds: list[str], ns: dict[str, int]) -> dict:
 
 def measure_realistic(kinds: list[str], ns: dict[str, int]) -> dict:
     """Per kind, hot (plain) and cold (compressed), tracemalloc and RSS, each in its own child process."""
-    jobs = [(kind, ns[kind], method, store, True) for kind in kinds for method in ("tracemalloc", "rss")
-            for store in ("cache", "cache_z")]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        done = dict(zip(jobs, pool.map(lambda j: run_child(*j), jobs)))
+    done = run_children(kinds, ns, ("cache", "cache_z"), realistic=True)
     res = {}
     for kind in kinds:
         n = ns[kind]
         row: dict = {"n": n}
         for store, name in (("cache", "hot"), ("cache_z", "cold")):
-            t = done[(kind, n, "tracemalloc", store, True)]
-            r = done[(kind, n, "rss", store, True)]
+            t = done[(kind, n, "tracemalloc", store)]
+            r = done[(kind, n, "rss", store)]
             row["json_bytes"] = t["json_bytes"]
             cache_bytes = t["bytes_per_object"] + (t["bitmap_bytes"] + t["codec_native_bytes"]) / n
             row[name] = {"object_cache_bytes": cache_bytes, "ratio": cache_bytes / t["json_bytes"],

@@ -321,4 +321,21 @@ def secret(i: int, seed: int = 1) -> dict:
     return obj
 
 
+def big_configmap(i: int, size: int = 100_000, seed: int = 1, ns: str = "lists", labels: dict | None = None) -> dict:
+    """A ConfigMap of about `size` bytes of real config files (a bundled dashboard or rule set, as operators
+    ship them), named and labelled as `configmap`'s are."""
+    r = random.Random(seed * 5_000_011 + i)
+    files, _ = text_files()
+    data, total = {}, 0
+    while total < size - 600:
+        path = files[r.randrange(len(files))]
+        text = _read(path)[: size - 600 - total]
+        key = f"{len(data):03d}-{os.path.basename(path)}"
+        data[key] = text
+        total += len(text) + len(key) + 6
+    md = {"name": f"bundle-{i:06d}", "namespace": ns,
+          "labels": labels if labels is not None else {"app.kubernetes.io/part-of": TEAMS[i % len(TEAMS)]}}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": md, "data": data}
+
+
 MAKERS = {"configmap": configmap, "rolebinding": rolebinding, "pod": pod, "ai_pod": ai_pod, "secret": secret}

@@ -250,8 +250,8 @@ def pod(i: int, seed: int = 1, big: bool = False) -> dict:
                    "resources": {"limits": {"cpu": r.choice(["500m", "1", "2"]), "memory": r.choice(["256Mi", "1Gi"])},
                                  "requests": {"cpu": "100m", "memory": "128Mi"}},
                    "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}, "periodSeconds": 10},
-                   "volumeMounts": [{"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
-                                     "readOnly": True}]},
+                   "volumeMounts": [{"name": "kube-api-access", "readOnly": True,
+                                     "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]},
                   {"name": "istio-proxy", "image": "docker.io/istio/proxyv2:1.24.1", "args": ["proxy", "sidecar"],
                    "resources": {"requests": {"cpu": "10m", "memory": "40Mi"}}}]
     md = {"name": name, "generateName": name[:-5], "namespace": team,
@@ -274,8 +274,10 @@ def pod(i: int, seed: int = 1, big: bool = False) -> dict:
         "phase": "Running", "hostIP": f"172.20.{r.randrange(256)}.{r.randrange(1, 255)}", "podIP": ip,
         "podIPs": [{"ip": ip}], "qosClass": "Burstable", "startTime": t0,
         "conditions": [{"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": _time(r)}
-                       for t in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")],
-        "containerStatuses": [{"name": c["name"], "image": c["image"], "ready": True, "restartCount": r.choice([0, 0, 1]),
+                       for t in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady",
+                                 "PodScheduled")],
+        "containerStatuses": [{"name": c["name"], "image": c["image"], "ready": True,
+                               "restartCount": r.choice([0, 0, 1]),
                                "started": True, "containerID": f"containerd://{_hex(r, 64)}",
                                "imageID": f"{c['image'].split(':')[0]}@sha256:{_hex(r, 64)}",
                                "state": {"running": {"startedAt": _time(r)}}} for c in containers]}
@@ -303,11 +305,13 @@ def secret(i: int, seed: int = 1) -> dict:
     team = TEAMS[i % len(TEAMS)]
     k = i % 3
     if k == 0:
-        data = {"token": base64.b64encode(r.randbytes(700)).decode(), "ca.crt": base64.b64encode(r.randbytes(400)).decode(),
+        data = {"token": base64.b64encode(r.randbytes(700)).decode(),
+                "ca.crt": base64.b64encode(r.randbytes(400)).decode(),
                 "namespace": base64.b64encode(team.encode()).decode()}
         typ, name = "kubernetes.io/service-account-token", f"{team}-sa-token-{_hex(r, 5)}"
     elif k == 1:
-        data = {"tls.crt": base64.b64encode(r.randbytes(650)).decode(), "tls.key": base64.b64encode(r.randbytes(420)).decode()}
+        data = {"tls.crt": base64.b64encode(r.randbytes(650)).decode(),
+                "tls.key": base64.b64encode(r.randbytes(420)).decode()}
         typ, name = "kubernetes.io/tls", f"{team}-ingress-tls-{_hex(r, 4)}"
     else:
         auth = base64.b64encode(f"robot${team}+ci:{_hex(r, 40)}".encode()).decode()
@@ -316,7 +320,8 @@ def secret(i: int, seed: int = 1) -> dict:
         typ, name = "kubernetes.io/dockerconfigjson", f"{team}-pull-secret-{_hex(r, 4)}"
     md = {"name": name, "namespace": team, "labels": {"acme.example/team": team}}
     obj = _created("", "secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": md, "type": typ, "data": data}, r)
-    obj["metadata"]["managedFields"] = [_managed("kubectl-create", "Update", "v1", {"f:data": _fields(data), "f:type": {}},
+    obj["metadata"]["managedFields"] = [_managed("kubectl-create", "Update", "v1",
+                                                 {"f:data": _fields(data), "f:type": {}},
                                                  obj["metadata"]["creationTimestamp"])]
     return obj
 

@@ -300,7 +300,8 @@ def table_realistic(res: dict, vers: dict, source: str) -> str:
                      f"{h['object_cache_bytes']:,.0f} ({h['ratio']:.2f}x)",
                      f"{c['object_cache_bytes']:,.0f} ({c['ratio']:.3f}x){verdict}",
                      "-" if r["target_ratio"] is None else f"{r['target_ratio']}x",
-                     f"{c['frame_bytes']:,.0f}", f"{c['dictionaries']} / {c['codec_native_bytes_total'] / 1024:,.0f} KiB",
+                     f"{c['frame_bytes']:,.0f}",
+                     f"{c['dictionaries']} / {c['codec_native_bytes_total'] / 1024:,.0f} KiB",
                      f"{h['rss_delta_bytes']:,.0f} / {c['rss_delta_bytes']:,.0f}",
                      f"{h['peak_rss_bytes'] / 2**20:,.0f} / {c['peak_rss_bytes'] / 2**20:,.0f}",
                      f"{c['read_us_per_object']:.2f}",
@@ -308,7 +309,8 @@ def table_realistic(res: dict, vers: dict, source: str) -> str:
     head = (f"# object cache bytes per object, hot (wire bytes) and cold (compressed, cache/compression.py), on "
             f"bench/corpus.py's objects (payloads: {source}); Python {vers['python']}, zstandard "
             f"{vers.get('zstandard', '?')}; {vers['cpu_model']}\n"
-            "# object cache bytes = tracemalloc retained + bitmaps + codecs' native (dictionary, decoder), per object\n")
+            "# object cache bytes = tracemalloc retained + bitmaps + codecs' native (dictionary, decoder), "
+            "per object\n")
     return head + render(rows, ("object", "N", "JSON B", "hot B", "cold B", "target", "frame B",
                                 "dicts / native", "RSS delta B hot / cold", "peak RSS MiB hot / cold",
                                 "decode us", "full list ms hot / cold"))

@@ -3,7 +3,8 @@ memory as a non-goal).
 
 An entry stays as wire bytes while it is hot: while an event of the last 75 s (the event window's span)
 refers to it, so live watch events are always served from plain bytes. Once the window has moved past it (by
-time, or by later events evicting its own), the resource's `Compressor` replaces its bytes, in place, with a zstd frame of them (`Entry.compress`);
+time, or by later events evicting its own), the resource's `Compressor` replaces its bytes, in place, with a
+zstd frame of them (`Entry.compress`);
 `Entry.data` decodes the frame again, so every reader (GET, list, watch-list, the snapshot writer) gets the
 same bytes as before and cannot tell.
 
@@ -410,14 +411,15 @@ class Compressor:
                 "dictionary_bytes": sum(c.dict_bytes for c in codecs.values()),
                 "codec_native_bytes": sum(c.native_bytes() for c in codecs.values()),
                 "trainings": self.trainings, "reencoded": self.reencoded, "corrupt": self.corrupt,
-                "settled": self.settled()}
+                "settled": self.settled(), "pending": len(self.pending)}
 
-    def settled(self) -> bool:
-        """Every entry has been looked at, hot ones too once they turned cold: what benchmarks that stopped
-        writing wait for before they measure the cold state (under churn it is never true)."""
+    def settled(self, quiet: bool = False) -> bool:
+        """Every cold entry has been looked at (benchmarks wait for this before they measure); `quiet`: every
+        entry, the hot ones too once time has made them cold (for benchmarks that stopped writing: under churn
+        it is never true)."""
         if self.codec is None and not self.retrain:
             return len(self.wc.store) < self.config.min_objects
-        return not self.retrain and self.retiring is None and not self.pending
+        return not self.retrain and self.retiring is None and not (self.pending if quiet else self._backlog())
 
 
 def codec_of(codecs: Iterable[Codec], codec_id: int) -> Codec | None:

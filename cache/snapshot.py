@@ -165,7 +165,8 @@ async def write_snapshot(path: str, meta: dict[str, Any], captures) -> dict[str,
                 start = w.offset
                 codecs = cap.codecs
                 w.frame(SECTION, dict(cap.identity, rv=cap.rv, count=cap.count, next_slot=cap.next_slot,
-                                      indexes=cap.indexes, codecs=[[i, k.dictionary(), k.ratio] for i, k in codecs.items()]))
+                                      indexes=cap.indexes,
+                                      codecs=[[i, k.dictionary(), k.ratio] for i, k in codecs.items()]))
                 n = 0
                 it = iter(cap.tree.iter_from(cap.prefix))
                 while True:

@@ -54,7 +54,7 @@ _FRAME = zstandard.ZstdCompressionParameters.from_level(
 
 
 # A compressed entry that does not decode (its checksum or its frame is damaged) raises libzstd's error itself:
-# `Entry.data` calls the decoder's C method directly, without a Python frame in between (measured below).
+# `Entry.data` calls the decoder's C method directly, without a Python frame in between.
 CorruptEntry = zstandard.ZstdError
 
 

@@ -10,8 +10,8 @@ not one Python event loop; the machine's cores are shared by client and server, 
 
 Sections (`--sections`, default all five):
 
-* `memory`: per kind (1 KB ConfigMaps, 4 KB Pods, 0.4 KB RoleBindings, 100 KB Pods), bytes per cached
-  object = growth / N once both caches hold the N objects. Heap: kube's `go_memstats_heap_alloc_bytes` after
+* `memory`: per kind (bench/corpus.py's realistic 1.5 KB ConfigMaps, 5 KB Pods, 0.75 KB RoleBindings, 100 KB
+  training Pods), bytes per cached object = growth / N once both caches hold the N objects. Heap: kube's `go_memstats_heap_alloc_bytes` after
   a forced GC (`/debug/pprof/heap?gc=1`); ours tracemalloc (which sees the cache's entries and B-tree
   nodes) + the roaring bitmaps' and compression codecs' native bytes (`/debug/residency`; ours runs with
   RESIDENCY_TRACEMALLOC=1 for this section only), read once our cold entries are compressed. RSS for both.
@@ -68,7 +68,7 @@ from bench.harness import (JSON_CT, Apiserver, BenchError, check, current_etcd, 
                            proc_status_kib, ssl_context, versions, wait_tasks, write_json)
 from bench.report import etcd_version_str, pct, render
 from bench import corpus
-from bench.workloads import pod, rolebinding, sized_configmap
+from bench.workloads import sized_configmap
 from storage.embedded import free_port, stop_process
 from tests.helpers.kube import KubeApiserver
 
@@ -258,19 +258,27 @@ def run_clients(side: Side, jobs: list[dict], timeout: float = 900.0) -> dict:
 
 # --- loading (through kube-apiserver: stored as protobuf, as in a real cluster) ----------------------------
 
-def big_pod(ns: str, i: int) -> dict:
-    """A ~100 KB Pod: the 4 KB pod plus a 96 KB annotation (as large last-applied or tooling annotations)."""
-    p = pod(ns, i)
-    p["metadata"]["annotations"] = {"bench.example.com/blob": (f"{i:08x}" * 12_000)}
-    return p
+def realistic(make):
+    """A factory(ns, i) of bench/corpus.py's objects as a client creates them: in `ns`, a unique name, without
+    the fields the server sets (resourceVersion, uid, creationTimestamp); managedFields and status kept."""
+    def factory(ns: str, i: int) -> dict:
+        o = make(i)
+        md = o["metadata"]
+        for k in ("resourceVersion", "uid", "creationTimestamp"):
+            md.pop(k, None)
+        md["namespace"] = ns
+        md["name"] = f"{md['name'][:40].rstrip('-.')}-{i:06d}"
+        md.pop("generateName", None)
+        return o
+    return factory
 
 
-KINDS = {  # name: (collection path under /namespaces/<ns>, factory(ns, i), has a status to PUT)
-    "ConfigMap 1 KB": ("/api/v1/namespaces/{ns}/configmaps", lambda ns, i: sized_configmap(f"cm-{i:06d}", 1024, ns),
-                       False),
-    "Pod 4 KB": ("/api/v1/namespaces/{ns}/pods", pod, True),
-    "RoleBinding 0.4 KB": ("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings", rolebinding, False),
-    "Pod 100 KB": ("/api/v1/namespaces/{ns}/pods", big_pod, True),
+KINDS = {  # name: (collection path under /namespaces/<ns>, factory(ns, i), has a status to PUT); realistic objects
+    "ConfigMap 1.5 KB": ("/api/v1/namespaces/{ns}/configmaps", realistic(corpus.configmap), False),
+    "Pod 5 KB": ("/api/v1/namespaces/{ns}/pods", realistic(corpus.pod), True),
+    "RoleBinding 0.75 KB": ("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+                            realistic(corpus.rolebinding), False),
+    "Pod 100 KB": ("/api/v1/namespaces/{ns}/pods", realistic(corpus.ai_pod), True),
 }
 
 
@@ -845,13 +853,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         if s not in SECTIONS:
             ap.error(f"unknown section {s!r} ({', '.join(SECTIONS)})")
     if p.quick:
-        p.mem_sizes = {"ConfigMap 1 KB": 300, "Pod 4 KB": 200, "RoleBinding 0.4 KB": 300, "Pod 100 KB": 30}
+        p.mem_sizes = {"ConfigMap 1.5 KB": 300, "Pod 5 KB": 200, "RoleBinding 0.75 KB": 300, "Pod 100 KB": 30}
         p.list_n, p.reps1, p.repsn, p.clients = 50, 3, 1, min(p.clients, 4)
         p.fanout_updates, p.fanout_timeout = {20: 50, 100: 30}, 60.0
         p.tp_n, p.tp_clients, p.watch_procs = 100, min(p.tp_clients, 4), min(p.watch_procs, 2)
         p.restart_objects, p.restart_reps = p.restart_objects or 2_000, 1
     else:
-        p.mem_sizes = {"ConfigMap 1 KB": 10_000, "Pod 4 KB": 5_000, "RoleBinding 0.4 KB": 10_000, "Pod 100 KB": 500}
+        p.mem_sizes = {"ConfigMap 1.5 KB": 10_000, "Pod 5 KB": 5_000, "RoleBinding 0.75 KB": 10_000,
+                       "Pod 100 KB": 500}
         p.list_n, p.reps1, p.repsn = 1_000, 10, 3
         p.fanout_updates, p.fanout_timeout = {100: 2_000, 1000: 500}, 300.0
         p.tp_n = 4_000

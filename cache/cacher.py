@@ -232,6 +232,9 @@ class Cacher:
 
     def _report_compression(self) -> None:
         c = self.wc.compressor
+        if c.freed >= TRIM_AFTER_BYTES:   # the plain bytes compression replaced go back to the OS, not only to malloc
+            c.freed = 0
+            release_free_memory()
         labels = (self.group, self.resource_label)
         metrics.entries.labels(*labels, "compressed").set(c.compressed)
         metrics.entries.labels(*labels, "plain").set(len(self.wc.store) - c.compressed)
@@ -790,6 +793,9 @@ class Cacher:
     def encode_deleted(self, prev: Entry, rv: int) -> bytes:
         """Previous content with the event's RV (S4.6)."""
         return self._stored_form(self.encode(stamp_rv(orjson.loads(self.wire(prev.data)), rv)))
+
+
+TRIM_AFTER_BYTES = 8 << 20   # malloc_trim once compression has given up this many bytes (it walks the heap)
 
 
 def release_free_memory() -> None:

@@ -169,6 +169,7 @@ class Compressor:
         self.compressed = 0                   # current entries held compressed, and their frames' bytes
         self.compressed_bytes = 0
         self.on_change = None                 # called after a pass changed something (the Cacher's gauges)
+        self.freed = 0                        # wire bytes given up since the Cacher last returned memory to the OS
         self._seed = False                    # pending was dropped below min_objects: rebuild it after training
         self._wake: asyncio.Event | None = None   # set by note(): an idle resource costs no pass
 
@@ -289,6 +290,7 @@ class Compressor:
             n_out += len(f)
         self.compressed += done
         self.compressed_bytes += n_out
+        self.freed += n_in - n_out
         self._drifted(n_in, n_out, done)
         if done and self.on_change is not None:
             self.on_change()

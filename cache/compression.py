@@ -12,7 +12,8 @@ same bytes as before and cannot tell.
   (few objects would not repay the dictionary's memory), and a new one when new entries compress markedly
   worse than the training sample did (new fields, another operator's objects). Each compressed entry
   references the `Codec` that decodes it, so a dictionary lives exactly as long as an entry uses it; after a
-  retraining the old dictionary's entries are re-encoded, and at most two dictionaries per resource exist.
+  retraining the old dictionary's entries are re-encoded, and at most two dictionaries per resource serve the
+  current entries (older versions the window keeps may hold a retired one until their events leave it).
 * No cross-tenant leak. Secrets are compressed without a dictionary: a dictionary is made of its samples'
   bytes and would carry one namespace's secret values into every entry (and snapshot) that uses it.
   Dictionaries are never logged nor reported, only their sizes.
@@ -170,6 +171,8 @@ class Compressor:
         self.compressed_bytes = 0
         self.on_change = None                 # called after a pass changed something (the Cacher's gauges)
         self.freed = 0                        # wire bytes given up since the Cacher last returned memory to the OS
+        self.history_compressed = 0           # older versions kept by the window, compressed
+        self._history_done = 0                # the RV of the last event whose older versions were looked at
         self._seed = False                    # pending was dropped below min_objects: rebuild it after training
         self._wake: asyncio.Event | None = None   # set by note(): an idle resource costs no pass
 
@@ -271,6 +274,8 @@ class Compressor:
         if self.retiring is not None:
             await self._reencode(loop)
         batch = self._cold_candidates()
+        current = len(batch)
+        batch += self._cold_history(self.config.batch - current)
         if not batch:
             return 0
         codec = self.codec
@@ -281,9 +286,16 @@ class Compressor:
             return 0   # retired while this batch was compressed: its frames would keep a dropped dictionary
         get = self.wc.store.get
         n_in = n_out = 0
-        for e, d, f in zip(batch, datas, frames):
-            if f is None or get(e.key) is not e or e.codec is not None:
-                continue   # not worth it, or written (or relisted) meanwhile: the new version is hot
+        for i, (e, d, f) in enumerate(zip(batch, datas, frames)):
+            if f is None or e.codec is not None:
+                continue   # not worth it
+            if i >= current:   # an older version the window keeps: nobody else changes it
+                e.compress(f, codec)
+                self.history_compressed += 1
+                self.freed += len(d) - len(f)
+                continue
+            if get(e.key) is not e:
+                continue   # written (or relisted) meanwhile: the new version is hot
             e.compress(f, codec)
             done += 1
             n_in += len(d)
@@ -296,9 +308,40 @@ class Compressor:
             self.on_change()
         return done
 
+    def _cold_history(self, room: int) -> list:
+        """Older versions the window still keeps, plain, once their events are older than the window: the entry
+        each event replaced and a deleted object's last state. They only serve watches resuming from far back
+        (which decode); without this a bulk update would keep every previous version as wire bytes until its
+        events are evicted. Each event is looked at once (`_history_done`: the RV of the last one)."""
+        out: list = []
+        if room <= 0:
+            return out
+        floor, done = self._hot_floor(), self._history_done
+        for ev in self.wc.history:
+            if ev.rv >= floor:
+                break
+            if ev.rv <= done:
+                continue
+            if len(out) >= room:
+                break
+            for e in (ev.prev, ev.entry if ev.type == "DELETED" else None):
+                if e is not None and e.codec is None:
+                    out.append(e)
+            self._history_done = ev.rv
+        return out
+
     def _backlog(self) -> bool:
-        """Pending entries that are cold already (a full batch was taken, or the window has moved)."""
-        return bool(self.pending) and (self.pending[0][0] <= self.wc.list_rv or self.pending[0][0] < self._hot_floor())
+        """Entries that are cold already but not looked at: pending ones (a full batch was taken, or the window
+        has moved), or older versions of events the window has moved past."""
+        floor = self._hot_floor()
+        if self.pending and (self.pending[0][0] <= self.wc.list_rv or self.pending[0][0] < floor):
+            return True
+        for ev in self.wc.history:
+            if ev.rv >= floor:
+                return False
+            if ev.rv > self._history_done:
+                return True
+        return False
 
     async def _train(self, loop) -> None:
         codec_id = self._next_id
@@ -413,6 +456,7 @@ class Compressor:
                 "dictionary_bytes": sum(c.dict_bytes for c in codecs.values()),
                 "codec_native_bytes": sum(c.native_bytes() for c in codecs.values()),
                 "trainings": self.trainings, "reencoded": self.reencoded, "corrupt": self.corrupt,
+                "history_compressed": self.history_compressed,
                 "settled": self.settled(), "pending": len(self.pending)}
 
     def settled(self, quiet: bool = False) -> bool:
@@ -421,7 +465,7 @@ class Compressor:
         it is never true)."""
         if self.codec is None and not self.retrain:
             return len(self.wc.store) < self.config.min_objects
-        return not self.retrain and self.retiring is None and not (self.pending if quiet else self._backlog())
+        return not self.retrain and self.retiring is None and not self._backlog() and not (quiet and self.pending)
 
 
 def codec_of(codecs: Iterable[Codec], codec_id: int) -> Codec | None:

@@ -122,6 +122,31 @@ async def test_written_entries_turn_cold_with_time_alone():
     assert wc.compressor.settled(quiet=True)
 
 
+async def test_older_versions_the_window_keeps_turn_cold_too():
+    """A bulk update: the window keeps every previous version (the `prev` of its events) and a deleted object's
+    last state; once those events are older than 75 s they are compressed as well, and a list at an RV before
+    the update (rebuilt from them) still reads the old bytes."""
+    now = [0.0]
+    wc = filled(300, CompressionConfig(min_objects=100), clock=lambda: now[0])
+    before_rv = wc.rv
+    old = {k: e.data for k, e in wc.store.items()}
+    rv = wc.rv
+    for i in range(300):
+        rv += 1
+        wc.apply_put(f"{PREFIX}default/c{i:05d}", rv, cm(i, extra="/v2"), f"uid-{i}", "default", {}, {})
+    rv += 1
+    wc.apply_delete(f"{PREFIX}default/c00007", rv, cm(7, extra="/v2"), "default", {})
+    await run_passes(wc)
+    assert wc.compressor.history_compressed == 0 and all(ev.prev.codec is None for ev in wc.history if ev.prev)
+    now[0] = 80.0
+    await run_passes(wc)
+    assert wc.compressor.history_compressed == 302 and wc.compressor.settled(quiet=True)   # 300 + the delete's two
+    assert all(ev.prev.codec is not None for ev in wc.history if ev.prev)
+    assert wc.history[-1].entry.codec is not None          # the deleted object's last state
+    tree = wc.snapshot_at(before_rv)
+    assert tree is not None and {e.key: e.data for e in wc.iter_prefix(tree, PREFIX)} == old
+
+
 async def test_replaced_and_deleted_entries_leave_the_counts():
     wc = filled(300, CompressionConfig(min_objects=100))
     await run_passes(wc)

@@ -173,6 +173,7 @@ class Compressor:
         self.freed = 0                        # wire bytes given up since the Cacher last returned memory to the OS
         self.history_compressed = 0           # older versions kept by the window, compressed
         self._history_done = 0                # the RV of the last event whose older versions were looked at
+        self._in_flight = False               # a batch is being compressed in the worker thread
         self._seed = False                    # pending was dropped below min_objects: rebuild it after training
         self._wake: asyncio.Event | None = None   # set by note(): an idle resource costs no pass
 
@@ -280,7 +281,11 @@ class Compressor:
             return 0
         codec = self.codec
         datas = [e.stored for e in batch]
-        frames = await loop.run_in_executor(None, compress_all, codec, datas)
+        self._in_flight = True   # taken from pending but not swapped yet: not settled
+        try:
+            frames = await loop.run_in_executor(None, compress_all, codec, datas)
+        finally:
+            self._in_flight = False
         done = 0
         if codec is not self.codec and codec is not self.retiring:
             return 0   # retired while this batch was compressed: its frames would keep a dropped dictionary
@@ -465,7 +470,8 @@ class Compressor:
         it is never true)."""
         if self.codec is None and not self.retrain:
             return len(self.wc.store) < self.config.min_objects
-        return not self.retrain and self.retiring is None and not self._backlog() and not (quiet and self.pending)
+        return not self.retrain and self.retiring is None and not self._in_flight and not self._backlog() \
+            and not (quiet and self.pending)
 
 
 def codec_of(codecs: Iterable[Codec], codec_id: int) -> Codec | None:

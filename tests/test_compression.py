@@ -147,6 +147,30 @@ async def test_older_versions_the_window_keeps_turn_cold_too():
     assert tree is not None and {e.key: e.data for e in wc.iter_prefix(tree, PREFIX)} == old
 
 
+async def test_not_settled_while_a_batch_is_in_the_worker():
+    """Benchmarks read memory once settled: a batch taken from pending but not yet swapped in is not settled
+    (a 100 KB Pod run read the heap mid-pass: plain bytes, their copies and the frames all alive)."""
+    wc = filled(300, CompressionConfig(min_objects=100))
+    await wc.compressor.step()     # trains and compresses the listed entries
+    rv = wc.rv
+    for i in range(50):
+        rv += 1
+        wc.apply_put(f"{PREFIX}default/c{i:05d}", rv, cm(i, extra="/v2"), f"uid-{i}", "default", {}, {})
+    wc.compressor.config.hot_events = 0
+    seen = []
+    orig = compression.compress_all
+
+    def spy(codec, datas):
+        seen.append(wc.compressor.settled())
+        return orig(codec, datas)
+    compression.compress_all = spy
+    try:
+        await wc.compressor.step()
+    finally:
+        compression.compress_all = orig
+    assert seen == [False] and wc.compressor.settled(quiet=True)
+
+
 async def test_replaced_and_deleted_entries_leave_the_counts():
     wc = filled(300, CompressionConfig(min_objects=100))
     await run_passes(wc)

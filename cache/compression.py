@@ -240,10 +240,11 @@ class Compressor:
         self._wake = wake = asyncio.Event()
         wake.set()
         while True:
-            # Woken by a new entry; while entries wait to leave the window, also when time may have moved
-            # them out of it (no write needs to come).
+            # Woken by a new entry; while entries (or a deleted object's versions) wait to leave the window,
+            # also when time may have moved them out of it (no write needs to come).
+            waiting = self.pending or (self.wc.history and self.wc.history[-1].rv > self._history_done)
             try:
-                await asyncio.wait_for(wake.wait(), self.config.recheck if self.pending else None)
+                await asyncio.wait_for(wake.wait(), self.config.recheck if waiting else None)
             except asyncio.TimeoutError:
                 pass
             await asyncio.sleep(self.config.interval)
@@ -258,7 +259,8 @@ class Compressor:
                 log.exception("compression pass failed resource=%s", self.wc.prefix)
 
     async def step(self, loop=None) -> int:
-        """One pass: train if due, then compress the cold entries of one batch. Returns entries compressed."""
+        """One pass: train if due, then compress the cold entries of one batch (current ones first, then older
+        versions the window keeps). Returns the entries compressed."""
         loop = loop or asyncio.get_running_loop()
         if self.active is not None and not self.active():
             return 0   # listing or loading a snapshot: the state is partial, and the loop has better things to do
@@ -290,7 +292,7 @@ class Compressor:
         if codec is not self.codec and codec is not self.retiring:
             return 0   # retired while this batch was compressed: its frames would keep a dropped dictionary
         get = self.wc.store.get
-        n_in = n_out = 0
+        n_in = n_out = older = 0
         for i, (e, d, f) in enumerate(zip(batch, datas, frames)):
             if f is None or e.codec is not None:
                 continue   # not worth it
@@ -298,6 +300,7 @@ class Compressor:
                 e.compress(f, codec)
                 self.history_compressed += 1
                 self.freed += len(d) - len(f)
+                older += 1
                 continue
             if get(e.key) is not e:
                 continue   # written (or relisted) meanwhile: the new version is hot
@@ -309,9 +312,9 @@ class Compressor:
         self.compressed_bytes += n_out
         self.freed += n_in - n_out
         self._drifted(n_in, n_out, done)
-        if done and self.on_change is not None:
+        if (done or older) and self.on_change is not None:
             self.on_change()
-        return done
+        return done + older
 
     def _cold_history(self, room: int) -> list:
         """Older versions the window still keeps, plain, once their events are older than the window: the entry

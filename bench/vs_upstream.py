@@ -64,8 +64,8 @@ import time
 import aiohttp
 import orjson
 
-from bench.harness import (JSON_CT, Apiserver, BenchError, check, current_etcd, get_json, log, proc_cpu_s,
-                           proc_status_kib, ssl_context, versions, wait_tasks, write_json)
+from bench.harness import (JSON_CT, Apiserver, BenchError, check, compression_settled, current_etcd, get_json, log,
+                           proc_cpu_s, proc_status_kib, ssl_context, versions, wait_tasks, write_json)
 from bench.report import etcd_version_str, pct, render
 from bench import corpus
 from bench.workloads import sized_configmap
@@ -330,15 +330,9 @@ async def heap_bytes(side: Side) -> int:
             async with s.get(side.base + "/metrics") as r:
                 m = _HEAP_ALLOC.search(await check(r, "metrics"))
             return int(float(m.group(1)))
-        deadline = time.monotonic() + 300
-        while True:   # measured cold: once every cache has compressed its cold entries (cache/compression.py)
-            async with s.get(side.base + "/debug/residency") as r:
-                rep = orjson.loads(await check(r, "/debug/residency"))
-            # quiet: nothing left pending (the loaded objects' 75 s in the window have passed)
-            if all(not st.get("compression", {}).get("pending") and st.get("compression", {"settled": True})["settled"]
-                   for st in rep["resources"].values()) or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.25)
+        # measured cold: once every cache has compressed its entries, nothing left pending (the loaded
+        # objects' 75 s in the window have passed)
+        rep = await compression_settled(s, side.base, quiet=True, strict=False)
     # Entries and B-tree nodes are allocated through Python's allocator (tracemalloc sees them); the roaring
     # bitmaps are CRoaring's malloc and the compression codecs libzstd's, so they are added.
     native = sum(st["bitmap_bytes"] + st.get("compression", {}).get("codec_native_bytes", 0)
@@ -437,14 +431,8 @@ def section_lists(sv: Servers, n: int, size: int, clients: int, reps1: int, reps
 async def settled(side: Side, path: str, timeout: float = 300.0) -> dict:
     """Wait until our caches have compressed their cold entries; the configmaps cache's compression figures."""
     async with session(side.conf()) as s:
-        deadline = time.monotonic() + timeout
-        while True:
-            async with s.get(side.base + "/debug/residency") as r:
-                rep = orjson.loads(await check(r, "/debug/residency"))
-            z = rep["resources"].get("configmaps", {}).get("compression", {"settled": True})
-            if (z["settled"] and not z.get("pending")) or time.monotonic() > deadline:
-                return z
-            await asyncio.sleep(0.5)
+        rep = await compression_settled(s, side.base, timeout, quiet=True, strict=False)
+    return rep["resources"].get("configmaps", {}).get("compression", {"settled": True})
 
 
 # --- watch fan-out --------------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ import random
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import zstandard
 
@@ -161,7 +161,6 @@ class Compressor:
         self.codec: Codec | None = None       # what new frames are made with
         self.retiring: Codec | None = None    # the previous dictionary while its entries are re-encoded
         self._next_id = 1
-        self.trained_ratio = 0.0
         self.retrain = False
         self._recent_in = self._recent_out = self._recent_n = 0
         self.trainings = 0
@@ -362,15 +361,20 @@ class Compressor:
         dictionary = await loop.run_in_executor(None, train, samples)
         codec = Codec(codec_id, dictionary)
         frames = await loop.run_in_executor(None, compress_all, codec, samples)
-        self.trained_ratio = codec.ratio = sum(len(f) if f else len(s) for f, s in zip(frames, samples)) / max(
+        codec.ratio = sum(len(f) if f else len(s) for f, s in zip(frames, samples)) / max(
             1, sum(len(s) for s in samples))
         self.trainings += 1
         log.info("compression dictionary trained resource=%s samples=%d dict_bytes=%d ratio=%.3f seconds=%.3f",
-                 self.wc.prefix, len(samples), len(dictionary), self.trained_ratio, time.perf_counter() - t0)
+                 self.wc.prefix, len(samples), len(dictionary), codec.ratio, time.perf_counter() - t0)
         if self.codec is not None:
             self.retiring = self.codec
         self.codec = codec
         self.retrain = False
+
+    @property
+    def trained_ratio(self) -> float:
+        """The current dictionary's ratio over its training sample (0 before one exists)."""
+        return self.codec.ratio if self.codec is not None else 0.0
 
     def restored(self, codecs: dict[int, Codec]) -> None:
         """A warm start installed entries compressed with these codecs: the newest makes new frames, an older
@@ -379,7 +383,6 @@ class Compressor:
             return
         ids = sorted(codecs)
         self.codec = codecs[ids[-1]]
-        self.trained_ratio = self.codec.ratio
         self.retiring = codecs[ids[-2]] if len(ids) > 1 else None
         self._next_id = max(self._next_id, ids[-1] + 1)
 
@@ -475,10 +478,3 @@ class Compressor:
             return len(self.wc.store) < self.config.min_objects
         return not self.retrain and self.retiring is None and not self._in_flight and not self._backlog() \
             and not (quiet and self.pending)
-
-
-def codec_of(codecs: Iterable[Codec], codec_id: int) -> Codec | None:
-    for c in codecs:
-        if c.id == codec_id:
-            return c
-    return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import logging
 import os
 import signal
@@ -18,6 +19,8 @@ import sys
 from aiohttp import web
 
 from cache.residency import DEFAULT_FULL_RESOURCES
+
+SHUTDOWN_DUMP_AFTER = 7.0   # s; tests kill a process still running 10 s after SIGTERM
 
 
 def _bool(v: str) -> bool:
@@ -258,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             asyncio.run(_serve(_server(cfg, a), a))
     finally:
+        faulthandler.cancel_dump_traceback_later()
         if etcd is not None:
             etcd.stop()
     return 0
@@ -295,7 +299,7 @@ async def _serve(server, a) -> None:
     install_protocol_limits(runner)  # 431 for a request line or headers over the limits
     urls = []
     if a.port:
-        await web.TCPSite(runner, a.bind_address, a.port, shutdown_timeout=1).start()
+        await _listen(web.TCPSite(runner, a.bind_address, a.port, shutdown_timeout=1), runner)
         urls.append(f"http://{_host(a.bind_address)}:{a.port}")
     if a.secure_port:
         if a.client_ca_file:
@@ -307,14 +311,30 @@ async def _serve(server, a) -> None:
         else:
             ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.load_cert_chain(a.tls_cert_file, a.tls_private_key_file)
-        await web.TCPSite(runner, a.bind_address, a.secure_port, ssl_context=ctx, shutdown_timeout=1).start()
+        await _listen(web.TCPSite(runner, a.bind_address, a.secure_port, ssl_context=ctx, shutdown_timeout=1), runner)
         urls.append(f"https://{_host(a.bind_address)}:{a.secure_port}")
     print(f"apiserver ready: {' '.join(urls)} etcd={','.join(server.config.etcd_servers)} "
           f"etcd_version={server.etcd_version}", file=sys.stderr)
     print(f"point kubectl at it:  kubectl --server {urls[0]} get configmaps -A", file=sys.stderr, flush=True)
     await stop.wait()
-    print("shutting down", file=sys.stderr)
+    print("shutting down", file=sys.stderr, flush=True)
+    # A shutdown that hangs says where: every thread's stack on stderr after SHUTDOWN_DUMP_AFTER s (the process
+    # goes on; whoever sent SIGTERM decides when to kill). Disarmed once the event loop has closed (main).
+    faulthandler.dump_traceback_later(SHUTDOWN_DUMP_AFTER, exit=False)
     await runner.cleanup()
+
+
+class ListenError(SystemExit):
+    """A port that cannot be bound (in use, not permitted): one line and exit status 1, not a traceback."""
+
+
+async def _listen(site: web.TCPSite, runner: web.AppRunner) -> None:
+    try:
+        await site.start()
+    except OSError as e:
+        await runner.cleanup()
+        print(f"error: cannot listen on {site.name}: {e.strerror or e}", file=sys.stderr)
+        raise ListenError(1) from None
 
 
 def _host(addr: str) -> str:

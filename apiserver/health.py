@@ -31,8 +31,8 @@ class Health:
 
     async def check_etcd(self) -> str | None:
         try:
-            await asyncio.wait_for(self.router.default_client().current_revision(
-                (self.etcd_prefix + "/").encode(), "healthz"), ETCD_CHECK_TIMEOUT)
+            async with asyncio.timeout(ETCD_CHECK_TIMEOUT):
+                await self.router.default_client().current_revision((self.etcd_prefix + "/").encode(), "healthz")
             return None
         except Exception as e:
             return f"etcd: {e!r}"

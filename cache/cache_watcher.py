@@ -13,6 +13,8 @@ import asyncio
 from collections import deque
 from typing import Any, Callable, Iterator
 
+from machinery.aio import wait_event
+
 from .watch_cache import CacheEvent, Entry
 
 Obj = dict[str, Any]
@@ -173,7 +175,4 @@ class CacheWatcher:
     async def wait(self, timeout: float) -> None:
         if not self.queue and not self.done:
             self._wakeup.clear()
-            try:
-                await asyncio.wait_for(self._wakeup.wait(), timeout)
-            except asyncio.TimeoutError:
-                pass
+            await wait_event(self._wakeup, timeout)

@@ -34,6 +34,7 @@ from typing import Callable
 
 import orjson
 
+from machinery.aio import wait_event
 from storage import errors as serr
 from storage.codec import decode_value
 from storage.compact import last_compacted
@@ -315,7 +316,8 @@ class Cacher:
         async def fresh() -> None:
             await self.wait_until_fresh(await self.current_revision(), timeout)
         try:
-            await asyncio.wait_for(fresh(), timeout)
+            async with asyncio.timeout(timeout):
+                await fresh()
         except Exception as e:  # etcd away or slow: the snapshot carries the RV the cache has
             log.debug("cache freshen before snapshot failed resource=%s error=%r", self.resource_label, e)
 
@@ -702,10 +704,7 @@ class Cacher:
             return
         left = grace - (self.clock() - self.created_at)
         if left > 0:
-            try:
-                await asyncio.wait_for(self._ready_event.wait(), left)
-            except asyncio.TimeoutError:
-                pass
+            await wait_event(self._ready_event, left)
 
     async def current_revision(self) -> int:
         """The etcd revision now; concurrent callers share one request that started after they
@@ -743,8 +742,9 @@ class Cacher:
         self.waiters.append((rv, fut))
         self._ensure_progress_loop()
         try:
-            await asyncio.wait_for(asyncio.shield(fut), timeout)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(timeout):   # not wait_for: machinery/aio.py
+                await asyncio.shield(fut)
+        except TimeoutError:
             raise serr.StorageError(serr.Code.TOO_LARGE_RV, self.prefix, rv=rv, current_rv=self.wc.rv,
                                     retry_after=1) from None
         finally:

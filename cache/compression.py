@@ -34,6 +34,8 @@ from typing import Any
 
 import zstandard
 
+from machinery.aio import wait_event
+
 log = logging.getLogger("cache.compression")
 
 # zstd level 9: frames 10-13 % smaller than level 3's on bench/corpus.py's objects (ConfigMap 223 -> 196 B,
@@ -242,10 +244,7 @@ class Compressor:
             # Woken by a new entry; while entries (or a deleted object's versions) wait to leave the window,
             # also when time may have moved them out of it (no write needs to come).
             waiting = self.pending or (self.wc.history and self.wc.history[-1].rv > self._history_done)
-            try:
-                await asyncio.wait_for(wake.wait(), self.config.recheck if waiting else None)
-            except asyncio.TimeoutError:
-                pass
+            await wait_event(wake, self.config.recheck if waiting else None)
             await asyncio.sleep(self.config.interval)
             wake.clear()
             try:

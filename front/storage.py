@@ -25,6 +25,7 @@ from typing import Any, AsyncIterator
 from cache.cacher import next_bookmark_time
 from cache.delegator import CacheDelegator
 from cache.residency import Residency
+from machinery.aio import wait_event
 from machinery import errors, jsonenc
 from machinery.encoding import wire_head
 from machinery.resources import Resource
@@ -360,8 +361,9 @@ class FrontStorage(CacheDelegator):
                 if left <= 0:
                     return
                 try:
-                    f = await asyncio.wait_for(anext(frames, None), left)
-                except asyncio.TimeoutError:
+                    async with asyncio.timeout(left):   # not wait_for: machinery/aio.py
+                        f = await anext(frames, None)
+                except TimeoutError:
                     return
                 if f is None:
                     return
@@ -473,10 +475,7 @@ class _MergedWatch:
                     next_bm = next_bookmark_time(now, deadline)
                 self.wake.clear()
                 wait = deadline - now if not next_bm else min(deadline, next_bm) - now
-                try:
-                    await asyncio.wait_for(self.wake.wait(), max(wait, 0.001))
-                except asyncio.TimeoutError:
-                    pass
+                await wait_event(self.wake, max(wait, 0.001))
         finally:
             self.st.shards.watches.discard(self)
             for r in readers:

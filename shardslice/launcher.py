@@ -86,12 +86,22 @@ class Proc:
         except OSError:
             return False
 
+    def failure(self, what: str, lines: int = 8) -> SliceError:
+        """`what` happened to this process: the error names the log and quotes its end (a test that fails on
+        a clean machine leaves no log behind to read)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                tail = f.read()[-4096:].decode(errors="replace").splitlines()[-lines:]
+        except OSError:
+            tail = []
+        return SliceError(f"{self.name} {what}; see {self.log_path}" + "".join(f"\n  | {t}" for t in tail))
+
     def wait_ready(self, deadline: float) -> None:
         while not self.healthy():
             if self.exited() is not None:
-                raise SliceError(f"{self.name} exited with {self.popen.returncode}; see {self.log_path}")
+                raise self.failure(f"exited with {self.popen.returncode}")
             if time.monotonic() > deadline:
-                raise SliceError(f"{self.name} not ready at {self.base}{self.health}; see {self.log_path}")
+                raise self.failure(f"not ready at {self.base}{self.health}")
             time.sleep(0.1)
 
     def terminate(self) -> None:
@@ -186,11 +196,20 @@ class Slice:
 
     def start(self, timeout: float = 120.0) -> "Slice":
         deadline = time.monotonic() + timeout
+        # The front's port may come from the caller, picked but not bound yet: no other process gets it
+        taken = {self.port} if self.port else set()
+
+        def port() -> int:
+            picked = free_port(avoid=taken)
+            taken.add(picked)
+            return picked
+
         try:
             if not self.etcd_servers:
                 self.etcd = EmbeddedEtcd(data_dir=os.path.join(self.state_dir, "etcd") if self.state_dir else None,
-                                         log_path=os.path.join(self.log_dir, "etcd.log")).start()
-            self.shards = [self._apiserver(f"shard-{i}", free_port(), "--residency", str(sel), *self.shard_args,
+                                         log_path=os.path.join(self.log_dir, "etcd.log"),
+                                         client_port=port(), peer_port=port()).start()
+            self.shards = [self._apiserver(f"shard-{i}", port(), "--residency", str(sel), *self.shard_args,
                                            selector=sel)
                            for i, sel in enumerate(self.selectors)]
             for p in self.shards:
@@ -198,7 +217,7 @@ class Slice:
             for p in self.shards:
                 p.wait_ready(deadline)
             if self.want_front and front_available():
-                self.front = self._apiserver("front", self.port or free_port(), "--front", "--shards",
+                self.front = self._apiserver("front", self.port or port(), "--front", "--shards",
                                              ",".join(p.base for p in self.shards), *self.front_args).start()
                 self.front.wait_ready(deadline)
             if self.want_controllers:
@@ -206,9 +225,9 @@ class Slice:
                 self.controllers = [
                     Proc(f"controller-{i}", [sys.executable, "-m", "shardslice", "controller", "--server", sh.base,
                                              "--shard-selector", str(sh.selector), "--name", f"controller-{i}",
-                                             "--port", str(port), "--workers", str(self.workers)],
-                         port, "/healthz", self.log_dir, selector=sh.selector)
-                    for i, (sh, port) in enumerate((sh, free_port()) for sh in self.shards)]
+                                             "--port", str(cport), "--workers", str(self.workers)],
+                         cport, "/healthz", self.log_dir, selector=sh.selector)
+                    for i, (sh, cport) in enumerate((sh, port()) for sh in self.shards)]
                 for c in self.controllers:
                     c.start()
                 for c in self.controllers:
@@ -233,7 +252,7 @@ class Slice:
     def check_alive(self) -> None:
         for p in self.processes():
             if p.exited() is not None:
-                raise SliceError(f"{p.name} exited with {p.popen.returncode}; see {p.log_path}")
+                raise p.failure(f"exited with {p.popen.returncode}")
 
     def stop(self) -> None:
         """Controllers first, then the front, then the shards (SIGTERM in parallel per tier), etcd last."""

@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 ETCD_BIN_ENV = "ETCD_BIN"
@@ -127,16 +128,18 @@ def find_etcd_binary() -> str:
     return find_etcd().path
 
 
-def free_port() -> int:
-    """A loopback port free now. With RESIDENCY_PORT_RANGE=LO-HI in the environment (the test suite sets one per
+def free_port(avoid: Collection[int] = ()) -> int:
+    """A loopback port free now, not one of `avoid` (ports already handed to a process that has not bound them yet). With RESIDENCY_PORT_RANGE=LO-HI in the environment (the test suite sets one per
     pytest worker, and the processes its tests start inherit it) the port comes from that range, below the
     kernel's ephemeral range (32768-60999): workers never pick the same port between a pick and its bind,
     and no outgoing connection's source port takes a port picked for a server. Else the kernel picks."""
     rng = os.environ.get("RESIDENCY_PORT_RANGE")
     if not rng:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
+        while True:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                if s.getsockname()[1] not in avoid:
+                    return s.getsockname()[1]
     lo, hi = (int(x) for x in rng.split("-"))
     with _port_lock:
         pid, nxt = _port_walk
@@ -144,6 +147,8 @@ def free_port() -> int:
             nxt = random.Random(os.getpid() ^ time.monotonic_ns()).randrange(lo, hi)
         for _ in range(hi - lo):
             port, nxt = nxt, lo + (nxt + 1 - lo) % (hi - lo)
+            if port in avoid:
+                continue
             with socket.socket() as s:
                 try:
                     s.bind(("127.0.0.1", port))

@@ -248,8 +248,9 @@ class EtcdStore:
         task = asyncio.ensure_future(pump())
         self.watch_tasks.add(task)
         try:
-            await asyncio.wait_for(asyncio.shield(task), req.timeout)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(req.timeout):   # not wait_for: machinery/aio.py
+                await asyncio.shield(task)
+        except TimeoutError:
             task.cancel()
         except (ConnectionResetError, asyncio.CancelledError):
             task.cancel()

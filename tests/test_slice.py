@@ -271,6 +271,7 @@ def _launcher_up(tmp_path, etcd: str) -> None:
         if p.poll() is None:
             p.kill()
             p.wait()
+        p.stdout.close()   # on a failure too: else the next test fails on the unclosed pipe's ResourceWarning
 
 
 def test_bench_slice_quick(tmp_path):

@@ -170,4 +170,19 @@ def stop_all(procs: list[ApiserverProcess], timeout: float = 10.0, strict: bool 
         if p.own_state_dir and (p.popen is None or p.popen.poll() is not None):
             shutil.rmtree(p.own_state_dir, ignore_errors=True)
     if hung and strict:
-        raise ApiserverError(f"{', '.join(hung)} still running {timeout:.0f} s after SIGTERM (killed)")
+        raise ApiserverError(f"{', '.join(hung)} still running {timeout:.0f} s after SIGTERM (killed)"
+                             + "".join(_log_tail(p) for p in running if p.name in hung))
+
+
+def _log_tail(p: ApiserverProcess, size: int = 6000) -> str:
+    """The end of a hung process's log: the stacks it dumped while shutting down (apiserver/__main__.py), which
+    a clean machine's CI run leaves nowhere else."""
+    if not p.log_path:
+        return ""
+    try:
+        with open(p.log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - size))
+            return f"\n--- end of {p.log_path} ---\n" + f.read().decode(errors="replace")
+    except OSError:
+        return ""

@@ -44,7 +44,10 @@ import os
 import threading
 from typing import Any, Callable
 
+import zstandard
+
 from machinery import jsonenc
+from machinery.memory import release_free_memory
 from machinery.resources import Registry, Resource, Subresource
 
 from . import discovery
@@ -657,9 +660,12 @@ def _closure(roots: set[str], extra: dict[str, dict], v2: bool, meta_groups: lis
 
 # ----------------------------------------------------------------------------- memoization
 
+# Only what is served is kept: the bodies, zstd-compressed (8.3 MB of JSON for the built-in kinds, 0.x MB
+# compressed), and the small v3 index. The documents as dicts (and the upstream data they come from) are
+# built per body and dropped: they cost a fresh process 30 MB of RSS (the "smaller floor" of issue 21).
 _lock = threading.Lock()
 _cache: dict[tuple, tuple[list[Resource], Any]] = {}
-_CACHE_MAX = 64
+_CACHE_MAX = 512   # entries: a body per document, for every registry state since the last clear
 
 
 def _state(registry: Registry) -> tuple[list[Resource], tuple]:
@@ -675,6 +681,7 @@ def _memo(kind: str, registry: Registry, extra: tuple, build):
     if hit is not None:
         return hit[1]
     value = build(rs)
+    _built_since_trim[0] += 1
     with _lock:
         if len(_cache) >= _CACHE_MAX:
             _cache.clear()
@@ -719,7 +726,7 @@ def v2(registry: Registry) -> dict:
                                                     "name": "authorization", "in": "header"}},
             "security": [{"BearerToken": []}],
         }
-    return _memo("v2", registry, (), build)
+    return build(_state(registry)[0])
 
 
 def _is_custom_group(rs: list[Resource], group: str) -> bool:
@@ -764,7 +771,7 @@ def v3_document(registry: Registry, path: str) -> dict | None:
             components["securitySchemes"] = copy.deepcopy(_SECURITY_SCHEME)
         doc["components"] = components
         return doc
-    return _memo("v3doc", registry, (path,), build)
+    return build(_state(registry)[0])
 
 
 def v3_group_version(registry: Registry, group: str, version: str) -> dict | None:
@@ -775,26 +782,46 @@ def _hash(body: bytes) -> str:
     return hashlib.sha512(body).hexdigest().upper()
 
 
-def v3_body(registry: Registry, path: str) -> tuple[bytes, str] | None:
-    def build(rs: list[Resource]) -> tuple[bytes, str] | None:
+class _Body:
+    """A served document: its JSON zstd-compressed (`frame`) and its hash (the ETag)."""
+    __slots__ = ("frame", "digest")
+
+    def __init__(self, body: bytes):
+        # An exact-size copy: zstd's output buffer has the input's size (cache/compression.py, compress_all)
+        self.frame = memoryview(zstandard.ZstdCompressor(level=3).compress(body)).tobytes()
+        self.digest = _hash(body)
+
+    def get(self) -> tuple[bytes, str]:
+        return zstandard.ZstdDecompressor().decompress(self.frame), self.digest
+
+
+def _v3_body(registry: Registry, path: str) -> _Body | None:
+    def build(rs: list[Resource]) -> _Body | None:
         doc = v3_document(registry, path)
-        if doc is None:
-            return None
-        body = jsonenc.dumps(doc)
-        return body, _hash(body)
+        return None if doc is None else _Body(jsonenc.dumps(doc))
     return _memo("v3body", registry, (path,), build)
 
 
+def v3_body(registry: Registry, path: str) -> tuple[bytes, str] | None:
+    """The JSON of /openapi/v3/<path> and its hash, or None."""
+    got = _v3_body(registry, path)
+    if got is None:
+        return None
+    release_free_memory_after_build()
+    return got.get()
+
+
 def v3_hash(registry: Registry, path: str) -> str | None:
-    got = v3_body(registry, path)
-    return None if got is None else got[1]
+    got = _v3_body(registry, path)
+    return None if got is None else got.digest
 
 
 def v2_body(registry: Registry) -> tuple[bytes, str]:
-    def build(rs: list[Resource]) -> tuple[bytes, str]:
-        body = jsonenc.dumps(v2(registry))
-        return body, _hash(body)
-    return _memo("v2body", registry, (), build)
+    def build(rs: list[Resource]) -> _Body:
+        return _Body(jsonenc.dumps(v2(registry)))
+    got = _memo("v2body", registry, (), build)
+    release_free_memory_after_build()
+    return got.get()
 
 
 def v3_index(registry: Registry) -> dict:
@@ -802,4 +829,18 @@ def v3_index(registry: Registry) -> dict:
     def build(rs: list[Resource]) -> dict:
         return {"paths": {p: {"serverRelativeURL": f"/openapi/v3/{p}?hash={v3_hash(registry, p)}"}
                           for p in _v3_paths_in_index(rs)}}
-    return _memo("v3index", registry, (), build)
+    got = _memo("v3index", registry, (), build)
+    release_free_memory_after_build()
+    return got
+
+
+_built_since_trim = [0]
+
+
+def release_free_memory_after_build() -> None:
+    """After documents were built (their dicts and the upstream data are garbage now), hand the freed heap back
+    to the OS once, not once per document (a trim walks the heap)."""
+    if _built_since_trim[0]:
+        _built_since_trim[0] = 0
+        _data.cache_clear()
+        release_free_memory()

@@ -35,6 +35,7 @@ from typing import Callable
 import orjson
 
 from machinery.aio import wait_event
+from machinery.memory import release_free_memory
 from storage import errors as serr
 from storage.codec import decode_value
 from storage.compact import last_compacted
@@ -796,16 +797,6 @@ class Cacher:
 
 
 TRIM_AFTER_BYTES = 8 << 20   # malloc_trim once compression has given up this many bytes (it walks the heap)
-
-
-def release_free_memory() -> None:
-    """Give freed heap back to the OS after a (re)list: the decoded pages are garbage now, and
-    without this glibc keeps them, so RSS would reflect the list's peak rather than the cache."""
-    try:
-        import ctypes
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to do
-        pass
 
 
 def next_bookmark_time(now: float, deadline: float) -> float:

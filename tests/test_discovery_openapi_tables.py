@@ -18,7 +18,7 @@ import re
 import pytest
 
 from apiserver import discovery, openapi
-from machinery import tables
+from machinery import jsonenc, tables
 from machinery.resources import BUILTINS, GROUP_ORDER, SERVED_SUBRESOURCES, Registry
 
 UTC = dt.timezone.utc
@@ -228,13 +228,18 @@ def test_v3_index_lists_every_group_version():
     assert "apis/stable.example.com" not in idx2["paths"]  # custom groups have no group document
 
 
-def test_v3_documents_are_memoized_per_registry_state():
+def test_v3_bodies_are_memoized_per_registry_state():
+    """What is kept is the served body, compressed, per registry state; the document as a dict is built for it
+    and dropped (a fresh process's floor, issue 21)."""
     reg = Registry()
-    a = openapi.v3_group_version(reg, "", "v1")
-    assert openapi.v3_group_version(reg, "", "v1") is a
+    a = openapi._v3_body(reg, "api/v1")
+    assert openapi._v3_body(reg, "api/v1") is a
+    body, digest = openapi.v3_body(reg, "api/v1")
+    assert body == jsonenc.dumps(openapi.v3_group_version(reg, "", "v1")) and digest == a.digest
+    assert len(a.frame) * 5 < len(body)
     reg.apply_crd(CRD)
-    assert openapi.v3_group_version(reg, "", "v1") is not a   # state changed -> rebuilt
-    assert openapi.v3_group_version(reg, "nope", "v1") is None
+    assert openapi._v3_body(reg, "api/v1") is not a   # state changed -> rebuilt
+    assert openapi.v3_body(reg, "apis/nope/v1") is None
 
 
 def _patch_ops(doc, gvk):

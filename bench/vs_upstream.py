@@ -8,7 +8,7 @@ through kube-apiserver (so they are stored as protobuf, as in a real cluster) an
 them. Load comes from client *processes* (aiohttp, forked), one per concurrent client, so that the client is
 not one Python event loop; the machine's cores are shared by client and server, alike for both servers.
 
-Sections (`--sections`, default all five):
+Sections (`--sections`, default all six):
 
 * `memory`: per kind (bench/corpus.py's realistic 1.5 KB ConfigMaps, 5 KB Pods, 0.75 KB RoleBindings, 100 KB
   training Pods), bytes per cached object = growth / N once both caches hold the N objects. Heap: kube's `go_memstats_heap_alloc_bytes` after
@@ -30,6 +30,15 @@ Sections (`--sections`, default all five):
   CPU-seconds each server used, deliveries per CPU-second of the watched server, and watches the server
   closed before they saw every update (kube-apiserver closes a watcher that stays unresponsive; the
   deliveries/s ratio is then n/a).
+* `saturation` (issue 21): watch fan-out at saturation with compiled clients. bench/go/fanout holds 100 (then
+  1,000) watches on the server under test, one HTTP/1.1 connection each, and writes through a third apiserver
+  over the same etcd (ours, without a watch cache, so neither server under test spends CPU on the writes) at a
+  paced rate that rises by sqrt(2) every 10 s. A step passes when every event reaches every watcher within
+  10 s of the step's end and p99 write-to-delivery (receipt - PUT ack) is at most 1 s; the ladder stops at
+  the first step that fails. Score = the highest deliveries/s (achieved write rate x watchers) of a passing
+  step; `--saturation-reps` (3) ladders per server, interleaved, median score compared (target >= 1.2x).
+  The `fanout` section's Python watchers and unpaced writer measure something else: at saturation its
+  p99 is the backlog's age, whichever server is watched.
 * `throughput`: creates/s, updates/s (unconditional PUT of a changed object) and GETs/s (2 per object) of 1 KB
   ConfigMaps from `--tp-clients` (16) forked client processes, one keep-alive HTTPS connection each; 4,000
   objects per server, each server in its own namespace, ours then kube per verb.
@@ -45,7 +54,8 @@ Sections (`--sections`, default all five):
     .venv/bin/python -m bench.vs_upstream --sections fanout,restart
 
 Targets (issue 12), ours/kube: heap per object <= 0.3 for every kind; list p50 and p99 <= 1.0 for every
-shape; fan-out deliveries/s >= 0.8; creates/s >= 1.0; restart time <= 1.0. Printed beside the figures, never
+shape; fan-out deliveries/s >= 0.8; creates/s >= 1.0; restart time <= 1.0; (issue 21) fan-out at
+saturation >= 1.2. Printed beside the figures, never
 asserted.
 """
 from __future__ import annotations
@@ -56,6 +66,7 @@ import multiprocessing as mp
 import os
 import re
 import resource
+import statistics
 import subprocess
 import sys
 from array import array
@@ -70,10 +81,12 @@ from bench.report import etcd_version_str, pct, render
 from bench import corpus
 from bench.workloads import sized_configmap
 from storage.embedded import free_port, stop_process
+from tests.helpers.etcd import load_tool
 from tests.helpers.kube import KubeApiserver
 
 TARGETS = {"heap_per_object": ("<=", 0.3), "list_p50": ("<=", 1.0), "list_p99": ("<=", 1.0),
-           "fanout_deliveries": (">=", 0.8), "creates": (">=", 1.0), "restart": ("<=", 1.0)}
+           "fanout_deliveries": (">=", 0.8), "saturation": (">=", 1.2), "creates": (">=", 1.0),
+           "restart": ("<=", 1.0)}
 
 
 # --- the two servers --------------------------------------------------------------------------------------
@@ -536,6 +549,19 @@ async def list_rv(side: Side, path: str) -> str:
     return doc["metadata"]["resourceVersion"]
 
 
+def fanout_objects(sv: Servers) -> str:
+    """The fan-out namespace's FANOUT_OBJECTS ConfigMaps (created through kube unless there), listed by both
+    servers; returns the collection path."""
+    path = f"/api/v1/namespaces/{FANOUT_NS}/configmaps"
+    asyncio.run(ensure_ns(sv.kube_side, FANOUT_NS))
+    if asyncio.run(synced_count(sv.kube_side, path)) != FANOUT_OBJECTS:
+        load(sv.kube_side, path, fanout_cm, FANOUT_OBJECTS, procs=1, conns=4)
+    for side in (sv.ours_side, sv.kube_side):
+        if asyncio.run(synced_count(side, path)) != FANOUT_OBJECTS:
+            raise BenchError(f"{side.name} does not list the {FANOUT_OBJECTS} fan-out objects")
+    return path
+
+
 def fanout_run(sv: Servers, side: Side, writer: Side, watchers: int, updates: int, procs: int, conns: int,
                timeout: float) -> dict:
     path = f"/api/v1/namespaces/{FANOUT_NS}/configmaps"
@@ -598,12 +624,7 @@ def section_fanout(sv: Servers, counts: list[int], updates: dict[int, int], proc
                    timeout: float) -> dict:
     """Per watcher count: ours, then kube, watched by `procs` client processes; the same stream of updates
     written through kube-apiserver (the same writer for both: the measured server only fans out)."""
-    path = f"/api/v1/namespaces/{FANOUT_NS}/configmaps"
-    asyncio.run(ensure_ns(sv.kube_side, FANOUT_NS))
-    load(sv.kube_side, path, fanout_cm, FANOUT_OBJECTS, procs=1, conns=4)
-    for side in (sv.ours_side, sv.kube_side):
-        if asyncio.run(synced_count(side, path)) != FANOUT_OBJECTS:
-            raise BenchError(f"{side.name} does not list the {FANOUT_OBJECTS} fan-out objects")
+    path = fanout_objects(sv)
     out = {}
     for w in counts:
         row = {}
@@ -621,6 +642,67 @@ def section_fanout(sv: Servers, counts: list[int], updates: dict[int, int], proc
         row["p99_ratio"] = (ratio(row["ours"]["latency_p99_ms"], row["kube"]["latency_p99_ms"])
                             if row["ours"]["latency_p99_ms"] and row["kube"]["latency_p99_ms"] else None)
         out[f"{w} watchers"] = row
+    return out
+
+
+# --- fan-out at saturation, compiled clients (issue 21) -------------------------------------------------------
+
+def saturation_ladder(start: float, steps: int) -> list[float]:
+    """Write rates a factor of sqrt(2) apart: the score is known to within 41 %."""
+    return [round(start * 2 ** (k / 2), 1) for k in range(steps)]
+
+
+def fanout_ladder(fanout: str, side: Side, writer_base: str, path: str, watchers: int, rates: list[float],
+                  step_s: float, drain_s: float) -> dict:
+    """One ladder of bench/go/fanout on `side`: the steps it ran (up to the first that failed) and the score,
+    the highest deliveries/s (achieved write rate x watchers) of a step that delivered every event with p99
+    write-to-delivery at most 1 s."""
+    ca, (cert, key) = side.ca, side.cert
+    argv = [fanout, "-watch", side.base, "-write", writer_base, "-ca", ca, "-cert", cert, "-key", key,
+            "-path", path, "-watchers", str(watchers), "-objects", str(FANOUT_OBJECTS), "-size", "1024",
+            "-rates", ",".join(str(r) for r in rates), "-step", f"{step_s}s", "-drain", f"{drain_s}s",
+            "-p99-limit", "1s", "-tag", f"{side.name}-{watchers}-{time.time_ns()}"]
+    cpu0 = proc_cpu_s(side.pid)
+    t0 = time.monotonic()
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=len(rates) * (step_s + drain_s + 60) + 300)
+    wall = time.monotonic() - t0
+    if r.returncode != 0:
+        raise BenchError(f"fanout on {side.name}: exit {r.returncode}: {r.stderr[-600:]}")
+    steps = [orjson.loads(line) for line in r.stdout.splitlines() if line.strip()]
+    for st in steps:
+        st["deliveries_per_s"] = st["achieved_rate"] * watchers
+    ok = [st for st in steps if st["ok"]]
+    return {"steps": steps, "score_deliveries_per_s": max((st["deliveries_per_s"] for st in ok), default=0.0),
+            "server_cores": (proc_cpu_s(side.pid) - cpu0) / wall if wall > 0 else 0.0}
+
+
+def section_saturation(sv: Servers, counts: dict[int, float], steps: int, step_s: float, drain_s: float,
+                       reps: int) -> dict:
+    """Watch fan-out at saturation, side by side: per watcher count, `reps` ladders on each server, interleaved
+    (ours, kube, ours, kube...), the median score compared. The writes go through a third apiserver over the
+    same etcd (ours, without a watch cache): neither server under test spends CPU on them. Watchers and the
+    writer are one compiled program (bench/go/fanout), one HTTP/1.1 connection per watch."""
+    fanout = load_tool("build_repo_go").ensure("fanout")
+    path = fanout_objects(sv)
+    out: dict = {}
+    with Apiserver(sv.etcd_endpoint, watch_cache=False, etcd_prefix="/registry", name="writer",
+                   log_name="bench-vs-upstream-writer") as writer:
+        for w, start in counts.items():
+            rates = saturation_ladder(start, steps)
+            runs: dict[str, list] = {"ours": [], "kube": []}
+            for rep in range(reps):
+                for side in (sv.ours_side, sv.kube_side):
+                    log(f"saturation: {w} watchers on {side.name} (ladder {rep + 1}/{reps}: {rates} writes/s)")
+                    lad = fanout_ladder(fanout, side, writer.base, path, w, rates, step_s, drain_s)
+                    runs[side.name].append(lad)
+                    last = lad["steps"][-1] if lad["steps"] else {}
+                    log(f"  score {lad['score_deliveries_per_s']:,.0f} deliveries/s; last step {last.get('rate')}/s: "
+                        f"p99 {last.get('p99_ms', 0):,.0f} ms, {last.get('deliveries', 0):,}/{last.get('expected', 0):,}"
+                        f" delivered, server {lad['server_cores']:.2f} cores")
+            med = {k: statistics.median(x["score_deliveries_per_s"] for x in v) for k, v in runs.items()}
+            out[f"{w} watchers"] = {"ours": runs["ours"], "kube": runs["kube"], "rates": rates,
+                                    "ours_score": med["ours"], "kube_score": med["kube"],
+                                    "score_ratio": ratio(med["ours"], med["kube"])}
     return out
 
 
@@ -802,6 +884,10 @@ def table(doc: dict) -> str:
             if x["deliveries"] != x["deliveries_expected"]:
                 rows.append((f"  NOT ALL DELIVERED ({side}, {name}): {x['deliveries']:,} of {x['deliveries_expected']:,}, "
                              f"{x['watches_closed_by_server']} watches closed by the server", "", "", "", ""))
+    for name, r in doc.get("saturation", {}).items():
+        rows.append((f"fan-out at saturation, {name}: deliveries/s with every event in, p99 <= 1 s (median of "
+                     f"{len(r['ours'])})", f"{r['ours_score']:,.0f}", f"{r['kube_score']:,.0f}", fmt(r["score_ratio"]),
+                     verdict(r["score_ratio"], "saturation") if r["kube_score"] else "n/a (kube failed every step)"))
     for verb, r in doc.get("throughput", {}).items():
         rows.append((f"{'GET' if verb == 'get' else verb}s/s, {doc['args']['tp_clients']} keep-alive clients (1 KB ConfigMaps)",
                      f"{r['ours']['per_s']:,.0f}", f"{r['kube']['per_s']:,.0f}", fmt(r["ratio"]),
@@ -822,7 +908,7 @@ def table(doc: dict) -> str:
     return head + render(rows, ("figure", "ours", "kube", "ours/kube", "target"))
 
 
-SECTIONS = ("memory", "lists", "fanout", "throughput", "restart")
+SECTIONS = ("memory", "lists", "fanout", "saturation", "throughput", "restart")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -834,6 +920,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--watch-procs", type=int, default=4, help="watch client processes (fan-out)")
     ap.add_argument("--restart-objects", type=int, help="objects for the restart section (100,000; --quick 2,000)")
     ap.add_argument("--restart-reps", type=int, default=2, help="restarts of each server (the fastest is reported)")
+    ap.add_argument("--saturation-reps", type=int, default=3, help="ladders per server and watcher count (saturation)")
     ap.add_argument("--out", default="bench/out/vs_upstream.json")
     p = ap.parse_args(argv)
     p.sections = [x.strip() for x in p.sections.split(",") if x.strip()]
@@ -846,6 +933,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.fanout_updates, p.fanout_timeout = {20: 50, 100: 30}, 60.0
         p.tp_n, p.tp_clients, p.watch_procs = 100, min(p.tp_clients, 4), min(p.watch_procs, 2)
         p.restart_objects, p.restart_reps = p.restart_objects or 2_000, 1
+        p.saturation = {"counts": {20: 20.0}, "steps": 2, "step_s": 2.0, "drain_s": 5.0, "reps": 1}
     else:
         p.mem_sizes = {"ConfigMap 1.5 KB": 10_000, "Pod 5 KB": 5_000, "RoleBinding 0.75 KB": 10_000,
                        "Pod 100 KB": 500}
@@ -853,6 +941,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.fanout_updates, p.fanout_timeout = {100: 2_000, 1000: 500}, 300.0
         p.tp_n = 4_000
         p.restart_objects = p.restart_objects or 100_000
+        # ladders from rates both servers sustain (a few hundred deliveries/s per watcher at 100 watchers)
+        p.saturation = {"counts": {100: 50.0, 1000: 8.0}, "steps": 9, "step_s": 10.0, "drain_s": 10.0,
+                        "reps": p.saturation_reps}
     p.fanout_watchers = sorted(p.fanout_updates)
     return p
 
@@ -881,6 +972,8 @@ def main(argv=None) -> int:
             if "fanout" in p.sections:
                 doc["fanout"] = section_fanout(sv, p.fanout_watchers, p.fanout_updates, p.watch_procs, 16,
                                                p.fanout_timeout)
+            if "saturation" in p.sections:
+                doc["saturation"] = section_saturation(sv, **p.saturation)
             if "throughput" in p.sections:
                 doc["throughput"] = section_throughput(sv, p.tp_n, p.tp_clients)
         finally:

@@ -134,12 +134,19 @@ def test_vs_upstream_quick(tmp_path):
 
 
 def test_vs_upstream_fanout_throughput_restart_quick(tmp_path):
-    """The other three sections of issue 12 in quick mode (~1 min): every watcher got every update from both
-    servers, both served every create/update/GET, both came back with every object after a restart."""
+    """The other sections of issues 12 and 21 in quick mode (~1.5 min): every watcher got every update from both
+    servers (the compiled fan-out driver too, at its first rate), both served every create/update/GET, both came
+    back with every object after a restart."""
     doc = _run_quick("vs_upstream", tmp_path / "vs_upstream.json", timeout=300,
-                     extra=("--sections", "fanout,throughput,restart"))
+                     extra=("--sections", "fanout,saturation,throughput,restart"))
     assert doc["versions"]["kube_apiserver"] == "v1.37.2" and doc["versions"]["git_commit"]
-    assert set(doc) >= {"fanout", "throughput", "restart"} and "memory" not in doc
+    assert set(doc) >= {"fanout", "saturation", "throughput", "restart"} and "memory" not in doc
+    for name, row in doc["saturation"].items():
+        for side in ("ours", "kube"):
+            first = row[side][0]["steps"][0]   # 20 writes/s to 20 watchers: both keep up
+            assert first["ok"] and first["deliveries"] == first["expected"] == first["writes"] * 20, (side, first)
+            assert first["p99_ms"] <= 1000 and row[side][0]["score_deliveries_per_s"] > 0, (side, row[side])
+        assert _positive(row["score_ratio"]), row
     for name, row in doc["fanout"].items():
         for side in ("ours", "kube"):
             r = row[side]

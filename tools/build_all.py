@@ -53,6 +53,7 @@ def _steps():
         ("kube-controller-manager", build_kube_controller_manager.ensure_kube_controller_manager),
         ("k8sproto", lambda: build_repo_go.ensure("k8sproto")),
         ("protoref", lambda: build_repo_go.ensure("protoref")),
+        ("fanout", lambda: build_repo_go.ensure("fanout")),
     ]
 
 

@@ -44,6 +44,7 @@ PROGRAMS: dict[str, Program] = {
     "k8sproto": Program("tools/k8sproto"),               # the protobuf schema generator (test_protobuf)
     "clientgo.test": Program("tests/clientgo", test=True),    # the client-go conformance tests
     "robustinformer": Program("tests/clientgo", "./robustinformer"),  # the robustness suite's informer
+    "fanout": Program("bench/go/fanout"),                # watch fan-out at saturation (bench.vs_upstream)
 }
 
 

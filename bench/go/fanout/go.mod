@@ -1,0 +1,3 @@
+module residency/fanout
+
+go 1.26.0

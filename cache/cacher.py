@@ -153,7 +153,7 @@ class Cacher:
             self.wc.compressor = Compressor(self.wc, compression,
                                             dictionary=not (group == "" and resource_label == "secrets"),
                                             active=lambda: self.ready)
-            self.wc.compressor.on_change = self._report_compression
+            self.wc.compressor.on_change = self._after_compression_pass
         self._compress_task: asyncio.Task | None = None
         self.ready = False
         self.not_ready_since = clock()
@@ -232,7 +232,8 @@ class Cacher:
             self._set_not_ready()
             await asyncio.sleep(0.2 + random.random() * 0.3)
 
-    def _report_compression(self) -> None:
+    def _after_compression_pass(self) -> None:
+        """A pass changed entries: return what it freed to the OS (in 8 MiB steps) and report the gauges."""
         c = self.wc.compressor
         if c.freed >= TRIM_AFTER_BYTES:   # the plain bytes compression replaced go back to the OS, not only to malloc
             c.freed = 0

@@ -228,7 +228,7 @@ def test_v3_index_lists_every_group_version():
     assert "apis/stable.example.com" not in idx2["paths"]  # custom groups have no group document
 
 
-def test_v3_bodies_are_memoized_per_registry_state():
+def test_v3_documents_are_memoized_per_registry_state():
     """What is kept is the served body, compressed, per registry state; the document as a dict is built for it
     and dropped (a fresh process's floor, issue 21)."""
     reg = Registry()

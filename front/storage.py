@@ -25,8 +25,8 @@ from typing import Any, AsyncIterator
 from cache.cacher import next_bookmark_time
 from cache.delegator import CacheDelegator
 from cache.residency import Residency
-from machinery.aio import wait_event
 from machinery import errors, jsonenc
+from machinery.aio import wait_event
 from machinery.encoding import wire_head
 from machinery.resources import Resource
 from machinery.shard_selector import ShardSelector

@@ -129,7 +129,8 @@ def find_etcd_binary() -> str:
 
 
 def free_port(avoid: Collection[int] = ()) -> int:
-    """A loopback port free now, not one of `avoid` (ports already handed to a process that has not bound them yet). With RESIDENCY_PORT_RANGE=LO-HI in the environment (the test suite sets one per
+    """A loopback port free now, not one of `avoid` (ports already handed to a process that has not bound them
+    yet). With RESIDENCY_PORT_RANGE=LO-HI in the environment (the test suite sets one per
     pytest worker, and the processes its tests start inherit it) the port comes from that range, below the
     kernel's ephemeral range (32768-60999): workers never pick the same port between a pick and its bind,
     and no outgoing connection's source port takes a port picked for a server. Else the kernel picks."""

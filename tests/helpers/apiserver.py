@@ -165,13 +165,13 @@ def stop_all(procs: list[ApiserverProcess], timeout: float = 10.0, strict: bool 
         except subprocess.TimeoutExpired:
             p.popen.kill()
             p.popen.wait()
-            hung.append(p.name)
+            hung.append(p)
     for p in procs:
         if p.own_state_dir and (p.popen is None or p.popen.poll() is not None):
             shutil.rmtree(p.own_state_dir, ignore_errors=True)
     if hung and strict:
-        raise ApiserverError(f"{', '.join(hung)} still running {timeout:.0f} s after SIGTERM (killed)"
-                             + "".join(_log_tail(p) for p in running if p.name in hung))
+        raise ApiserverError(f"{', '.join(p.name for p in hung)} still running {timeout:.0f} s after SIGTERM (killed)"
+                             + "".join(_log_tail(p) for p in hung))
 
 
 def _log_tail(p: ApiserverProcess, size: int = 6000) -> str:

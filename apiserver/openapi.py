@@ -702,32 +702,31 @@ def _gv_ops(rs: list[Resource], group: str, version: str) -> list[Op]:
 
 def v2(registry: Registry) -> dict:
     """Swagger 2.0 document of everything served."""
-    def build(rs: list[Resource]) -> dict:
-        groups = discovery.api_group_list(registry)["groups"]
-        ops = _root_ops("api") + _root_ops("apis") + _root_ops("version")
-        served = {r.group for r in rs}  # the review kinds' groups (discovery only) are not described here
-        ops += [op for g in groups if g["name"] in served and not _is_custom_group(rs, g["name"])
-                for op in _root_ops(f"apis/{g['name']}")]
-        for g, v in sorted({(r.group, r.version) for r in rs}):
-            ops += _gv_ops(rs, g, v)
-        shared: dict[str, dict] = {}
-        paths = _v2_paths(ops, shared)
-        extra: dict[str, dict] = {}
-        for r in rs:
-            if r.custom:
-                extra.update(_cr_schemas(r, v2=True))
-        roots = _refs(paths, set()) | _refs(shared, set())
-        return {
-            "swagger": "2.0",
-            "info": _info(),
-            "paths": paths,
-            "definitions": _closure(roots, extra, True, None),
-            "parameters": dict(sorted(shared.items())),
-            "securityDefinitions": {"BearerToken": {"description": "Bearer Token authentication", "type": "apiKey",
-                                                    "name": "authorization", "in": "header"}},
-            "security": [{"BearerToken": []}],
-        }
-    return build(_state(registry)[0])
+    rs = _state(registry)[0]
+    groups = discovery.api_group_list(registry)["groups"]
+    ops = _root_ops("api") + _root_ops("apis") + _root_ops("version")
+    served = {r.group for r in rs}  # the review kinds' groups (discovery only) are not described here
+    ops += [op for g in groups if g["name"] in served and not _is_custom_group(rs, g["name"])
+            for op in _root_ops(f"apis/{g['name']}")]
+    for g, v in sorted({(r.group, r.version) for r in rs}):
+        ops += _gv_ops(rs, g, v)
+    shared: dict[str, dict] = {}
+    paths = _v2_paths(ops, shared)
+    extra: dict[str, dict] = {}
+    for r in rs:
+        if r.custom:
+            extra.update(_cr_schemas(r, v2=True))
+    roots = _refs(paths, set()) | _refs(shared, set())
+    return {
+        "swagger": "2.0",
+        "info": _info(),
+        "paths": paths,
+        "definitions": _closure(roots, extra, True, None),
+        "parameters": dict(sorted(shared.items())),
+        "securityDefinitions": {"BearerToken": {"description": "Bearer Token authentication", "type": "apiKey",
+                                                "name": "authorization", "in": "header"}},
+        "security": [{"BearerToken": []}],
+    }
 
 
 def _is_custom_group(rs: list[Resource], group: str) -> bool:
@@ -745,34 +744,33 @@ def _v3_paths_in_index(rs: list[Resource]) -> list[str]:
 
 def v3_document(registry: Registry, path: str) -> dict | None:
     """The OpenAPI 3.0 document at /openapi/v3/<path>, or None."""
-    def build(rs: list[Resource]) -> dict | None:
-        if path not in _v3_paths_in_index(rs):
-            return None
-        custom = False
-        meta_groups: list[tuple[str, str]] = []
-        if path in ("api", "apis", "version") or (path.startswith("apis/") and path.count("/") == 1):
-            ops = _root_ops(path)
-        else:
-            parts = path.split("/")
-            group, version = ("", parts[1]) if parts[0] == "api" else (parts[1], parts[2])
-            ops = _gv_ops(rs, group, version)
-            custom = _is_custom_group(rs, group)
-            meta_groups = [(group, version)]
-        extra: dict[str, dict] = {}
-        for r in rs:
-            if r.custom and any(op.gvk and op.gvk["kind"] == r.kind and op.gvk["group"] == r.group for op in ops):
-                extra.update(_cr_schemas(r, v2=False))
-        paths = _v3_paths(ops)
-        doc: dict[str, Any] = {"openapi": "3.0.0",
-                               "info": {"title": "Kubernetes CRD Swagger", "version": "v0.1.0"} if custom else _info(),
-                               "paths": paths}
-        components: dict[str, Any] = {"schemas": _closure(_refs(paths, set()), extra, False, meta_groups,
-                                                          custom_doc=custom)}
-        if not custom:
-            components["securitySchemes"] = copy.deepcopy(_SECURITY_SCHEME)
-        doc["components"] = components
-        return doc
-    return build(_state(registry)[0])
+    rs = _state(registry)[0]
+    if path not in _v3_paths_in_index(rs):
+        return None
+    custom = False
+    meta_groups: list[tuple[str, str]] = []
+    if path in ("api", "apis", "version") or (path.startswith("apis/") and path.count("/") == 1):
+        ops = _root_ops(path)
+    else:
+        parts = path.split("/")
+        group, version = ("", parts[1]) if parts[0] == "api" else (parts[1], parts[2])
+        ops = _gv_ops(rs, group, version)
+        custom = _is_custom_group(rs, group)
+        meta_groups = [(group, version)]
+    extra: dict[str, dict] = {}
+    for r in rs:
+        if r.custom and any(op.gvk and op.gvk["kind"] == r.kind and op.gvk["group"] == r.group for op in ops):
+            extra.update(_cr_schemas(r, v2=False))
+    paths = _v3_paths(ops)
+    doc: dict[str, Any] = {"openapi": "3.0.0",
+                           "info": {"title": "Kubernetes CRD Swagger", "version": "v0.1.0"} if custom else _info(),
+                           "paths": paths}
+    components: dict[str, Any] = {"schemas": _closure(_refs(paths, set()), extra, False, meta_groups,
+                                                      custom_doc=custom)}
+    if not custom:
+        components["securitySchemes"] = copy.deepcopy(_SECURITY_SCHEME)
+    doc["components"] = components
+    return doc
 
 
 def v3_group_version(registry: Registry, group: str, version: str) -> dict | None:

@@ -1,0 +1,107 @@
+"""`python -m nodetier --control-plane URL | --kubeconfig FILE [--port N]`: the node-facing tier.
+
+Point kubelets' (or kwok's) kubeconfig at it. It absorbs the renewals of their Leases in kube-node-lease and
+proxies everything else to the control plane."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import faulthandler
+import logging
+import signal
+import ssl
+import sys
+
+from aiohttp import web
+
+from apiserver.__main__ import SHUTDOWN_DUMP_AFTER, _address, _bool, _duration, _host, _listen, _port
+from apiserver.filters import PROTOCOL_LIMITS, install_protocol_limits
+
+from .controlplane import Identity
+from .server import NodeTier
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m nodetier", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--control-plane", default="", help="the control plane's URL (an apiserver or a slice front), "
+                   "reached with no credentials (plain HTTP) or the system CAs")
+    p.add_argument("--kubeconfig", default="", help="the tier's own identity towards the control plane "
+                   "(server, CA, client certificate or token of the current context)")
+    p.add_argument("--bind-address", type=_address, default="127.0.0.1")
+    p.add_argument("--port", type=_port, default=8090, help="plain HTTP port (0 disables it)")
+    p.add_argument("--secure-port", type=_port, default=0, help="HTTPS port (needs --tls-cert-file and "
+                   "--tls-private-key-file)")
+    p.add_argument("--tls-cert-file", default="")
+    p.add_argument("--tls-private-key-file", default="")
+    p.add_argument("--client-ca-file", default="", help="authenticate clients by x509 certificate, as the apiserver")
+    p.add_argument("--token-auth-file", default="", help="authenticate clients by bearer token, as the apiserver")
+    p.add_argument("--anonymous-auth", type=_bool, default=None, nargs="?", const=True)
+    p.add_argument("--forward-interval", type=_duration, default=30.0,
+                   help="a Lease's renewal reaches the control plane at least this often while renewed, and at "
+                        "once when its next renewal is overdue (default 30s: every third renewal of a 40 s Lease)")
+    p.add_argument("--forward-qps", type=float, default=500.0,
+                   help="at most this many forwards a second (after an outage too)")
+    p.add_argument("-v", "--v", dest="verbosity", type=int, default=0)
+    a = p.parse_args(argv)
+    if bool(a.control_plane) == bool(a.kubeconfig):
+        p.error("give one of --control-plane and --kubeconfig")
+    if a.secure_port and not (a.tls_cert_file and a.tls_private_key_file):
+        p.error("--secure-port needs --tls-cert-file and --tls-private-key-file")
+    if not a.port and not a.secure_port:
+        p.error("nothing to serve: both --port and --secure-port are 0")
+    if a.forward_interval <= 0 or a.forward_qps <= 0:
+        p.error("--forward-interval and --forward-qps must be positive")
+    try:
+        a.identity = Identity.from_kubeconfig(a.kubeconfig) if a.kubeconfig else Identity(a.control_plane)
+    except (OSError, ValueError, KeyError) as e:
+        p.error(f"--kubeconfig: {e}")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if a.verbosity >= 4 else logging.INFO,
+                        format="time=%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)s")
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    tier = NodeTier(a.identity, forward_interval=a.forward_interval, forward_qps=a.forward_qps,
+                    token_auth_file=a.token_auth_file, client_ca_file=a.client_ca_file,
+                    anonymous_auth=a.anonymous_auth)
+    import uvloop
+    try:
+        uvloop.run(_serve(tier, a))
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    return 0
+
+
+async def _serve(tier: NodeTier, a) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    runner = web.AppRunner(tier.app(), handle_signals=False, access_log=None, **PROTOCOL_LIMITS)
+    await runner.setup()
+    install_protocol_limits(runner)
+    urls = []
+    if a.port:
+        await _listen(web.TCPSite(runner, a.bind_address, a.port, shutdown_timeout=1), runner)
+        urls.append(f"http://{_host(a.bind_address)}:{a.port}")
+    if a.secure_port:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        if a.client_ca_file:
+            ctx.load_verify_locations(cafile=a.client_ca_file)
+            ctx.verify_mode = ssl.CERT_OPTIONAL
+        ctx.load_cert_chain(a.tls_cert_file, a.tls_private_key_file)
+        await _listen(web.TCPSite(runner, a.bind_address, a.secure_port, ssl_context=ctx, shutdown_timeout=1), runner)
+        urls.append(f"https://{_host(a.bind_address)}:{a.secure_port}")
+    print(f"nodetier ready: {' '.join(urls)} control-plane={a.identity.server} "
+          f"forward-interval={a.forward_interval:g}s", file=sys.stderr, flush=True)
+    await stop.wait()
+    print("shutting down", file=sys.stderr, flush=True)
+    faulthandler.dump_traceback_later(SHUTDOWN_DUMP_AFTER + 5, exit=False)   # (+ the flush of pending renewals)
+    await runner.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""What keeps the tier's Leases and the control plane's in step.
+
+* **Load.** At start the tier lists the namespace's Leases from the control plane (and again after its watch
+  of them expired); until then it is not ready.
+* **Forward.** A renewal the tier holds reaches the control plane when the last forward of that Lease is at
+  least `interval` old (at the kubelet's 10 s renewals and the default 30 s interval: every third renewal), or
+  at once when the Lease's next renewal is overdue (1.1 renewal periods since the last: its kubelet may have
+  stopped, and its last renewal must not wait). At most `qps` forwards a second, the oldest first, so a control
+  plane back from an outage does not get every Lease at once.
+* **Watch.** Changes made at the control plane by someone else (an edit, a delete by the garbage collector)
+  reach the tier through a watch of the namespace's Leases; a newer renewal the tier holds is kept and
+  forwarded.
+* **Stop.** The newest renewal of every Lease still pending is forwarded before the tier exits.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+
+from . import metrics
+from .controlplane import ControlPlane, ControlPlaneError
+from .leases import LeaseState, TierLeases, for_control_plane, micro_time, without_renewal
+
+log = logging.getLogger("nodetier")
+
+OVERDUE_SHARE = 1.1      # a renewal later than 1.1 periods after the last one is overdue
+TICK = 0.25              # how often the forwarder looks for due Leases
+RETRY_AFTER = 1.0        # after a failed forward
+EVENT_WINDOW = 60.0      # seconds of the tier's own history kept for its watchers (older: 410)
+
+
+class Forwarder:
+    def __init__(self, leases: TierLeases, cp: ControlPlane, *, interval: float = 30.0, qps: float = 500.0,
+                 concurrency: int = 16):
+        self.leases, self.cp = leases, cp
+        self.interval, self.qps = interval, qps
+        self._sem = asyncio.Semaphore(concurrency)
+        self._wake = asyncio.Event()
+        self._retry_at: dict[str, float] = {}
+        self._tasks: list[asyncio.Task] = []
+        self._forwards: set[asyncio.Task] = set()
+        self.loaded = asyncio.Event()
+        self.watching = False
+        self.forwards = self.forward_errors = self.conflicts = 0
+        self._cp_rv = 0
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._sync_forever()), asyncio.create_task(self._forward_forever()),
+                       asyncio.create_task(self._compact_forever())]
+
+    async def stop(self, flush_timeout: float = 5.0) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.loaded.is_set():
+            await self.flush(flush_timeout)
+
+    # --- load and watch ---------------------------------------------------------------------------
+
+    async def load(self) -> int:
+        """The control plane's Leases become the tier's (a newer renewal held here is kept); Leases the
+        control plane no longer has are dropped. Returns the list's resourceVersion."""
+        items, rv = await self.cp.list_leases()
+        names = set()
+        for obj in items:
+            name = obj["metadata"]["name"]
+            names.add(name)
+            await self.leases.adopt(name, obj)
+        for name in [n for n in self.leases.states if n not in names]:
+            await self.leases.forget(name)
+        self.loaded.set()
+        log.info("loaded %d leases from the control plane at resourceVersion %d", len(items), rv)
+        return rv
+
+    async def _sync_forever(self) -> None:
+        rv = 0
+        while True:
+            try:
+                if not rv:
+                    rv = await self.load()
+                self.watching = True
+                async for ev in self.cp.watch_leases(rv):
+                    rv = await self._apply(ev, rv)
+            except ControlPlaneError as e:
+                log.warning("control plane watch of leases: %s", e)
+                await asyncio.sleep(1.0)
+            except _Expired:
+                rv = 0
+            finally:
+                self.watching = False
+
+    async def _apply(self, ev: dict, rv: int) -> int:
+        typ, obj = ev.get("type"), ev.get("object") or {}
+        if typ == "ERROR":
+            if obj.get("code") == 410:
+                raise _Expired()
+            raise ControlPlaneError(int(obj.get("code") or 0), obj)
+        new_rv = int((obj.get("metadata") or {}).get("resourceVersion") or rv)
+        if typ == "BOOKMARK":
+            return new_rv
+        name = obj["metadata"]["name"]
+        if typ == "DELETED":
+            await self.leases.forget(name)
+            return new_rv
+        st = self.leases.states.get(name)
+        if st is not None and new_rv <= st.cp_rv:
+            return new_rv                       # a forward of ours already answered with it
+        if st is not None and await self._ours(name, obj):
+            self.leases.note_control_plane(name, obj)
+            return new_rv
+        await self.leases.adopt(name, obj)      # someone else's change (or a Lease created elsewhere)
+        return new_rv
+
+    async def _ours(self, name: str, cp_obj: dict) -> bool:
+        """The event is a forward of the tier's (its answer not yet read): the same Lease, an older or equal
+        renewal."""
+        try:
+            mine = await self.leases.store.get(self.leases.prefix + name)
+        except Exception:  # noqa: BLE001 (gone here: not ours)
+            return False
+        theirs = micro_time((cp_obj.get("spec") or {}).get("renewTime")) or 0
+        return without_renewal(mine) == without_renewal(cp_obj) and \
+            theirs <= (micro_time((mine.get("spec") or {}).get("renewTime")) or 0)
+
+    # --- forward ----------------------------------------------------------------------------------
+
+    def due(self, st: LeaseState, now: float, mono: float) -> bool:
+        return st.pending and not st.in_flight and (
+            now - st.forwarded_at >= self.interval or mono - st.renewed_at >= OVERDUE_SHARE * st.renew_period)
+
+    def on_renewal(self, name: str) -> None:
+        st = self.leases.states.get(name)
+        if st is not None and self.due(st, time.time(), time.monotonic()):
+            self._wake.set()
+
+    async def _forward_forever(self) -> None:
+        await self.loaded.wait()
+        budget, last = 0.0, time.monotonic()
+        while True:
+            try:
+                async with asyncio.timeout(TICK):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            mono = time.monotonic()
+            budget = min(self.qps, budget + (mono - last) * self.qps)   # a token bucket of one second
+            last = mono
+            now = time.time()
+            due = [(st.forwarded_at, name) for name, st in self.leases.states.items()
+                   if self.due(st, now, mono) and self._retry_at.get(name, 0) <= mono]
+            due.sort()
+            for _, name in due[:int(budget)]:
+                budget -= 1
+                self._spawn(name)
+
+    def _spawn(self, name: str) -> None:
+        st = self.leases.states[name]
+        st.in_flight = True
+        t = asyncio.create_task(self.forward(name))
+        self._forwards.add(t)
+        t.add_done_callback(self._forwards.discard)
+
+    async def forward(self, name: str) -> bool:
+        """Send the tier's newest copy of the Lease (a bare renewal: the tier's own version is unchanged)."""
+        st = self.leases.states.get(name)
+        if st is None:
+            return False
+        try:
+            async with self._sem:
+                obj = await self.leases.store.get(self.leases.prefix + name)
+                cp_obj = await self.cp.call("PUT", self.cp.lease_path(name), for_control_plane(obj, st.cp_rv),
+                                            user_agent=st.user_agent)
+            cur = self.leases.note_control_plane(name, cp_obj, forwarded=True)
+            now_obj = await self.leases.store.get(self.leases.prefix + name)   # a renewal may have come since
+            cur.pending = (micro_time(now_obj["spec"].get("renewTime")) or 0) > (cur.cp_renew or 0)
+            self.forwards += 1
+            metrics.forwards.labels("renewal", "ok").inc()
+            self._retry_at.pop(name, None)
+            return True
+        except ControlPlaneError as e:
+            self.forward_errors += 1
+            metrics.forwards.labels("renewal", str(e.status or "unreachable")).inc()
+            if e.status == 409:
+                self.conflicts += 1
+                try:
+                    await self.leases.adopt(name, await self.cp.call("GET", self.cp.lease_path(name)))
+                except ControlPlaneError as e2:
+                    if e2.status == 404:
+                        await self.leases.forget(name)
+            elif e.status == 404:
+                await self.leases.forget(name)
+            else:
+                log.warning("forward of lease %s failed: %s", name, e)
+            self._retry_at[name] = time.monotonic() + RETRY_AFTER
+            return False
+        except Exception as e:  # noqa: BLE001 (gone here meanwhile, or any failure: the next tick retries)
+            log.debug("forward of lease %s: %r", name, e)
+            self._retry_at[name] = time.monotonic() + RETRY_AFTER
+            return False
+        finally:
+            st.in_flight = False
+
+    async def flush(self, timeout: float) -> int:
+        """Forward every pending renewal now (at the rate limit), within `timeout` seconds; how many did not go."""
+        deadline = time.monotonic() + timeout
+        await asyncio.gather(*self._forwards, return_exceptions=True)
+        pending = sorted((st.forwarded_at, n) for n, st in self.leases.states.items() if st.pending)
+        for i in range(0, len(pending), max(1, int(self.qps))):
+            if time.monotonic() > deadline:
+                break
+            t0 = time.monotonic()
+            await asyncio.gather(*(self.forward(n) for _, n in pending[i:i + max(1, int(self.qps))]))
+            await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - t0)))
+        left = sum(1 for st in self.leases.states.values() if st.pending)
+        log.info("stop: %d lease renewals forwarded, %d not", len(pending) - left, left)
+        return left
+
+    # --- the tier's own history -------------------------------------------------------------------
+
+    async def _compact_forever(self) -> None:
+        """Keep EVENT_WINDOW seconds of the tier's revisions for its watchers (etcd keeps 5 minutes upstream,
+        but the tier's history is all renewals: a minute of them at 10,000 nodes is 60,000 versions)."""
+        marks: deque[tuple[float, int]] = deque()
+        kv = self.leases.kv
+        while True:
+            await asyncio.sleep(5.0)
+            now = time.monotonic()
+            marks.append((now, kv.revision))
+            while marks and marks[0][0] < now - EVENT_WINDOW:
+                kv.compact_to(marks.popleft()[1])
+
+
+class _Expired(Exception):
+    """The control plane's watch said 410: list again."""

@@ -1,0 +1,163 @@
+"""The node tier's HTTP server: the node Leases it absorbs are served by the apiserver's own endpoints over
+`TierLeases`; every other request is proxied to the control plane as it came.
+
+Absorbed: GET (one Lease, a list, a watch), PUT, PATCH and DELETE under
+`/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases`. A create goes to the control plane, and its
+answer becomes the tier's copy. Who may write an absorbed Lease is decided here, since no RBAC lives in the
+tier: `system:masters` (and every request when the tier has no authentication flags, as the apiserver's
+unsecured port), and a node for its own Lease only (upstream's NodeRestriction admission: the 403 text is
+upstream's); any other user's request goes to the control plane, which decides. The tier answers its own
+`/livez`, `/readyz` (ready once its Leases are loaded) and `/metrics`.
+"""
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from apiserver.auth.authn import authentication
+from apiserver.auth.user import SYSTEM_PRIVILEGED_GROUP
+from apiserver.endpoints import read, watch, write
+from apiserver.endpoints.common import Context, RequestScope, decode_body, respond_obj
+from apiserver.middleware import status_and_metrics
+from apiserver.routes import is_watch
+from machinery import errors
+from machinery.resources import Registry
+
+from .controlplane import ControlPlane, ControlPlaneError, Identity
+from .forwarder import Forwarder
+from . import metrics
+from .leases import REQUEST_USER_AGENT, TierLeases
+from .memkv import MemoryKV
+
+log = logging.getLogger("nodetier")
+
+NAMESPACE = "kube-node-lease"
+COLLECTION = ["apis", "coordination.k8s.io", "v1", "namespaces", NAMESPACE, "leases"]
+NODES_GROUP = "system:nodes"
+NODE_PREFIX = "system:node:"
+
+
+
+class NodeTier:
+    def __init__(self, identity: Identity, *, forward_interval: float = 30.0, forward_qps: float = 500.0,
+                 token_auth_file: str = "", client_ca_file: str = "", anonymous_auth: bool | None = None):
+        self.registry = Registry()
+        self.res = self.registry.lookup("coordination.k8s.io", "v1", "leases")
+        self.cp = ControlPlane(identity, NAMESPACE)
+        self.kv = MemoryKV()
+        prefix = self.res.prefix("/registry", NAMESPACE)
+        self.leases = TierLeases(self.res, self.kv, prefix, self.cp, on_renewal=self._renewed)
+        self.forwarder = Forwarder(self.leases, self.cp, interval=forward_interval, qps=forward_qps)
+        self.ctx = Context(registry=self.registry, etcd_prefix="/registry", storage=lambda _r: self.leases,
+                           after_write=_nothing, watch_list_enabled=False)
+        self.auth_config = SimpleNamespace(token_auth_file=token_auth_file, client_ca_file=client_ca_file,
+                                           anonymous_auth=anonymous_auth)
+        self.authenticates = bool(token_auth_file or client_ca_file or anonymous_auth is not None)
+
+    def _renewed(self, name: str) -> None:
+        metrics.renewals_absorbed.inc()
+        self.forwarder.on_renewal(name)
+
+    async def start(self) -> None:
+        await self.cp.start()
+        self.forwarder.start()
+
+    async def stop(self) -> None:
+        await self.forwarder.stop()
+        await self.kv.close()
+        await self.cp.close()
+
+    # --- requests ---------------------------------------------------------------------------------
+
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        parts = [p for p in request.path.split("/") if p]
+        if parts in (["livez"], ["healthz"]):
+            return web.Response(text="ok")
+        if parts == ["readyz"]:
+            ok = self.forwarder.loaded.is_set()
+            return web.Response(status=200 if ok else 500, text="ok" if ok else "leases not loaded yet")
+        if parts == ["metrics"]:
+            metrics.leases_held.set(len(self.leases.states))
+            metrics.leases_pending.set(sum(1 for s in self.leases.states.values() if s.pending))
+            return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        if parts[:6] != COLLECTION or len(parts) > 7 or not self._absorbs(request, parts):
+            return await self.cp.proxy(request, as_tier=not self.authenticates)
+        if not self.forwarder.loaded.is_set():
+            raise errors.StatusError(429, "TooManyRequests", "the node tier is loading its Leases", {
+                "retryAfterSeconds": 1}) from None
+        name = parts[6] if len(parts) == 7 else None
+        scope = RequestScope(self.res, NAMESPACE, name, "")
+        request["scope"] = scope
+        token = REQUEST_USER_AGENT.set(request.headers.get("User-Agent", ""))
+        try:
+            m = request.method
+            if name is None:
+                if m == "POST":
+                    return await self.create(request)
+                if m == "GET":
+                    return await (watch.watch if is_watch(request) else read.list_)(self.ctx, request, scope)
+                # deletecollection: the control plane's
+                return await self.cp.proxy(request, as_tier=not self.authenticates)
+            handler = {"GET": read.get, "PUT": write.update, "PATCH": write.patch, "DELETE": write.delete}.get(m)
+            if handler is None:
+                return await self.cp.proxy(request, as_tier=not self.authenticates)
+            return await handler(self.ctx, request, scope)
+        finally:
+            REQUEST_USER_AGENT.reset(token)
+
+    def _absorbs(self, request: web.Request, parts: list[str]) -> bool:
+        """Whether the tier serves this request itself (else the control plane does, with its policy)."""
+        user = request.get("user")
+        if user is None or SYSTEM_PRIVILEGED_GROUP in user.groups:
+            return True
+        if NODES_GROUP in user.groups and user.name.startswith(NODE_PREFIX):
+            node = user.name[len(NODE_PREFIX):]
+            if len(parts) == 7 and parts[6] != node:
+                raise errors.StatusError(403, "Forbidden", f'leases.coordination.k8s.io "{parts[6]}" is forbidden: '
+                                         "can only access node lease with the same name as the requesting node",
+                                         {"name": parts[6], "group": "coordination.k8s.io", "kind": "leases"})
+            request["node"] = node
+            return len(parts) == 7 or request.method == "POST"
+        return False
+
+    async def create(self, request: web.Request) -> web.StreamResponse:
+        """The control plane creates (its validation, uid, admission); its answer becomes the tier's copy."""
+        obj = await decode_body(request, self.res)     # JSON, YAML or protobuf (client-go's typed clients)
+        node = request.get("node")
+        name = (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), dict) else None
+        if node is not None and name != node:
+            raise errors.StatusError(403, "Forbidden", f'leases.coordination.k8s.io "{name or ""}" is forbidden: '
+                                     "can only access node lease with the same name as the requesting node",
+                                     {"name": name or "", "group": "coordination.k8s.io", "kind": "leases"})
+        params = dict(request.query)
+        try:
+            cp_obj = await self.cp.call("POST", self.cp.lease_path(), obj, params=params,
+                                        user_agent=request.headers.get("User-Agent", ""))
+        except ControlPlaneError as e:
+            raise e.status_error() from None
+        if request.query.get("dryRun"):
+            return respond_obj(request, self.res, cp_obj, 201)
+        out = await self.leases.adopt(cp_obj["metadata"]["name"], cp_obj)
+        return respond_obj(request, self.res, out, 201)
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[*([authentication(self.auth_config)] if self.authenticates else []),
+                                           status_and_metrics],
+                              client_max_size=8 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self.dispatch)
+
+        async def on_startup(_):
+            await self.start()
+
+        async def on_cleanup(_):
+            await self.stop()
+        app.on_startup.append(on_startup)
+        app.on_cleanup.append(on_cleanup)
+        return app
+
+
+async def _nothing(*_a) -> None:
+    return None

@@ -1,0 +1,345 @@
+"""The node-facing tier (`python -m nodetier`, issue 22 §2) in front of our apiserver over a real etcd: what it
+absorbs, what it forwards and when, what a client of either side sees, and its in-memory store's etcd contract.
+
+Design under test (nodetier/leases.py): a write that changes only `spec.renewTime` is answered by the tier
+alone and reaches the control plane within the forward interval (or at once when the next renewal is
+overdue, 1.1 renewal periods later); every other change reaches the control plane before the answer; the tier's
+resourceVersions are its own, the control plane's stay its own."""
+from __future__ import annotations
+
+import asyncio
+import datetime
+import os
+import time
+import uuid
+
+import pytest
+
+from nodetier.leases import renewal_only
+from nodetier.memkv import MemoryKV
+from storage import errors as serr
+from storage.etcd import WatchCompacted, WatchEvent, WatchProgress
+from tests.helpers import Api, start_apiserver
+from tests.helpers.nodetier import NodeTierProcess
+
+NS = "kube-node-lease"
+LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"
+INTERVAL = 2.0          # --forward-interval of the module's tier
+
+
+def now_micro(offset: float = 0.0) -> str:
+    t = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=offset)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def lease(name: str, duration: int = 40) -> dict:
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"holderIdentity": name, "leaseDurationSeconds": duration, "renewTime": now_micro()}}
+
+
+def wait_until(pred, timeout: float, step: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = pred()
+        if got or time.monotonic() > deadline:
+            return got
+        time.sleep(step)
+
+
+# --- the in-memory store: EtcdClient's contract -----------------------------------------------------
+
+async def test_memkv_cas_ranges_at_a_revision_and_compaction():
+    kv = MemoryKV(start_revision=100)
+    ok, r1, _ = await kv.create(b"/a/1", b"one")
+    assert ok and r1 == 101
+    ok, _, cur = await kv.create(b"/a/1", b"again")
+    assert not ok and cur.value == b"one"                       # create iff absent
+    ok, _, cur = await kv.update(b"/a/1", b"two", 100)
+    assert not ok and cur.mod_revision == 101                   # CAS on mod_revision
+    ok, r2, _ = await kv.update(b"/a/1", b"two", 101)
+    assert ok and r2 == 102
+    await kv.create(b"/a/2", b"x")
+    await kv.create(b"/b/1", b"other prefix")
+    kvs, rev, more, count = await kv.range(b"/a/", b"/a0", revision=101)
+    assert [(k.key, k.value) for k in kvs] == [(b"/a/1", b"one")] and rev == 101 and count == 1
+    kvs, _, more, count = await kv.range(b"/a/", b"/a0", limit=1)
+    assert [k.value for k in kvs] == [b"two"] and more and count == 2
+    ok, r3, _ = await kv.delete(b"/a/1", 102)
+    assert ok
+    assert (await kv.get(b"/a/1"))[0] is None and (await kv.get(b"/a/1", revision=102))[0].value == b"two"
+    await kv.compact(r3)
+    with pytest.raises(serr.StorageError) as e:
+        await kv.get(b"/a/1", revision=102)
+    assert e.value.code is serr.Code.EXPIRED
+    with pytest.raises(serr.StorageError) as e:
+        await kv.range(b"/a/", b"/a0", revision=r3 + 10)
+    assert e.value.code is serr.Code.TOO_LARGE_RV
+    assert b"/a/1" not in kv._versions                          # a deleted key is gone once compacted
+
+
+async def test_memkv_watch_replays_then_follows_and_refuses_a_compacted_start():
+    kv = MemoryKV(start_revision=0)
+    await kv.create(b"/p/a", b"1")
+    await kv.create(b"/q/a", b"elsewhere")
+    _, r, _ = await kv.update(b"/p/a", b"2", 1)
+    w = kv.watch(b"/p/", 1)
+    it = w.__aiter__()
+    first = await asyncio.wait_for(it.__anext__(), 1)
+    assert [(e.type, e.kv.value, e.prev) for e in first][0][:2] == ("PUT", b"1")
+    assert [e.kv.value for e in first] == [b"1", b"2"] and first[1].prev.value == b"1"
+    ok, r2, _ = await kv.delete(b"/p/a", r)
+    nxt = await asyncio.wait_for(it.__anext__(), 1)
+    assert isinstance(nxt[0], WatchEvent) and nxt[0].type == "DELETE" and nxt[0].prev.value == b"2"
+    w.request_progress()
+    prog = await asyncio.wait_for(it.__anext__(), 1)
+    assert isinstance(prog, WatchProgress) and prog.revision == r2
+    w.close()
+    kv.compact_to(r2)
+    with pytest.raises(WatchCompacted):
+        async for _ in kv.watch(b"/p/", 2):
+            pass
+
+
+def test_renewal_only_ignores_renew_time_managed_fields_and_resource_version():
+    a = lease("n")
+    b = {**a, "metadata": {**a["metadata"], "resourceVersion": "9", "managedFields": [{"manager": "kubelet"}]},
+         "spec": {**a["spec"], "renewTime": now_micro(10)}}
+    assert renewal_only(a, b)
+    assert not renewal_only(a, {**b, "spec": {**b["spec"], "holderIdentity": "someone-else"}})
+    assert not renewal_only(a, {**b, "metadata": {**b["metadata"], "labels": {"x": "y"}}})
+
+
+# --- a tier in front of our apiserver ----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def control_plane(current_etcd):
+    srv = start_apiserver(current_etcd.endpoint, f"/registry/nodetier-{uuid.uuid4().hex[:8]}")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def tier(control_plane):
+    with NodeTierProcess(control_plane.base, "--forward-interval", str(INTERVAL)) as t:
+        yield t
+
+
+@pytest.fixture
+def sides(control_plane, tier):
+    return Api(control_plane.base), Api(tier.base)
+
+
+def create(t: Api, name: str, **kw) -> dict:
+    r = t.post(LEASES, lease(name, **kw))
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def renew(t: Api, obj: dict, offset: float = 0.0) -> dict:
+    body = {**obj, "spec": {**obj["spec"], "renewTime": now_micro(offset)}}
+    r = t.put(f"{LEASES}/{obj['metadata']['name']}", body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_create_goes_to_the_control_plane_and_the_tier_answers_with_its_own_version(sides):
+    cp, t = sides
+    made = create(t, "create-1")
+    there = cp.get(f"{LEASES}/create-1").json()
+    assert there["metadata"]["uid"] == made["metadata"]["uid"]          # the control plane's object
+    assert made["metadata"]["resourceVersion"] != there["metadata"]["resourceVersion"]
+    def no_rv(o):
+        return {**o, "metadata": {k: v for k, v in o["metadata"].items() if k != "resourceVersion"}}
+    assert no_rv(made) == no_rv(there)
+    r = t.post(LEASES, lease("create-1"))
+    assert r.status_code == 409 and r.json()["reason"] == "AlreadyExists", r.text
+    assert r.json()["message"] == 'leases.coordination.k8s.io "create-1" already exists'
+
+
+def test_a_renewal_is_answered_by_the_tier_and_reaches_the_control_plane_within_the_interval(sides):
+    cp, t = sides
+    made = create(t, "renew-1")
+    cp_before = cp.get(f"{LEASES}/renew-1").json()
+    t0 = time.monotonic()
+    out = renew(t, made, offset=0.5)
+    assert int(out["metadata"]["resourceVersion"]) > int(made["metadata"]["resourceVersion"])
+    assert t.get(f"{LEASES}/renew-1").json() == out
+    seen = wait_until(lambda: (o := cp.get(f"{LEASES}/renew-1").json())["spec"]["renewTime"]
+                      == out["spec"]["renewTime"] and o, INTERVAL + 3)
+    took = time.monotonic() - t0
+    assert seen, "the renewal never reached the control plane"
+    assert took <= INTERVAL + 2, took
+    assert int(seen["metadata"]["resourceVersion"]) > int(cp_before["metadata"]["resourceVersion"])
+    # and the tier's copy (and its version, the client's next precondition) did not move
+    assert t.get(f"{LEASES}/renew-1").json()["metadata"]["resourceVersion"] == out["metadata"]["resourceVersion"]
+
+
+def test_a_stale_precondition_is_upstreams_409(sides):
+    _, t = sides
+    made = create(t, "stale-1")
+    renew(t, made)
+    r = t.put(f"{LEASES}/stale-1", {**made, "spec": {**made["spec"], "renewTime": now_micro(1)}})
+    assert r.status_code == 409, r.text
+    assert r.json()["reason"] == "Conflict"
+    assert r.json()["message"] == ('Operation cannot be fulfilled on leases.coordination.k8s.io "stale-1": the object '
+                                   'has been modified; please apply your changes to the latest version and try again')
+
+
+def test_a_change_other_than_the_renewal_reaches_the_control_plane_before_the_answer(sides):
+    cp, t = sides
+    made = create(t, "change-1")
+    body = {**made, "metadata": {**made["metadata"], "labels": {"zone": "a"}},
+            "spec": {**made["spec"], "holderIdentity": "other"}}
+    r = t.put(f"{LEASES}/change-1", body)
+    assert r.status_code == 200, r.text
+    there = cp.get(f"{LEASES}/change-1").json()
+    assert there["metadata"]["labels"] == {"zone": "a"} and there["spec"]["holderIdentity"] == "other"
+    assert r.json()["metadata"]["labels"] == {"zone": "a"}
+    # invalid input is the control plane's 422, as it words it
+    bad = {**r.json(), "metadata": {**r.json()["metadata"], "labels": {"not a key!": "x"}}}
+    r2 = t.put(f"{LEASES}/change-1", bad)
+    cp_rv = cp.get(f"{LEASES}/change-1").json()["metadata"]["resourceVersion"]
+    r3 = cp.put(f"{LEASES}/change-1", {**bad, "metadata": {**bad["metadata"], "resourceVersion": cp_rv}})
+    assert r2.status_code == r3.status_code == 422, (r2.text, r3.text)
+    assert r2.json()["message"] == r3.json()["message"]
+
+
+def test_an_edit_at_the_control_plane_reaches_the_tier_and_keeps_its_newer_renewal(sides):
+    cp, t = sides
+    made = create(t, "edit-1")
+    renewed = renew(t, made, offset=1)      # absorbed: not yet at the control plane
+    r = cp.patch(f"{LEASES}/edit-1", {"metadata": {"labels": {"edited": "yes"}}}, "application/merge-patch+json")
+    assert r.status_code == 200, r.text
+    got = wait_until(lambda: (o := t.get(f"{LEASES}/edit-1").json())["metadata"].get("labels") and o, 3)
+    assert got and got["metadata"]["labels"] == {"edited": "yes"}
+    assert got["spec"]["renewTime"] == renewed["spec"]["renewTime"]       # the acknowledged renewal is kept
+    # the client's precondition now fails, as it would have on the control plane
+    r = t.put(f"{LEASES}/edit-1", {**renewed, "spec": {**renewed["spec"], "renewTime": now_micro(2)}})
+    assert r.status_code == 409, r.text
+    assert wait_until(lambda: cp.get(f"{LEASES}/edit-1").json()["spec"]["renewTime"] ==
+                      renewed["spec"]["renewTime"], INTERVAL + 3)
+
+
+def test_deletes_either_side(sides):
+    cp, t = sides
+    create(t, "del-1")
+    create(t, "del-2")
+    assert cp.delete(f"{LEASES}/del-1").status_code == 200
+    assert wait_until(lambda: t.get(f"{LEASES}/del-1").status_code == 404, 3)
+    r = t.delete(f"{LEASES}/del-2")
+    assert r.status_code == 200, r.text
+    assert cp.get(f"{LEASES}/del-2").status_code == 404
+    assert t.get(f"{LEASES}/del-2").status_code == 404
+
+
+def test_list_and_watch_of_the_tier_see_its_renewals(sides):
+    _, t = sides
+    made = create(t, "watch-1")
+    lst = t.get(LEASES).json()
+    assert "watch-1" in [i["metadata"]["name"] for i in lst["items"]]
+    rv = lst["metadata"]["resourceVersion"]
+    r = t.get(LEASES, params={"watch": "1", "resourceVersion": rv, "timeoutSeconds": "5",
+                              "fieldSelector": "metadata.name=watch-1"}, stream=True)
+    assert r.status_code == 200
+    out = renew(t, made)
+    import json
+    for line in r.iter_lines():
+        ev = json.loads(line)
+        assert ev["type"] == "MODIFIED"
+        assert ev["object"]["metadata"]["resourceVersion"] == out["metadata"]["resourceVersion"]
+        break
+    r.close()
+    # paged lists carry the tier's continue tokens
+    for i in range(3):
+        create(t, f"page-{i}")
+    page = t.get(LEASES, params={"limit": "2"}).json()
+    assert len(page["items"]) == 2 and page["metadata"].get("continue")
+    rest = t.get(LEASES, params={"limit": "500", "continue": page["metadata"]["continue"]}).json()
+    assert len(page["items"]) + len(rest["items"]) == len(t.get(LEASES).json()["items"])
+
+
+def test_everything_else_is_proxied(sides, control_plane):
+    cp, t = sides
+    ns = f"proxied-{uuid.uuid4().hex[:6]}"
+    assert t.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                         "metadata": {"name": ns}}).status_code == 201
+    r = t.post(f"/api/v1/namespaces/{ns}/configmaps", {"apiVersion": "v1", "kind": "ConfigMap",
+                                                      "metadata": {"name": "c"}, "data": {"a": "b"}})
+    assert r.status_code == 201, r.text
+    assert t.get(f"/api/v1/namespaces/{ns}/configmaps/c").content == cp.get(f"/api/v1/namespaces/{ns}/configmaps/c").content
+    # Leases elsewhere are the control plane's (its resourceVersions)
+    other = f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
+    made = t.post(other, {**lease("x"), "metadata": {"name": "x", "namespace": ns}}).json()
+    assert cp.get(f"{other}/x").json()["metadata"]["resourceVersion"] == made["metadata"]["resourceVersion"]
+    # a watch streams through the proxy
+    r = t.get(f"/api/v1/namespaces/{ns}/configmaps", params={"watch": "1", "timeoutSeconds": "5"}, stream=True)
+    import json
+    first = json.loads(next(r.iter_lines()))
+    assert first["type"] == "ADDED" and first["object"]["metadata"]["name"] == "c"
+    r.close()
+    # an error is the control plane's, untouched
+    r = t.get(f"/api/v1/namespaces/{ns}/configmaps/missing")
+    assert r.status_code == 404 and r.json()["message"] == 'configmaps "missing" not found'
+
+
+def test_a_stopped_tier_forwards_what_it_holds_and_a_new_one_loads_the_control_planes(control_plane):
+    cp = Api(control_plane.base)
+    with NodeTierProcess(control_plane.base, "--forward-interval", "300") as t1:
+        a = Api(t1.base)
+        made = create(a, "flush-1")
+        out = renew(a, made, offset=3)
+        assert cp.get(f"{LEASES}/flush-1").json()["spec"]["renewTime"] != out["spec"]["renewTime"]
+    # SIGTERM: the pending renewal was forwarded before the tier exited
+    assert cp.get(f"{LEASES}/flush-1").json()["spec"]["renewTime"] == out["spec"]["renewTime"]
+    with NodeTierProcess(control_plane.base) as t2:
+        got = Api(t2.base).get(f"{LEASES}/flush-1").json()
+        assert got["spec"]["renewTime"] == out["spec"]["renewTime"]
+        # the new tier's versions are newer than any the old one handed out (a resumed watch gets 410, never a gap)
+        assert int(got["metadata"]["resourceVersion"]) > int(out["metadata"]["resourceVersion"])
+        r = Api(t2.base).get(LEASES, params={"watch": "1", "resourceVersion": out["metadata"]["resourceVersion"],
+                                             "timeoutSeconds": "2"})
+        assert '"code":410' in r.text, r.text
+
+
+def test_an_overdue_renewal_is_forwarded_at_once(control_plane):
+    """A Lease of 4 s is renewed every second; a renewal not followed by another within 1.1 s is forwarded
+    though the interval (300 s) is far off: the node may be gone, and its last renewal must count."""
+    cp = Api(control_plane.base)
+    with NodeTierProcess(control_plane.base, "--forward-interval", "300") as t:
+        a = Api(t.base)
+        made = create(a, "overdue-1", duration=4)
+        t0 = time.monotonic()
+        out = renew(a, made, offset=0.2)
+        assert wait_until(lambda: cp.get(f"{LEASES}/overdue-1").json()["spec"]["renewTime"]
+                          == out["spec"]["renewTime"], 5)
+        took = time.monotonic() - t0
+        assert 0.9 <= took <= 2.5, took
+
+
+def test_a_node_may_write_only_its_own_lease(control_plane, tmp_path):
+    tokens = tmp_path / "tokens.csv"
+    tokens.write_text('node-a-token,system:node:node-a,uid-a,"system:nodes"\n'
+                      'admin-token,admin,uid-admin,"system:masters"\n'
+                      'dev-token,dev,uid-dev,"devs"\n')
+    with NodeTierProcess(control_plane.base, "--token-auth-file", str(tokens), "--anonymous-auth=false",
+                         ready_token="admin-token") as t:
+        def as_(token):
+            a = Api(t.base)
+            a.s.headers["Authorization"] = f"Bearer {token}"
+            return a
+        node, admin, dev = as_("node-a-token"), as_("admin-token"), as_("dev-token")
+        assert Api(t.base).get(LEASES).status_code == 401
+        made = create(node, "node-a")
+        renew(node, made)
+        r = node.post(LEASES, lease("node-b"))
+        assert r.status_code == 403, r.text
+        assert r.json()["message"] == ('leases.coordination.k8s.io "node-b" is forbidden: can only access node lease '
+                                       'with the same name as the requesting node')
+        create(admin, "node-b")
+        r = node.get(f"{LEASES}/node-b")
+        assert r.status_code == 403 and r.json()["reason"] == "Forbidden"
+        # a user the tier cannot judge is the control plane's to judge: proxied (the control plane's versions)
+        got = dev.get(f"{LEASES}/node-b").json()
+        assert got["metadata"]["resourceVersion"] == Api(control_plane.base).get(
+            f"{LEASES}/node-b").json()["metadata"]["resourceVersion"]

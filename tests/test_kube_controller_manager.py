@@ -16,6 +16,11 @@ does; the controller looks every 2 s instead of 5 s) to keep CI short. Checked o
 * the controller manager stays up and reports healthy.
 
 A dedicated kube-apiserver (its own etcd prefix) is used, so no node left by another test joins the zone.
+
+A third side is this server behind the node tier (`python -m nodetier`, issue 22 §2): kwok renews through the
+tier, the controller manager reads the control plane, which sees a renewal every forward interval (12 s, the
+default 30 s scaled with the lease) and the last one of the stopped node once its next renewal is overdue. The
+same checks hold there, and the stopped node's last renewal at the tier is the one the control plane has.
 """
 from __future__ import annotations
 
@@ -26,14 +31,16 @@ import time
 
 import pytest
 
-from tests.helpers import Api, start_apiserver
+from tests.helpers import Api, start_apiserver, stop_all
 from tests.helpers.kube import KubeApiserver
+from tests.helpers.nodetier import NodeTierProcess
 from tests.helpers.kwok import (ANNOTATION, KubeControllerManagerProcess, KwokProcess, kube_controller_manager_binary,
                                 kwok_binary, kwok_node)
 
 LEASE_SECONDS = 16          # upstream's kubelet: 40
 GRACE = 20                  # --node-monitor-grace-period, upstream: 50 (scaled with the lease)
 MONITOR_PERIOD = 2          # --node-monitor-period, upstream: 5
+TIER_FORWARD = 12           # the node tier's --forward-interval, upstream-scaled: 30 s of a 40 s lease
 LIVE = ["kcm-live-0", "kcm-live-1"]
 STOPPED = "kcm-stopped"
 TAINT = "node.kubernetes.io/unreachable"
@@ -62,16 +69,19 @@ def _ready(node: dict) -> dict | None:
 class Side:
     """One server with its kwok processes, controller manager, and a watcher of its nodes' Ready condition."""
 
-    def __init__(self, name: str, api: Api, server: str, ca: str | None = None, cert: tuple[str, str] | None = None):
+    def __init__(self, name: str, api: Api, server: str, ca: str | None = None, cert: tuple[str, str] | None = None,
+                 kwok_server: str | None = None):
         self.name, self.api = name, api
+        kwok_server = kwok_server or server     # the node tier's side: kwok renews through it, the controller
+                                                # manager reads the control plane
         for n in LIVE + [STOPPED]:
             node = kwok_node(n)
             if n == STOPPED:
                 node["metadata"]["annotations"][ANNOTATION] = "fake-b"
             r = api.post("/api/v1/nodes", node)
             assert r.status_code == 201, (name, r.text)
-        self.kwok = KwokProcess(server, lease_seconds=LEASE_SECONDS, ca=ca, cert=cert, name=f"kwok-{name}")
-        self.kwok_b = KwokProcess(server, lease_seconds=LEASE_SECONDS, ca=ca, cert=cert, name=f"kwok-b-{name}",
+        self.kwok = KwokProcess(kwok_server, lease_seconds=LEASE_SECONDS, ca=ca, cert=cert, name=f"kwok-{name}")
+        self.kwok_b = KwokProcess(kwok_server, lease_seconds=LEASE_SECONDS, ca=ca, cert=cert, name=f"kwok-b-{name}",
                                   selector=f"{ANNOTATION}=fake-b")
         self.kcm = KubeControllerManagerProcess(server, grace=GRACE, monitor_period=MONITOR_PERIOD, ca=ca, cert=cert)
         self.seen: dict[str, list[str]] = {n: [] for n in LIVE + [STOPPED]}   # Ready statuses, in order
@@ -125,12 +135,15 @@ def _wait(what: str, pred, timeout: float, sides) -> None:
 
 def test_node_lifecycle_controller_on_our_leases_as_on_kubes(current_etcd, binaries, unique_prefix):
     ours = start_apiserver(current_etcd.endpoint, unique_prefix)
+    behind = start_apiserver(current_etcd.endpoint, unique_prefix + "-tier")
+    tier = NodeTierProcess(behind.base, "--forward-interval", str(TIER_FORWARD)).start().wait_ready()
     sides: list[Side] = []
     with KubeApiserver(current_etcd.endpoint, prefix=f"/registry-kcm{os.getpid()}") as kube:
         try:
             sides = [Side("ours", Api(ours.base), ours.base),
                      Side("kube", Api(kube.url, cert=kube.client_cert, verify=kube.ca), kube.url, ca=kube.ca,
-                          cert=kube.client_cert)]
+                          cert=kube.client_cert),
+                     Side("ours behind the node tier", Api(behind.base), behind.base, kwok_server=tier.base)]
             for s in sides:
                 s.start()
             _wait("every node Ready on both servers", lambda: all(s.all_ready() for s in sides), 60, sides)
@@ -155,6 +168,10 @@ def test_node_lifecycle_controller_on_our_leases_as_on_kubes(current_etcd, binar
                     assert s.seen[n][s.seen[n].index("True"):] == ["True"], (s.name, n, s.seen[n])
                     node_n = s.node(n)
                     assert not (node_n.get("spec") or {}).get("taints"), (s.name, n, node_n)
+                if s.kwok.server != s.kcm.server:   # behind the tier: no acknowledged renewal lost
+                    tier_copy = Api(s.kwok.server).get(
+                        f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{STOPPED}").json()
+                    assert tier_copy["spec"]["renewTime"] == lease["spec"]["renewTime"], (tier_copy, lease)
                 assert s.kcm.alive(), s.kcm.log()[-3000:]
                 assert not s.errors, s.errors[:5]
             print({s.name: round(_time(_ready(s.node(STOPPED))["lastTransitionTime"])
@@ -162,4 +179,4 @@ def test_node_lifecycle_controller_on_our_leases_as_on_kubes(current_etcd, binar
         finally:
             for s in sides:
                 s.stop()
-            ours.stop()
+            stop_all([tier, ours, behind])

@@ -50,6 +50,7 @@ import orjson
 from bench.harness import (JSON_CT, Apiserver, BenchError, check, current_etcd, get_json, log, proc_cpu_s,
                            proc_mem_mib, run_pool, versions, wait_all_ready_async, write_json)
 from tests.helpers.kwok import NODE_LEASE_NAMESPACE, KwokProcess, kwok_node
+from tests.helpers.nodetier import NodeTierProcess
 
 LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases"
 LEASE_SECONDS = 40
@@ -58,6 +59,7 @@ RENEW_SECONDS = LEASE_SECONDS / 4
 # controller): the mean period is 1.02 x RENEW_SECONDS.
 RENEW_PERIOD = RENEW_SECONDS * 1.02
 PROBE_RATE = 5.0
+TIER_FORWARD_INTERVAL = 30.0    # python -m nodetier's default --forward-interval
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
 # Figures of every measured count (the smoke test checks each).
 FIGURES = ("writes_per_s", "lease_renewals_per_s", "lease_share", "apiserver_cpu_cores",
@@ -216,54 +218,72 @@ async def create_nodes(s, base: str, n: int, clients: int = 16) -> float:
     return elapsed
 
 
-async def measure(n: int, etcd_ep: str, p: argparse.Namespace) -> dict:
-    prefix = f"/registry-nodes-{os.getpid()}-{n}"
+async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -> dict:
+    """One count in one configuration: "direct" (kwok and the probe on the apiserver) or "tier" (kwok and the
+    probe on a node tier, `python -m nodetier` with its defaults, in front of the apiserver)."""
+    etcd_ep = etcd.endpoint
+    prefix = f"/registry-nodes-{os.getpid()}-{config}-{n}"
     srv = Apiserver(etcd_ep, etcd_prefix=prefix, name=f"nodes-{n}", log_name=f"bench-nodes-{n}").start()
-    kwok = None
+    kwok = tier = None
     conn = aiohttp.TCPConnector(limit=64)
     try:
         await wait_all_ready_async([srv], 120)
+        front = srv.base
+        if config == "tier":
+            tier = NodeTierProcess(srv.base, name=f"nodetier-{n}", log_name=f"bench-nodetier-{n}",
+                                   ready_timeout=60).start()
+            await wait_all_ready_async([tier], 60)
+            front = tier.base
         async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=600)) as s:
             t_kwok = time.perf_counter()
-            kwok = KwokProcess(srv.base, lease_seconds=LEASE_SECONDS, options={
+            kwok = KwokProcess(front, lease_seconds=LEASE_SECONDS, options={
                 "nodeLeaseParallelism": p.lease_parallelism, "nodePlayStageParallelism": 16}).start()
-            log(f"N={n}: creating {n} kwok nodes over at least one renewal period (kwok running)")
+            log(f"N={n} {config}: creating {n} kwok nodes over at least one renewal period (kwok running)")
             create_s = await create_nodes(s, srv.base, n)
             deadline = time.monotonic() + p.settle_timeout
             while True:
                 if not kwok.alive():
                     raise BenchError(f"kwok exited: {kwok.log()[-2000:]}")
-                ready, leases = await count_ready(s, srv.base)
+                ready, leases = await count_ready(s, front)
                 if ready >= n and leases >= n:
                     break
                 if time.monotonic() > deadline:
                     raise BenchError(f"N={n}: {ready} Ready nodes and {leases} Leases after {p.settle_timeout} s")
                 await asyncio.sleep(3.0 if n >= 2000 else 0.5)
             settle_s = time.perf_counter() - t_kwok
-            log(f"N={n}: all Ready with Leases {settle_s:.1f} s after kwok started; one lease period to settle")
-            await asyncio.sleep(RENEW_SECONDS + 2)
+            log(f"N={n} {config}: all Ready with Leases {settle_s:.1f} s after kwok started; one lease period "
+                "to settle")
+            # Behind the tier, the forwarder's steady state: every Lease forwarded once since its creation.
+            await asyncio.sleep((TIER_FORWARD_INTERVAL if tier else RENEW_SECONDS) + 2)
 
-            m0 = await metrics(s, srv.base)
-            cpu0, kcpu0 = srv.cpu_s(), proc_cpu_s(kwok.pid)
+            m0, c0 = await metrics(s, front), await metrics(s, srv.base)
+            cpu0, kcpu0, ecpu0 = srv.cpu_s(), proc_cpu_s(kwok.pid), proc_cpu_s(etcd._proc.pid)
+            tcpu0 = proc_cpu_s(tier.pid) if tier else 0.0
             rev0 = await etcd_rev(etcd_ep)
             t0 = time.perf_counter()
             stop = asyncio.Event()
-            ptask = asyncio.create_task(probe(s, srv.base, stop))
+            ptask = asyncio.create_task(probe(s, front, stop))
             await asyncio.sleep(p.window)
             stop.set()
             lat = await ptask
             el = time.perf_counter() - t0
-            cpu1, kcpu1 = srv.cpu_s(), proc_cpu_s(kwok.pid)
+            cpu1, kcpu1, ecpu1 = srv.cpu_s(), proc_cpu_s(kwok.pid), proc_cpu_s(etcd._proc.pid)
+            tcpu1 = proc_cpu_s(tier.pid) if tier else 0.0
             rev1 = await etcd_rev(etcd_ep)
             dbg = await get_json(s, srv.base + "/debug/residency")
             cache_rv = (dbg["resources"].get("leases.coordination.k8s.io") or {}).get("rv", 0)
-            m1 = await metrics(s, srv.base)
+            m1, c1 = await metrics(s, front), await metrics(s, srv.base)
             rss = proc_mem_mib(srv.pid)["VmRSS"]
-            stale = await lease_staleness(s, srv.base)
+            tier_rss = proc_mem_mib(tier.pid)["VmRSS"] if tier else None
+            stale = await lease_staleness(s, srv.base)    # the control plane's copies: what a controller sees
             srv.alive()
+            if tier:
+                tier.alive()
     finally:
         if kwok is not None:
             kwok.stop()
+        if tier is not None:
+            tier.stop()
         srv.stop()
     writes = sum(delta_sum(m0, m1, "apiserver_request_total", verb=v) for v in WRITE_VERBS)
     probe_n = len(lat)
@@ -272,32 +292,43 @@ async def measure(n: int, etcd_ep: str, p: argparse.Namespace) -> dict:
     node_patches = delta_sum(m0, m1, "apiserver_request_total", verb="PATCH", resource="nodes")
     errors = sum(delta_sum(m0, m1, "apiserver_request_total", verb=v, code=c) for v in WRITE_VERBS
                  for c in ("409", "429", "500", "503", "504"))
+    cp_writes = sum(delta_sum(c0, c1, "apiserver_request_total", verb=v) for v in WRITE_VERBS)
+    cp_lease_puts = delta_sum(c0, c1, "apiserver_request_total", verb="PUT", resource="leases")
     cores = (cpu1 - cpu0) / el
     p99_server = histogram_quantile(m0, m1, 0.99, verb="PUT", resource="leases")
     p99_probe = quantile(lat, 0.99)
     renew_rate = lease_puts / el
     expected = n / RENEW_PERIOD
     out = {
-        "nodes": n, "window_s": el, "create_nodes_s": create_s, "kwok_settle_s": settle_s,
+        "config": config, "nodes": n, "window_s": el, "create_nodes_s": create_s, "kwok_settle_s": settle_s,
         "writes_per_s": writes / el, "lease_renewals_per_s": renew_rate,
         "lease_renewals_expected_per_s": expected, "lease_share": lease_puts / writes if writes else 0.0,
         "node_status_patches_per_s": node_patches / el, "write_errors": errors,
         "apiserver_cpu_cores": cores, "apiserver_cpu_cores_per_1000_nodes": cores / (n / 1000.0),
+        "tier_cpu_cores": (tcpu1 - tcpu0) / el if tier else None,
+        "etcd_cpu_cores": (ecpu1 - ecpu0) / el,
+        "control_plane_writes_per_s": cp_writes / el, "control_plane_lease_puts_per_s": cp_lease_puts / el,
+        "control_plane_writes_per_renewal": cp_lease_puts / lease_puts if lease_puts else None,
+        "control_plane_cpu_s_per_renewal": ((cpu1 - cpu0) + (ecpu1 - ecpu0)) / lease_puts if lease_puts else None,
         "kwok_cpu_cores": (kcpu1 - kcpu0) / el, "etcd_writes_per_s": (rev1 - rev0) / el,
         "lease_put_p50_server_s": histogram_quantile(m0, m1, 0.50, verb="PUT", resource="leases"),
         "lease_put_p99_server_s": p99_server,
         "lease_put_p50_probe_s": quantile(lat, 0.50), "lease_put_p99_probe_s": p99_probe,
         "lease_put_max_probe_s": max(lat) if lat else None, "probe_renewals": probe_n,
-        "apiserver_rss_mib": rss, "lease_cache_lag_revisions": max(0, rev1 - cache_rv), **{f"leases_{k}": v for k, v in stale.items()},
+        "apiserver_rss_mib": rss, "tier_rss_mib": tier_rss,
+        "lease_cache_lag_revisions": max(0, rev1 - cache_rv), **{f"leases_{k}": v for k, v in stale.items()},
         "loadavg_after": list(os.getloadavg()),
     }
     out["sustained"] = bool(p99_server is not None and p99_server < 1.0 and p99_probe is not None
                             and p99_probe < 1.0 and renew_rate >= 0.85 * expected and stale["expired"] == 0)
-    log(f"N={n}: {out['writes_per_s']:.0f} writes/s ({out['lease_share'] * 100:.0f} % Lease renewals, "
+    log(f"N={n} {config}: {out['writes_per_s']:.0f} writes/s ({out['lease_share'] * 100:.0f} % Lease renewals, "
         f"{renew_rate:.0f}/s of {expected:.0f}/s expected), apiserver {cores:.2f} cores "
-        f"({out['apiserver_cpu_cores_per_1000_nodes']:.3f} per 1k nodes), etcd {out['etcd_writes_per_s']:.0f} "
-        f"writes/s, p99 renewal {fmt_s(p99_server)} server / {fmt_s(p99_probe)} probe, expired leases "
-        f"{stale['expired']}: {'sustained' if out['sustained'] else 'NOT sustained'}")
+        f"({out['apiserver_cpu_cores_per_1000_nodes']:.3f} per 1k nodes)"
+        + (f", tier {out['tier_cpu_cores']:.2f} cores" if tier else "")
+        + f", etcd {out['etcd_writes_per_s']:.0f} writes/s ({out['etcd_cpu_cores']:.2f} cores), control-plane "
+        f"Lease writes {out['control_plane_lease_puts_per_s']:.0f}/s, p99 renewal {fmt_s(p99_server)} server / "
+        f"{fmt_s(p99_probe)} probe, expired leases {stale['expired']}: "
+        f"{'sustained' if out['sustained'] else 'NOT sustained'}")
     return out
 
 
@@ -317,13 +348,18 @@ def fmt_s(v: float | None) -> str:
 
 
 def table(runs: list[dict]) -> str:
-    cols = [("nodes", lambda r: f"{r['nodes']:,}"),
+    cols = [("config", lambda r: r.get("config", "direct")),
+            ("nodes", lambda r: f"{r['nodes']:,}"),
             ("writes/s", lambda r: f"{r['writes_per_s']:.0f}"),
             ("Lease share", lambda r: f"{r['lease_share'] * 100:.1f} %"),
             ("renewals/s (expected)", lambda r: f"{r['lease_renewals_per_s']:.0f} ({r['lease_renewals_expected_per_s']:.0f})"),
             ("apiserver cores", lambda r: f"{r['apiserver_cpu_cores']:.2f}"),
             ("cores / 1k nodes", lambda r: f"{r['apiserver_cpu_cores_per_1000_nodes']:.3f}"),
+            ("tier cores", lambda r: "-" if r.get("tier_cpu_cores") is None else f"{r['tier_cpu_cores']:.2f}"),
             ("etcd writes/s", lambda r: f"{r['etcd_writes_per_s']:.0f}"),
+            ("etcd cores", lambda r: f"{r['etcd_cpu_cores']:.2f}"),
+            ("CP writes / renewal", lambda r: "-" if r.get("control_plane_writes_per_renewal") is None
+             else f"{r['control_plane_writes_per_renewal']:.2f}"),
             ("p99 renewal server", lambda r: fmt_s(r["lease_put_p99_server_s"])),
             ("p99 renewal probe", lambda r: fmt_s(r["lease_put_p99_probe_s"])),
             ("expired", lambda r: str(r["leases_expired"])),
@@ -364,6 +400,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--search", action="store_true",
                     help="after the list, keep doubling N until a count is not sustained (up to --max-nodes)")
     ap.add_argument("--max-nodes", type=int, default=40_000)
+    ap.add_argument("--configs", default="direct,tier",
+                    help="comma-separated: direct (kwok on the apiserver), tier (kwok on python -m nodetier in "
+                         "front of it); default both, each count in both")
     ap.add_argument("--lease-parallelism", type=int, default=128,
                     help="kwok's nodeLeaseParallelism: renewals in flight at once (default 128, under the server's "
                          "200 mutating requests in flight; kwok's own default 4 caps renewals at 4 / latency, where "
@@ -375,20 +414,24 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = ap.parse_args(argv)
     p.nodes = [int(x) for x in (p.nodes or ("50" if p.quick else "1000,5000,10000")).split(",")]
     p.window = p.window or (21.0 if p.quick else 60.0)
+    p.configs = [c for c in p.configs.split(",") if c]
+    if not p.configs or set(p.configs) - {"direct", "tier"}:
+        ap.error("--configs: direct, tier")
     if p.docs is None and not p.quick:
         p.docs = "docs/nodes.json"
     return p
 
 
-async def run(p: argparse.Namespace, etcd_ep: str) -> list[dict]:
+async def run(p: argparse.Namespace, etcd) -> list[dict]:
     runs = []
     for n in p.nodes:
-        runs.append(await measure(n, etcd_ep, p))
+        for config in p.configs:
+            runs.append(await measure(n, etcd, p, config))
     if p.search:
         n = max(p.nodes)
         while runs[-1]["sustained"] and n * 2 <= p.max_nodes:
             n *= 2
-            runs.append(await measure(n, etcd_ep, p))
+            runs.append(await measure(n, etcd, p, p.configs[-1]))
     return runs
 
 
@@ -403,11 +446,11 @@ def main(argv=None) -> int:
         log(f"etcd at {etcd.endpoint} ({etcd.binary})")
         vers = versions(etcd.endpoint, git=True, etcd_binary=etcd.binary, kwok_binary=kwok_bin, kwok="v0.8.0")
         try:
-            runs = asyncio.run(run(p, etcd.endpoint))
+            runs = asyncio.run(run(p, etcd))
         except BenchError as e:
             log(f"error: {e}")
             return 2
-    verdict = largest_sustained(runs)
+    verdict = {c: largest_sustained([r for r in runs if r["config"] == c]) for c in p.configs}
     doc = {"benchmark": "nodes", "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "params": {k: v for k, v in vars(p).items() if k not in ("out", "docs")},
            "measured": "one apiserver process (watch cache on) over a current etcd, kwok v0.8.0 with upstream's "
@@ -416,14 +459,15 @@ def main(argv=None) -> int:
                        "from its revision",
            "sustained_means": "p99 Lease renewal < 1 s (server and probe), renewals >= 85 % of N/10.2 per s, no "
                               "Lease older than its 40 s duration after the window",
-           "versions": vers, "runs": runs, "figures": {f"n{r['nodes']}_{k}": r[k] for r in runs for k in FIGURES},
-           **verdict, "elapsed_s": time.perf_counter() - t_start}
+           "versions": vers, "runs": runs, "figures": {f"{r['config']}_n{r['nodes']}_{k}": r[k] for r in runs for k in FIGURES},
+           "largest_sustained": verdict, "elapsed_s": time.perf_counter() - t_start}
     write_json(p.out, doc)
     if p.docs:
         os.makedirs(os.path.dirname(os.path.abspath(p.docs)), exist_ok=True)
         shutil.copyfile(p.out, p.docs)
     print(table(runs))
-    print(f"\nlargest node count one apiserver process sustains here: {verdict['text']}")
+    for c, v in verdict.items():
+        print(f"\nlargest node count sustained here, {c}: {v['text']}")
     print(f"(load average after the run: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
           f"median apiserver cores per 1k nodes {statistics.median(r['apiserver_cpu_cores_per_1000_nodes'] for r in runs):.3f})")
     log(f"wrote {p.out}" + (f" and {p.docs}" if p.docs else "") + f" in {time.perf_counter() - t_start:.0f} s")

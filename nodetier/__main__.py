@@ -38,8 +38,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--token-auth-file", default="", help="authenticate clients by bearer token, as the apiserver")
     p.add_argument("--anonymous-auth", type=_bool, default=None, nargs="?", const=True)
     p.add_argument("--forward-interval", type=_duration, default=30.0,
-                   help="a Lease's renewal reaches the control plane at least this often while renewed, and at "
-                        "once when its next renewal is overdue (default 30s: every third renewal of a 40 s Lease)")
+                   help="a renewal reaches the control plane once it is about this much newer than the control "
+                        "plane's copy (at most 3 renewal periods), and at once when the next renewal is overdue "
+                        "(default 30s: every third renewal of a 40 s Lease)")
     p.add_argument("--forward-qps", type=float, default=500.0,
                    help="at most this many forwards a second (after an outage too)")
     p.add_argument("-v", "--v", dest="verbosity", type=int, default=0)

@@ -2,11 +2,12 @@
 
 * **Load.** At start the tier lists the namespace's Leases from the control plane (and again after its watch
   of them expired); until then it is not ready.
-* **Forward.** A renewal the tier holds reaches the control plane when the last forward of that Lease is at
-  least `interval` old (at the kubelet's 10 s renewals and the default 30 s interval: every third renewal), or
-  at once when the Lease's next renewal is overdue (1.1 renewal periods since the last: its kubelet may have
-  stopped, and its last renewal must not wait). At most `qps` forwards a second, the oldest first, so a control
-  plane back from an outage does not get every Lease at once.
+* **Forward.** A renewal the tier holds reaches the control plane once it is about `interval` newer than the
+  control plane's copy (at the kubelet's 10.2 s period and the default 30 s: every third renewal, so the
+  control plane's copy is at most ~31 s old against the 40 s Lease and the 50 s grace period of the node
+  lifecycle controller), or at once when the Lease's next renewal is overdue (1.1 renewal periods since the
+  last: its kubelet may have stopped, and its last renewal must not wait). At most `qps` forwards a second, the
+  stalest first, so a control plane back from an outage does not get every Lease at once.
 * **Watch.** Changes made at the control plane by someone else (an edit, a delete by the garbage collector)
   reach the tier through a watch of the namespace's Leases; a newer renewal the tier holds is kept and
   forwarded.
@@ -21,7 +22,7 @@ from collections import deque
 
 from . import metrics
 from .controlplane import ControlPlane, ControlPlaneError
-from .leases import LeaseState, TierLeases, for_control_plane, micro_time, without_renewal
+from .leases import LeaseState, TierLeases, for_control_plane, renew_time, without_renewal
 
 log = logging.getLogger("nodetier")
 
@@ -120,15 +121,22 @@ class Forwarder:
             mine = await self.leases.store.get(self.leases.prefix + name)
         except Exception:  # noqa: BLE001 (gone here: not ours)
             return False
-        theirs = micro_time((cp_obj.get("spec") or {}).get("renewTime")) or 0
-        return without_renewal(mine) == without_renewal(cp_obj) and \
-            theirs <= (micro_time((mine.get("spec") or {}).get("renewTime")) or 0)
+        return without_renewal(mine) == without_renewal(cp_obj) and renew_time(cp_obj) <= renew_time(mine)
 
     # --- forward ----------------------------------------------------------------------------------
 
     def due(self, st: LeaseState, now: float, mono: float) -> bool:
-        return st.pending and not st.in_flight and (
-            now - st.forwarded_at >= self.interval or mono - st.renewed_at >= OVERDUE_SHARE * st.renew_period)
+        """A renewal newer than the control plane's copy goes when it is about `interval` newer than that copy
+        (half a renewal period early: the renewal that arrives closest to the interval is the one sent, so at
+        a 10.2 s period and 30 s every third one is, and the control plane's copy is never more than ~31 s
+        old), or when the control plane's copy is already older than that (a kubelet renewing late), or when
+        the next renewal is overdue. The interval is at most three renewal periods (30 s of a 40 s Lease)."""
+        if not st.pending or st.in_flight:
+            return False
+        p = st.renew_period
+        threshold = min(self.interval, 3 * p) - p / 2
+        return (st.tier_renew - st.cp_renew >= threshold or now - st.cp_renew >= threshold + p
+                or mono - st.renewed_at >= OVERDUE_SHARE * p)
 
     def on_renewal(self, name: str) -> None:
         st = self.leases.states.get(name)
@@ -149,7 +157,7 @@ class Forwarder:
             budget = min(self.qps, budget + (mono - last) * self.qps)   # a token bucket of one second
             last = mono
             now = time.time()
-            due = [(st.forwarded_at, name) for name, st in self.leases.states.items()
+            due = [(st.cp_renew, name) for name, st in self.leases.states.items()
                    if self.due(st, now, mono) and self._retry_at.get(name, 0) <= mono]
             due.sort()
             for _, name in due[:int(budget)]:
@@ -173,9 +181,7 @@ class Forwarder:
                 obj = await self.leases.store.get(self.leases.prefix + name)
                 cp_obj = await self.cp.call("PUT", self.cp.lease_path(name), for_control_plane(obj, st.cp_rv),
                                             user_agent=st.user_agent)
-            cur = self.leases.note_control_plane(name, cp_obj, forwarded=True)
-            now_obj = await self.leases.store.get(self.leases.prefix + name)   # a renewal may have come since
-            cur.pending = (micro_time(now_obj["spec"].get("renewTime")) or 0) > (cur.cp_renew or 0)
+            self.leases.note_control_plane(name, cp_obj)
             self.forwards += 1
             metrics.forwards.labels("renewal", "ok").inc()
             self._retry_at.pop(name, None)
@@ -207,7 +213,7 @@ class Forwarder:
         """Forward every pending renewal now (at the rate limit), within `timeout` seconds; how many did not go."""
         deadline = time.monotonic() + timeout
         await asyncio.gather(*self._forwards, return_exceptions=True)
-        pending = sorted((st.forwarded_at, n) for n, st in self.leases.states.items() if st.pending)
+        pending = sorted((st.cp_renew, n) for n, st in self.leases.states.items() if st.pending)
         for i in range(0, len(pending), max(1, int(self.qps))):
             if time.monotonic() > deadline:
                 break

@@ -71,18 +71,22 @@ def for_control_plane(obj: Obj, cp_rv: int | None) -> Obj:
 class LeaseState:
     """What the tier knows of one Lease beyond its own copy."""
     cp_rv: int                    # the control plane's resourceVersion of its copy
-    cp_renew: float | None        # that copy's spec.renewTime
-    forwarded_at: float           # wall clock of the last forward (or load) of this Lease
+    cp_renew: float               # that copy's spec.renewTime (0: none)
+    tier_renew: float = 0.0       # the spec.renewTime of the tier's copy
     renewed_at: float = 0.0       # monotonic clock of the last renewal absorbed
     renew_period: float = 10.0    # RENEW_SHARE x spec.leaseDurationSeconds
-    pending: bool = False         # the tier holds a renewal newer than the control plane's copy
     user_agent: str = ""          # of the last renewal: the control plane names its managedFields manager by it
     in_flight: bool = False
 
+    @property
+    def pending(self) -> bool:
+        """The tier holds a renewal newer than the control plane's copy."""
+        return self.tier_renew > self.cp_renew
+
     @classmethod
     def of(cls, cp_obj: Obj) -> "LeaseState":
-        renew = micro_time((cp_obj.get("spec") or {}).get("renewTime"))
-        st = cls(int(cp_obj["metadata"]["resourceVersion"]), renew, renew or time.time())
+        renew = micro_time((cp_obj.get("spec") or {}).get("renewTime")) or 0.0
+        st = cls(int(cp_obj["metadata"]["resourceVersion"]), renew, renew)
         st.set_period(cp_obj)
         return st
 
@@ -90,6 +94,10 @@ class LeaseState:
         d = (obj.get("spec") or {}).get("leaseDurationSeconds")
         if isinstance(d, int) and d > 0:
             self.renew_period = RENEW_SHARE * d
+
+
+def renew_time(obj: Obj) -> float:
+    return micro_time((obj.get("spec") or {}).get("renewTime")) or 0.0
 
 
 class TierLeases(CacheDelegator):
@@ -102,7 +110,7 @@ class TierLeases(CacheDelegator):
         self.kv, self.cp, self.prefix = kv, cp, prefix
         self.states: dict[str, LeaseState] = {}
         self.on_renewal = on_renewal
-        self.absorbed = self.forwarded_at_once = 0
+        self.absorbed = 0
 
     def name_of(self, key: str) -> str:
         return key[len(self.prefix):]
@@ -119,14 +127,13 @@ class TierLeases(CacheDelegator):
             out, now = await self.store.try_update(key, obj, expected_rv)
             if out is not None:
                 st.renewed_at = time.monotonic()
-                st.pending = (micro_time(out["spec"].get("renewTime")) or 0) > (st.cp_renew or 0)
+                st.tier_renew = renew_time(out)
                 st.user_agent = REQUEST_USER_AGENT.get()
                 st.set_period(out)
                 self.absorbed += 1
                 self.on_renewal(name)
             return out, now
         # Any other change: the control plane first, with its own resourceVersion as the precondition.
-        self.forwarded_at_once += 1
         try:
             cp_obj = await self.cp.call("PUT", self.cp.lease_path(name),
                                         for_control_plane(obj, st.cp_rv if st else None),
@@ -149,21 +156,19 @@ class TierLeases(CacheDelegator):
         out, _ = await self.store.try_update(key, {**cp_obj, "metadata": without_rv(cp_obj)}, expected_rv)
         if out is None:     # changed here meanwhile (a renewal): the next forward carries it
             out = await self.store.get(key)
-        st = self.note_control_plane(name, cp_obj, forwarded=True)
-        st.pending = (micro_time(out["spec"].get("renewTime")) or 0) > (st.cp_renew or 0)
+        st = self.note_control_plane(name, cp_obj)
+        st.tier_renew = renew_time(out)
         return out
 
-    def note_control_plane(self, name: str, cp_obj: Obj, forwarded: bool = False) -> LeaseState:
+    def note_control_plane(self, name: str, cp_obj: Obj) -> LeaseState:
         st = self.states.get(name)
         if st is None:
             st = self.states[name] = LeaseState.of(cp_obj)
         rv = int(cp_obj["metadata"]["resourceVersion"])
         if rv >= st.cp_rv:
             st.cp_rv = rv
-            st.cp_renew = micro_time((cp_obj.get("spec") or {}).get("renewTime"))
+            st.cp_renew = renew_time(cp_obj)
             st.set_period(cp_obj)
-        if forwarded:
-            st.forwarded_at = time.time()
         return st
 
     async def adopt(self, name: str, cp_obj: Obj) -> Obj:
@@ -178,13 +183,12 @@ class TierLeases(CacheDelegator):
             if e.code is not serr.Code.KEY_NOT_FOUND:
                 raise
             return await self.store.create(key, new)
-        mine = micro_time((cur.get("spec") or {}).get("renewTime")) or 0
-        if mine > (st.cp_renew or 0):
+        mine = renew_time(cur)
+        if mine > st.cp_renew:
             new["spec"]["renewTime"] = cur["spec"]["renewTime"]
-            st.pending = True
-        else:
-            st.pending = False
-        if without_renewal(cur) == without_renewal(new) and not st.pending:
+        st.tier_renew = max(mine, st.cp_renew)
+        if without_renewal(cur) == without_renewal(new) and (cur.get("spec") or {}).get("renewTime") == \
+                new["spec"].get("renewTime"):
             return cur
         out, _ = await self.store.try_update(key, new, int(cur["metadata"]["resourceVersion"]))
         return out if out is not None else await self.store.get(key)

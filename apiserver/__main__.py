@@ -89,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--etcd-servers-overrides", default="",
                    help="per-resource etcd servers: group/resource#url;url,... (core group: /pods#...); "
                         "custom resources are accepted too")
+    p.add_argument("--embedded-lease-etcd", action="store_true",
+                   help="start a second embedded etcd for coordination.k8s.io/leases (node heartbeats, leader "
+                        "election): --unsafe-no-fsync, data on tmpfs (/dev/shm, named after --state-dir: kept across "
+                        "restarts of the process, not of the machine), its own history compacted every minute")
     p.add_argument("--bind-address", type=_address, default="127.0.0.1")
     p.add_argument("--port", type=_port, default=8080, help="plain HTTP port (0 disables it)")
     p.add_argument("--secure-port", type=_port, default=0, help="HTTPS port (needs --tls-cert-file and --tls-private-key-file)")
@@ -160,6 +164,8 @@ def parse_args(argv: list[str] | None = None):
         a.overrides = parse_overrides(a.etcd_servers_overrides)
     except ValueError as e:
         p.error(str(e))
+    if a.embedded_lease_etcd and ("coordination.k8s.io", "leases") in a.overrides:
+        p.error("--embedded-lease-etcd: coordination.k8s.io/leases already has --etcd-servers-overrides")
     if a.secure_port and not (a.tls_cert_file and a.tls_private_key_file):
         p.error("--secure-port needs --tls-cert-file and --tls-private-key-file")
     for f in (a.tls_cert_file, a.tls_private_key_file):
@@ -239,7 +245,14 @@ def main(argv: list[str] | None = None) -> int:
               f"binary={binary.path} version={binary.version or 'unknown'} ({binary.source})", file=sys.stderr)
         if a.watch_cache and (warning := old_etcd_warning(binary)):
             print(warning, file=sys.stderr)
+    lease_etcd = None
     try:
+        if a.embedded_lease_etcd:
+            from storage.embedded import lease_etcd as start_lease_etcd
+            lease_etcd = start_lease_etcd(find_etcd().path, state_dir=a.state_dir)
+            a.overrides[("coordination.k8s.io", "leases")] = [lease_etcd.endpoint]
+            print(f"embedded lease etcd: {lease_etcd.endpoint} data={lease_etcd.data_dir} (no fsync, tmpfs)",
+                  file=sys.stderr)
         cfg = Config(etcd_servers=servers, etcd_prefix=a.etcd_prefix, etcd_overrides=a.overrides,
                      watch_cache=a.watch_cache, read_only=a.read_only,
                      residency=a.residency_selector, full_resources=a.full_resources,
@@ -262,8 +275,9 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(_serve(_server(cfg, a), a))
     finally:
         faulthandler.cancel_dump_traceback_later()
-        if etcd is not None:
-            etcd.stop()
+        for e in (lease_etcd, etcd):
+            if e is not None:
+                e.stop()
     return 0
 
 

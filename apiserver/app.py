@@ -176,9 +176,15 @@ class APIServer:
             await self._feed_rbac()
         self._tasks.append(asyncio.create_task(self.controllers.sync_crds_forever()))
         if self.config.compaction_interval > 0 and not self.config.read_only:
+            # One compactor per etcd cluster, as upstream's per-endpoint compactors: an override's etcd (a Lease
+            # etcd taking every renewal) would otherwise keep its whole history.
             from storage.compact import run_compactor
-            self._tasks.append(asyncio.create_task(
-                run_compactor(self.router.default_client(), self.config.compaction_interval)))
+            clusters = {tuple(self.router.default_servers): ("", "")}
+            for group, resource in sorted(self.router.overrides):
+                clusters.setdefault(tuple(self.router.servers_for(group, resource)), (group, resource))
+            for group, resource in clusters.values():
+                self._tasks.append(asyncio.create_task(
+                    run_compactor(self.router.client_for(group, resource), self.config.compaction_interval)))
         self._tasks.append(asyncio.create_task(self.controllers.count_objects_forever()))
 
     async def _feed_rbac(self) -> None:

@@ -91,8 +91,16 @@ class FrontServer(APIServer):
                 await self.shards.replace(entries)
             except ValueError as e:
                 raise errors.StatusError(422, "Invalid", f"shard map: {e}") from None
-            rv = await self.router.default_client().current_revision((self.etcd_prefix + "/").encode(), "front")
-            draining = [w for w in list(self.shards.watches) if w.drain(rv)]
+            # The drain revision of each watch is its resource's etcd's (Leases may live on an etcd of their own,
+            # with revisions of their own: --etcd-servers-overrides, --embedded-lease-etcd).
+            revs: dict[int, int] = {}
+            draining = []
+            for w in list(self.shards.watches):
+                client = w.st.store.client
+                if id(client) not in revs:
+                    revs[id(client)] = await w.st.store.current_revision(w.st.resource_prefix)
+                if w.drain(revs[id(client)]):
+                    draining.append(w)
             for w in draining:
                 asyncio.ensure_future(w.poke())
         elif request.method != "GET":

@@ -48,7 +48,8 @@ import aiohttp
 import orjson
 
 from bench.harness import (JSON_CT, Apiserver, BenchError, check, current_etcd, get_json, log, proc_cpu_s,
-                           proc_mem_mib, run_pool, versions, wait_all_ready_async, write_json)
+                           proc_mem_mib, run_pool, ssl_context, versions, wait_all_ready_async, write_json)
+from tests.helpers.kube import KubeApiserver
 from tests.helpers.kwok import NODE_LEASE_NAMESPACE, KwokProcess, kwok_node
 from tests.helpers.nodetier import NodeTierProcess
 
@@ -74,7 +75,8 @@ def parse_metrics(text: str) -> dict[tuple[str, frozenset], float]:
     from prometheus_client.parser import text_string_to_metric_families
     out = {}
     for fam in text_string_to_metric_families(text):
-        if fam.name not in ("apiserver_request", "apiserver_request_duration_seconds"):
+        if fam.name not in ("apiserver_request", "apiserver_request_duration_seconds",
+                            "apiserver_watch_cache_resource_version"):
             continue
         for s in fam.samples:
             out[(s.name, frozenset(s.labels.items()))] = s.value
@@ -218,16 +220,44 @@ async def create_nodes(s, base: str, n: int, clients: int = 16) -> float:
     return elapsed
 
 
+class KubeTarget:
+    """kube-apiserver v1.37.2 (its own etcd prefix, protobuf storage as it defaults) where a run expects ours."""
+
+    def __init__(self, kube: KubeApiserver):
+        self.kube, self.base, self.ca, self.cert = kube, kube.url, kube.ca, kube.client_cert
+        self.ssl = ssl_context({"ca": kube.ca, "cert": kube.client_cert})
+
+    @property
+    def pid(self) -> int:
+        return self.kube.proc.pid
+
+    def cpu_s(self) -> float:
+        return proc_cpu_s(self.pid)
+
+    def alive(self) -> None:
+        if self.kube.proc is None or self.kube.proc.poll() is not None:
+            raise BenchError(f"kube-apiserver exited: {self.kube.tail()}")
+
+    def stop(self) -> None:
+        self.kube.stop()
+
+
 async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -> dict:
-    """One count in one configuration: "direct" (kwok and the probe on the apiserver) or "tier" (kwok and the
-    probe on a node tier, `python -m nodetier` with its defaults, in front of the apiserver)."""
+    """One count in one configuration: "kube" (kwok and the probe on kube-apiserver v1.37.2), "direct" (on this
+    apiserver) or "tier" (on a node tier, `python -m nodetier` with its defaults, in front of this apiserver)."""
     etcd_ep = etcd.endpoint
     prefix = f"/registry-nodes-{os.getpid()}-{config}-{n}"
-    srv = Apiserver(etcd_ep, etcd_prefix=prefix, name=f"nodes-{n}", log_name=f"bench-nodes-{n}").start()
     kwok = tier = None
-    conn = aiohttp.TCPConnector(limit=64)
+    if config == "kube":
+        srv = KubeTarget(KubeApiserver(etcd_ep, prefix=prefix, protobuf=True, sharding_gate=False))
+    else:
+        srv = Apiserver(etcd_ep, etcd_prefix=prefix, name=f"nodes-{n}", log_name=f"bench-nodes-{n}").start()
+    conn = aiohttp.TCPConnector(limit=64, ssl=srv.ssl if config == "kube" else False)
     try:
-        await wait_all_ready_async([srv], 120)
+        if config == "kube":
+            await asyncio.to_thread(srv.kube.start)
+        else:
+            await wait_all_ready_async([srv], 120)
         front = srv.base
         if config == "tier":
             tier = NodeTierProcess(srv.base, name=f"nodetier-{n}", log_name=f"bench-nodetier-{n}",
@@ -237,7 +267,8 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
         async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=600)) as s:
             t_kwok = time.perf_counter()
             kwok = KwokProcess(front, lease_seconds=LEASE_SECONDS, options={
-                "nodeLeaseParallelism": p.lease_parallelism, "nodePlayStageParallelism": 16}).start()
+                "nodeLeaseParallelism": p.lease_parallelism, "nodePlayStageParallelism": 16},
+                ca=getattr(srv, "ca", None), cert=getattr(srv, "cert", None)).start()
             log(f"N={n} {config}: creating {n} kwok nodes over at least one renewal period (kwok running)")
             create_s = await create_nodes(s, srv.base, n)
             deadline = time.monotonic() + p.settle_timeout
@@ -270,9 +301,13 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
             cpu1, kcpu1, ecpu1 = srv.cpu_s(), proc_cpu_s(kwok.pid), proc_cpu_s(etcd._proc.pid)
             tcpu1 = proc_cpu_s(tier.pid) if tier else 0.0
             rev1 = await etcd_rev(etcd_ep)
-            dbg = await get_json(s, srv.base + "/debug/residency")
-            cache_rv = (dbg["resources"].get("leases.coordination.k8s.io") or {}).get("rv", 0)
             m1, c1 = await metrics(s, front), await metrics(s, srv.base)
+            if config == "kube":   # its watch cache's revision (apiserver_watch_cache_resource_version)
+                cache_rv = max((v for (name, labels), v in c1.items() if name == "apiserver_watch_cache_resource_version"
+                                and dict(labels).get("resource") == "leases"), default=0)
+            else:
+                dbg = await get_json(s, srv.base + "/debug/residency")
+                cache_rv = (dbg["resources"].get("leases.coordination.k8s.io") or {}).get("rv", 0)
             rss = proc_mem_mib(srv.pid)["VmRSS"]
             tier_rss = proc_mem_mib(tier.pid)["VmRSS"] if tier else None
             stale = await lease_staleness(s, srv.base)    # the control plane's copies: what a controller sees
@@ -287,13 +322,15 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
         srv.stop()
     writes = sum(delta_sum(m0, m1, "apiserver_request_total", verb=v) for v in WRITE_VERBS)
     probe_n = len(lat)
-    lease_puts = delta_sum(m0, m1, "apiserver_request_total", verb="PUT", resource="leases") - probe_n
+    # Renewals absorbed: the PUTs answered 200 (a 409 is a renewal that did not happen: kwok retries it later).
+    lease_puts = delta_sum(m0, m1, "apiserver_request_total", verb="PUT", resource="leases", code="200") - probe_n
+    lease_conflicts = delta_sum(m0, m1, "apiserver_request_total", verb="PUT", resource="leases", code="409")
     writes -= probe_n   # the probe's own renewals are not kwok's heartbeats
     node_patches = delta_sum(m0, m1, "apiserver_request_total", verb="PATCH", resource="nodes")
     errors = sum(delta_sum(m0, m1, "apiserver_request_total", verb=v, code=c) for v in WRITE_VERBS
                  for c in ("409", "429", "500", "503", "504"))
     cp_writes = sum(delta_sum(c0, c1, "apiserver_request_total", verb=v) for v in WRITE_VERBS)
-    cp_lease_puts = delta_sum(c0, c1, "apiserver_request_total", verb="PUT", resource="leases")
+    cp_lease_puts = delta_sum(c0, c1, "apiserver_request_total", verb="PUT", resource="leases", code="200")
     cores = (cpu1 - cpu0) / el
     p99_server = histogram_quantile(m0, m1, 0.99, verb="PUT", resource="leases")
     p99_probe = quantile(lat, 0.99)
@@ -304,6 +341,7 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
         "writes_per_s": writes / el, "lease_renewals_per_s": renew_rate,
         "lease_renewals_expected_per_s": expected, "lease_share": lease_puts / writes if writes else 0.0,
         "node_status_patches_per_s": node_patches / el, "write_errors": errors,
+        "lease_conflicts_per_s": lease_conflicts / el,
         "apiserver_cpu_cores": cores, "apiserver_cpu_cores_per_1000_nodes": cores / (n / 1000.0),
         "tier_cpu_cores": (tcpu1 - tcpu0) / el if tier else None,
         "etcd_cpu_cores": (ecpu1 - ecpu0) / el,
@@ -400,9 +438,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--search", action="store_true",
                     help="after the list, keep doubling N until a count is not sustained (up to --max-nodes)")
     ap.add_argument("--max-nodes", type=int, default=40_000)
-    ap.add_argument("--configs", default="direct,tier",
-                    help="comma-separated: direct (kwok on the apiserver), tier (kwok on python -m nodetier in "
-                         "front of it); default both, each count in both")
+    ap.add_argument("--configs", default="kube,direct,tier",
+                    help="comma-separated: kube (kwok on kube-apiserver v1.37.2), direct (kwok on this apiserver), "
+                         "tier (kwok on python -m nodetier in front of it); default all three, each count in each "
+                         "(--quick: direct,tier)")
     ap.add_argument("--lease-parallelism", type=int, default=128,
                     help="kwok's nodeLeaseParallelism: renewals in flight at once (default 128, under the server's "
                          "200 mutating requests in flight; kwok's own default 4 caps renewals at 4 / latency, where "
@@ -414,9 +453,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = ap.parse_args(argv)
     p.nodes = [int(x) for x in (p.nodes or ("50" if p.quick else "1000,5000,10000")).split(",")]
     p.window = p.window or (21.0 if p.quick else 60.0)
+    if p.quick and "--configs" not in " ".join(argv or sys.argv):
+        p.configs = "direct,tier"
     p.configs = [c for c in p.configs.split(",") if c]
-    if not p.configs or set(p.configs) - {"direct", "tier"}:
-        ap.error("--configs: direct, tier")
+    if not p.configs or set(p.configs) - {"kube", "direct", "tier"}:
+        ap.error("--configs: kube, direct, tier")
     if p.docs is None and not p.quick:
         p.docs = "docs/nodes.json"
     return p

@@ -34,7 +34,7 @@ EVENT_WINDOW = 60.0      # seconds of the tier's own history kept for its watche
 
 class Forwarder:
     def __init__(self, leases: TierLeases, cp: ControlPlane, *, interval: float = 30.0, qps: float = 500.0,
-                 concurrency: int = 16):
+                 concurrency: int = 64):
         self.leases, self.cp = leases, cp
         self.interval, self.qps = interval, qps
         self._sem = asyncio.Semaphore(concurrency)

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import requests
@@ -120,3 +121,72 @@ def test_etcd_servers_overrides_route_builtin_and_custom_resources(etcd):
             assert "/registry-ov/secrets/default/notrouted" in in_default
         finally:
             srv.stop()
+
+
+def test_an_overrides_etcd_is_compacted_too(etcd):
+    """Every etcd cluster gets a compactor, as upstream runs one per storage endpoint: a Lease etcd taking every
+    renewal would otherwise keep its whole history."""
+    from storage.compact import last_compacted
+    from storage.etcd import EtcdClient
+    with EmbeddedEtcd() as other:
+        srv = start_apiserver(etcd.endpoint, "/registry-ovc", "--etcd-compaction-interval", "1s",
+                              "--etcd-servers-overrides", f"coordination.k8s.io/leases#{other.endpoint}")
+        try:
+            url = f"{srv.base}/apis/coordination.k8s.io/v1/namespaces/default/leases"
+            for i in range(3):
+                assert requests.post(url, json={"metadata": {"name": f"l{i}"}}).status_code == 201
+
+            async def compacted() -> int:
+                c = EtcdClient([other.endpoint])
+                try:
+                    return await last_compacted(c)
+                finally:
+                    await c.close()
+            deadline = time.monotonic() + 10
+            while asyncio.run(compacted()) == 0 and time.monotonic() < deadline:
+                time.sleep(0.3)
+            assert asyncio.run(compacted()) > 0, "the overrides' etcd was never compacted"
+        finally:
+            srv.stop()
+
+
+def test_embedded_lease_etcd_takes_the_leases(etcd, tmp_path):
+    """--embedded-lease-etcd: Leases (node heartbeats) go to a second etcd without fsync on tmpfs, started with the
+    process, its data kept across a restart (named after --state-dir); everything else stays on the main etcd
+    (issue 22 §3)."""
+    import re
+    import shutil
+
+    from storage.etcd import EtcdClient
+    state = str(tmp_path / "state")
+    lease_path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+
+    def start():
+        srv = start_apiserver(etcd.endpoint, "/registry-le", "--embedded-lease-etcd", "--state-dir", state)
+        with open(srv.log_path) as f:
+            m = re.search(r"embedded lease etcd: (\S+) data=(\S+)", f.read())
+        assert m, "no lease etcd line"
+        return srv, m.group(1), m.group(2)
+    srv, lease_url, data_dir = start()
+    try:
+        assert data_dir.startswith("/dev/shm/") or not os.path.isdir("/dev/shm")
+        assert requests.post(f"{srv.base}{lease_path}",
+                             json={"metadata": {"name": "n1"}, "spec": {"holderIdentity": "n1"}}).status_code == 201
+        assert requests.post(f"{srv.base}/api/v1/namespaces/default/configmaps",
+                             json={"metadata": {"name": "c"}}).status_code == 201
+
+        async def keys(endpoint):
+            c = EtcdClient([endpoint])
+            kvs, *_ = await c.range(b"/registry-le/", b"/registry-le0", keys_only=True)
+            await c.close()
+            return {kv.key.decode() for kv in kvs}
+        assert "/registry-le/leases/kube-node-lease/n1" in asyncio.run(keys(lease_url))
+        main = asyncio.run(keys(etcd.endpoint))
+        assert "/registry-le/configmaps/default/c" in main and "/registry-le/leases/kube-node-lease/n1" not in main
+        srv.stop()
+        srv, _, again = start()     # the same state dir: the same lease etcd data, the Lease is still there
+        assert again == data_dir
+        assert requests.get(f"{srv.base}{lease_path}/n1").json()["spec"]["holderIdentity"] == "n1"
+    finally:
+        srv.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)

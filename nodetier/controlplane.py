@@ -102,8 +102,10 @@ class ControlPlane:
 
     async def start(self) -> None:
         def session(with_cert: bool) -> aiohttp.ClientSession:
+            # No pool limit: proxied watches hold their connection for minutes, and the clients' own concurrency
+            # (and the control plane's in-flight limits) bound the rest.
             return aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self.identity.ssl_context(with_cert),
-                                                                        limit=64),
+                                                                        limit=0),
                                          auto_decompress=False, skip_auto_headers=("User-Agent",))
         self.session, self.bare = session(True), session(False)
 

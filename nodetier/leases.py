@@ -1,8 +1,8 @@
 """The absorbed Leases as a storage contract (the one `apiserver.endpoints` write, read and watch through), over
 the tier's in-memory store (`nodetier.memkv`).
 
-A write that changes only the renewal fields (`spec.renewTime`, and the managedFields entry the update itself
-stamps) is absorbed: it is stored here and answered at once, and the forwarder sends the newest renewal to the
+A write that changes only the renewal field (`spec.renewTime`; managedFields, which this server does not
+maintain, are not compared) is absorbed: it is stored here and answered at once, and the forwarder sends the newest renewal to the
 control plane later. Any other change (a new holder, a new duration, labels, owner references) is forwarded
 to the control plane at once, with the control plane's resourceVersion as its precondition, and stored here as
 the control plane answered it. Deletes are forwarded before they are stored.
@@ -221,7 +221,12 @@ class TierLeases(CacheDelegator):
             if e.status != 404:
                 raise e.status_error() from None
         self.states.pop(name, None)
-        return await self.store.delete(key, **kw)
+        try:
+            return await self.store.delete(key, **kw)
+        except serr.StorageError as e:
+            if e.code is not serr.Code.KEY_NOT_FOUND:
+                raise
+            return cur, self.kv.revision    # the control plane's DELETED event was here first (forget)
 
 
 def without_rv(obj: Obj) -> Obj:

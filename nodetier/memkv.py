@@ -58,7 +58,8 @@ class _Watch:
         try:
             if replay:
                 yield replay
-            last = replay[-1].kv.mod_revision if replay else 0
+            # (a start in the future waits for it, as etcd's watch does)
+            last = replay[-1].kv.mod_revision if replay else max(0, self._start - 1)
             while True:
                 item = await self._queue.get()
                 if item is None:

@@ -85,9 +85,22 @@ def test_https_serving(etcd, tmp_path):
         srv.stop()
 
 
+def etcd_keys(endpoint: str, prefix: str) -> set[str]:
+    """The keys under `prefix` in the etcd at `endpoint`."""
+    from storage.etcd import EtcdClient, prefix_end
+
+    async def keys() -> set[str]:
+        c = EtcdClient([endpoint])
+        try:
+            kvs, *_ = await c.range(prefix.encode(), prefix_end(prefix.encode()), keys_only=True)
+            return {kv.key.decode() for kv in kvs}
+        finally:
+            await c.close()
+    return asyncio.run(keys())
+
+
 def test_etcd_servers_overrides_route_builtin_and_custom_resources(etcd):
     """configmaps and a custom resource go to a second etcd; everything else to the default one."""
-    from storage.etcd import EtcdClient
     with EmbeddedEtcd() as other:
         group = "ov.example.com"
         overrides = f"/configmaps#{other.endpoint},{group}/things#{other.endpoint}"
@@ -107,14 +120,8 @@ def test_etcd_servers_overrides_route_builtin_and_custom_resources(etcd):
             assert s.post(f"{base}/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd).status_code == 201
             assert s.post(f"{base}/apis/{group}/v1/namespaces/default/things",
                           json={"metadata": {"name": "t"}}).status_code == 201
-
-            async def keys(endpoint):
-                c = EtcdClient([endpoint])
-                kvs, *_ = await c.range(b"/registry-ov/", b"/registry-ov0", keys_only=True)
-                await c.close()
-                return {kv.key.decode() for kv in kvs}
-            in_other = asyncio.run(keys(other.endpoint))
-            in_default = asyncio.run(keys(etcd.endpoint))
+            in_other = etcd_keys(other.endpoint, "/registry-ov/")
+            in_default = etcd_keys(etcd.endpoint, "/registry-ov/")
             assert "/registry-ov/configmaps/default/routed" in in_other
             assert f"/registry-ov/{group}/things/default/t" in in_other
             assert "/registry-ov/configmaps/default/routed" not in in_default
@@ -157,7 +164,6 @@ def test_embedded_lease_etcd_takes_the_leases(etcd, tmp_path):
     import re
     import shutil
 
-    from storage.etcd import EtcdClient
     state = str(tmp_path / "state")
     lease_path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 
@@ -174,14 +180,8 @@ def test_embedded_lease_etcd_takes_the_leases(etcd, tmp_path):
                              json={"metadata": {"name": "n1"}, "spec": {"holderIdentity": "n1"}}).status_code == 201
         assert requests.post(f"{srv.base}/api/v1/namespaces/default/configmaps",
                              json={"metadata": {"name": "c"}}).status_code == 201
-
-        async def keys(endpoint):
-            c = EtcdClient([endpoint])
-            kvs, *_ = await c.range(b"/registry-le/", b"/registry-le0", keys_only=True)
-            await c.close()
-            return {kv.key.decode() for kv in kvs}
-        assert "/registry-le/leases/kube-node-lease/n1" in asyncio.run(keys(lease_url))
-        main = asyncio.run(keys(etcd.endpoint))
+        assert "/registry-le/leases/kube-node-lease/n1" in etcd_keys(lease_url, "/registry-le/")
+        main = etcd_keys(etcd.endpoint, "/registry-le/")
         assert "/registry-le/configmaps/default/c" in main and "/registry-le/leases/kube-node-lease/n1" not in main
         srv.stop()
         srv, _, again = start()     # the same state dir: the same lease etcd data, the Lease is still there

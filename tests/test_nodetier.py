@@ -343,3 +343,16 @@ def test_a_node_may_write_only_its_own_lease(control_plane, tmp_path):
         got = dev.get(f"{LEASES}/node-b").json()
         assert got["metadata"]["resourceVersion"] == Api(control_plane.base).get(
             f"{LEASES}/node-b").json()["metadata"]["resourceVersion"]
+
+
+async def test_memkv_watch_from_a_future_revision_waits_for_it():
+    kv = MemoryKV(start_revision=10)
+    w = kv.watch(b"/p/", 13)
+    it = w.__aiter__()
+    nxt = asyncio.ensure_future(it.__anext__())
+    await kv.create(b"/p/a", b"11")
+    await kv.create(b"/p/b", b"12")
+    await kv.create(b"/p/c", b"13")
+    got = await asyncio.wait_for(nxt, 1)
+    assert [e.kv.value for e in got] == [b"13"]
+    w.close()

@@ -356,3 +356,28 @@ async def test_memkv_watch_from_a_future_revision_waits_for_it():
     got = await asyncio.wait_for(nxt, 1)
     assert [e.kv.value for e in got] == [b"13"]
     w.close()
+
+
+def test_a_killed_tier_restarted_forwards_at_once_and_its_clients_recover_with_one_409(control_plane):
+    """SIGKILL loses the renewals the tier had not forwarded (at most one forward interval of each Lease). A new
+    tier loads the control plane's copies; a client holding a version of the old tier gets a 409 (its next GET
+    gives the new tier's), and its next renewal goes to the control plane at once, because the control plane's
+    copy is already older than the interval."""
+    cp = Api(control_plane.base)
+    t1 = NodeTierProcess(control_plane.base, "--forward-interval", "4").start().wait_ready()
+    a = Api(t1.base)
+    made = create(a, "killed-1", duration=8)   # renewed every 2 s
+    out = renew(a, made, offset=0.5)
+    t1.popen.kill()
+    t1.popen.wait()
+    t1.stop()
+    assert cp.get(f"{LEASES}/killed-1").json()["spec"]["renewTime"] != out["spec"]["renewTime"]   # lost
+    time.sleep(4)                   # the control plane's copy is now older than the interval
+    with NodeTierProcess(control_plane.base, "--forward-interval", "4") as t2:
+        b = Api(t2.base)
+        r = b.put(f"{LEASES}/killed-1", {**out, "spec": {**out["spec"], "renewTime": now_micro(1)}})
+        assert r.status_code == 409, r.text
+        fresh = b.get(f"{LEASES}/killed-1").json()
+        again = renew(b, fresh, offset=1)
+        assert wait_until(lambda: cp.get(f"{LEASES}/killed-1").json()["spec"]["renewTime"]
+                          == again["spec"]["renewTime"], 2), "not forwarded at once"

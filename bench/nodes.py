@@ -247,11 +247,16 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
     apiserver) or "tier" (on a node tier, `python -m nodetier` with its defaults, in front of this apiserver)."""
     etcd_ep = etcd.endpoint
     prefix = f"/registry-nodes-{os.getpid()}-{config}-{n}"
-    kwok = tier = None
+    kwok = tier = lease_db = None
     if config == "kube":
         srv = KubeTarget(KubeApiserver(etcd_ep, prefix=prefix, protobuf=True, sharding_gate=False))
     else:
-        srv = Apiserver(etcd_ep, etcd_prefix=prefix, name=f"nodes-{n}", log_name=f"bench-nodes-{n}").start()
+        extra: tuple[str, ...] = ()
+        if config == "lease-etcd":   # what --embedded-lease-etcd starts: no fsync, tmpfs, compacted every minute
+            from storage.embedded import lease_etcd
+            lease_db = lease_etcd(etcd.binary)
+            extra = ("--etcd-servers-overrides", f"coordination.k8s.io/leases#{lease_db.endpoint}")
+        srv = Apiserver(etcd_ep, *extra, etcd_prefix=prefix, name=f"nodes-{n}", log_name=f"bench-nodes-{n}").start()
     conn = aiohttp.TCPConnector(limit=64, ssl=srv.ssl if config == "kube" else False)
     try:
         if config == "kube":
@@ -290,6 +295,8 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
             m0, c0 = await metrics(s, front), await metrics(s, srv.base)
             cpu0, kcpu0, ecpu0 = srv.cpu_s(), proc_cpu_s(kwok.pid), proc_cpu_s(etcd._proc.pid)
             tcpu0 = proc_cpu_s(tier.pid) if tier else 0.0
+            lcpu0 = proc_cpu_s(lease_db._proc.pid) if lease_db else 0.0
+            lrev0 = await etcd_rev(lease_db.endpoint) if lease_db else 0
             rev0 = await etcd_rev(etcd_ep)
             t0 = time.perf_counter()
             stop = asyncio.Event()
@@ -300,6 +307,8 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
             el = time.perf_counter() - t0
             cpu1, kcpu1, ecpu1 = srv.cpu_s(), proc_cpu_s(kwok.pid), proc_cpu_s(etcd._proc.pid)
             tcpu1 = proc_cpu_s(tier.pid) if tier else 0.0
+            lcpu1 = proc_cpu_s(lease_db._proc.pid) if lease_db else 0.0
+            lrev1 = await etcd_rev(lease_db.endpoint) if lease_db else 0
             rev1 = await etcd_rev(etcd_ep)
             m1, c1 = await metrics(s, front), await metrics(s, srv.base)
             if config == "kube":   # its watch cache's revision (apiserver_watch_cache_resource_version)
@@ -320,6 +329,8 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
         if tier is not None:
             tier.stop()
         srv.stop()
+        if lease_db is not None:
+            lease_db.stop()
     writes = sum(delta_sum(m0, m1, "apiserver_request_total", verb=v) for v in WRITE_VERBS)
     probe_n = len(lat)
     # Renewals absorbed: the PUTs answered 200 (a 409 is a renewal that did not happen: kwok retries it later).
@@ -345,16 +356,19 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
         "apiserver_cpu_cores": cores, "apiserver_cpu_cores_per_1000_nodes": cores / (n / 1000.0),
         "tier_cpu_cores": (tcpu1 - tcpu0) / el if tier else None,
         "etcd_cpu_cores": (ecpu1 - ecpu0) / el,
+        "lease_etcd_cpu_cores": (lcpu1 - lcpu0) / el if lease_db else None,
+        "lease_etcd_writes_per_s": (lrev1 - lrev0) / el if lease_db else None,
         "control_plane_writes_per_s": cp_writes / el, "control_plane_lease_puts_per_s": cp_lease_puts / el,
         "control_plane_writes_per_renewal": cp_lease_puts / lease_puts if lease_puts else None,
-        "control_plane_cpu_s_per_renewal": ((cpu1 - cpu0) + (ecpu1 - ecpu0)) / lease_puts if lease_puts else None,
+        "control_plane_cpu_s_per_renewal": ((cpu1 - cpu0) + (ecpu1 - ecpu0) + (lcpu1 - lcpu0)) / lease_puts
+        if lease_puts else None,
         "kwok_cpu_cores": (kcpu1 - kcpu0) / el, "etcd_writes_per_s": (rev1 - rev0) / el,
         "lease_put_p50_server_s": histogram_quantile(m0, m1, 0.50, verb="PUT", resource="leases"),
         "lease_put_p99_server_s": p99_server,
         "lease_put_p50_probe_s": quantile(lat, 0.50), "lease_put_p99_probe_s": p99_probe,
         "lease_put_max_probe_s": max(lat) if lat else None, "probe_renewals": probe_n,
         "apiserver_rss_mib": rss, "tier_rss_mib": tier_rss,
-        "lease_cache_lag_revisions": max(0, rev1 - cache_rv), **{f"leases_{k}": v for k, v in stale.items()},
+        "lease_cache_lag_revisions": max(0, (lrev1 if lease_db else rev1) - cache_rv), **{f"leases_{k}": v for k, v in stale.items()},
         "loadavg_after": list(os.getloadavg()),
     }
     out["sustained"] = bool(p99_server is not None and p99_server < 1.0 and p99_probe is not None
@@ -363,6 +377,8 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
         f"{renew_rate:.0f}/s of {expected:.0f}/s expected), apiserver {cores:.2f} cores "
         f"({out['apiserver_cpu_cores_per_1000_nodes']:.3f} per 1k nodes)"
         + (f", tier {out['tier_cpu_cores']:.2f} cores" if tier else "")
+        + (f", lease etcd {out['lease_etcd_writes_per_s']:.0f} writes/s ({out['lease_etcd_cpu_cores']:.2f} cores)"
+           if lease_db else "")
         + f", etcd {out['etcd_writes_per_s']:.0f} writes/s ({out['etcd_cpu_cores']:.2f} cores), control-plane "
         f"Lease writes {out['control_plane_lease_puts_per_s']:.0f}/s, p99 renewal {fmt_s(p99_server)} server / "
         f"{fmt_s(p99_probe)} probe, expired leases {stale['expired']}: "
@@ -440,8 +456,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--max-nodes", type=int, default=40_000)
     ap.add_argument("--configs", default="kube,direct,tier",
                     help="comma-separated: kube (kwok on kube-apiserver v1.37.2), direct (kwok on this apiserver), "
-                         "tier (kwok on python -m nodetier in front of it); default all three, each count in each "
-                         "(--quick: direct,tier)")
+                         "tier (kwok on python -m nodetier in front of it), lease-etcd (direct, Leases on a no-fsync "
+                         "tmpfs etcd of their own, as --embedded-lease-etcd); default kube,direct,tier, each count "
+                         "in each (--quick: direct,tier)")
     ap.add_argument("--lease-parallelism", type=int, default=128,
                     help="kwok's nodeLeaseParallelism: renewals in flight at once (default 128, under the server's "
                          "200 mutating requests in flight; kwok's own default 4 caps renewals at 4 / latency, where "
@@ -456,8 +473,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     if p.quick and "--configs" not in " ".join(argv or sys.argv):
         p.configs = "direct,tier"
     p.configs = [c for c in p.configs.split(",") if c]
-    if not p.configs or set(p.configs) - {"kube", "direct", "tier"}:
-        ap.error("--configs: kube, direct, tier")
+    if not p.configs or set(p.configs) - {"kube", "direct", "tier", "lease-etcd"}:
+        ap.error("--configs: kube, direct, tier, lease-etcd")
     if p.docs is None and not p.quick:
         p.docs = "docs/nodes.json"
     return p

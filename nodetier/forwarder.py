@@ -43,9 +43,7 @@ class Forwarder:
         self._tasks: list[asyncio.Task] = []
         self._forwards: set[asyncio.Task] = set()
         self.loaded = asyncio.Event()
-        self.watching = False
         self.forwards = self.forward_errors = self.conflicts = 0
-        self._cp_rv = 0
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._sync_forever()), asyncio.create_task(self._forward_forever()),
@@ -81,7 +79,6 @@ class Forwarder:
             try:
                 if not rv:
                     rv = await self.load()
-                self.watching = True
                 async for ev in self.cp.watch_leases(rv):
                     rv = await self._apply(ev, rv)
             except ControlPlaneError as e:
@@ -89,8 +86,6 @@ class Forwarder:
                 await asyncio.sleep(1.0)
             except _Expired:
                 rv = 0
-            finally:
-                self.watching = False
 
     async def _apply(self, ev: dict, rv: int) -> int:
         typ, obj = ev.get("type"), ev.get("object") or {}

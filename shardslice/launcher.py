@@ -1,9 +1,10 @@
 """A whole local slice in one command:
 
     python -m shardslice up --shards K [--port P] [--state-dir DIR] [--etcd-servers URL] [--no-front]
-                            [--no-controllers]
+                            [--no-controllers] [--embedded-lease-etcd]
 
-starts etcd (embedded, the newest binary `storage.embedded.find_etcd` finds; or `--etcd-servers`), K
+starts etcd (embedded, the newest binary `storage.embedded.find_etcd` finds; or `--etcd-servers`; with
+`--embedded-lease-etcd` a second one for Leases, no fsync, on tmpfs, every apiserver routed to it), K
 resident shards (`python -m apiserver --residency <range i of K>`, complementary ranges of the UID hash),
 the front over them on `--port` (`python -m apiserver --front --shards URL,...`; without the front package
 the slice runs without it and the shards are the entry points), the Widget CRD, and K controllers
@@ -145,7 +146,8 @@ class Slice:
     def __init__(self, k: int, *, port: int = 0, etcd_servers: str | None = None, state_dir: str | None = None,
                  etcd_prefix: str = "/registry", front: bool = True, controllers: bool = True,
                  shard_args: tuple[str, ...] = (), front_args: tuple[str, ...] = (),
-                 env: dict[str, str] | None = None, log_dir: str | None = None, workers: int = 4):
+                 env: dict[str, str] | None = None, log_dir: str | None = None, workers: int = 4,
+                 lease_etcd: bool = False):
         if k < 1:
             raise ValueError("--shards must be at least 1")
         self.k = k
@@ -162,6 +164,8 @@ class Slice:
         self.workers = workers
         self.selectors = complementary(k)
         self.etcd: EmbeddedEtcd | None = None
+        self.want_lease_etcd = lease_etcd   # Leases on an etcd of their own (as apiserver --embedded-lease-etcd)
+        self.lease_etcd: EmbeddedEtcd | None = None
         self.shards: list[Proc] = []
         self.front: Proc | None = None
         self.controllers: list[Proc] = []
@@ -190,6 +194,8 @@ class Slice:
         state = os.path.join(self.state_dir or self._tmp_state, name)
         argv = [sys.executable, "-m", "apiserver", "--etcd-servers", self.etcd_endpoint,
                 "--etcd-prefix", self.etcd_prefix, "--port", str(port), "--state-dir", state, *args]
+        if self.lease_etcd is not None:
+            argv += ["--etcd-servers-overrides", f"coordination.k8s.io/leases#{self.lease_etcd.endpoint}"]
         return Proc(name, argv, port, "/readyz", self.log_dir, self.env, selector)
 
     # --- start and stop -----------------------------------------------------------------------------
@@ -209,6 +215,10 @@ class Slice:
                 self.etcd = EmbeddedEtcd(data_dir=os.path.join(self.state_dir, "etcd") if self.state_dir else None,
                                          log_path=os.path.join(self.log_dir, "etcd.log"),
                                          client_port=port(), peer_port=port()).start()
+            if self.want_lease_etcd:
+                from storage.embedded import lease_etcd
+                self.lease_etcd = lease_etcd(state_dir=os.path.join(self.state_dir, "lease-etcd")
+                                             if self.state_dir else None)
             self.shards = [self._apiserver(f"shard-{i}", port(), "--residency", str(sel), *self.shard_args,
                                            selector=sel)
                            for i, sel in enumerate(self.selectors)]
@@ -261,9 +271,10 @@ class Slice:
                 p.terminate()
             for p in tier:
                 p.stop()
-        if self.etcd:
-            self.etcd.stop()
-            self.etcd = None
+        for e in (self.lease_etcd, self.etcd):
+            if e is not None:
+                e.stop()
+        self.etcd = self.lease_etcd = None
         if self._tmp_state:
             shutil.rmtree(self._tmp_state, ignore_errors=True)
             self._tmp_state = None
@@ -285,12 +296,15 @@ def up(argv: list[str] | None = None) -> int:
     p.add_argument("--etcd-servers", default=None, help="an existing etcd instead of the embedded one")
     p.add_argument("--no-front", action="store_true")
     p.add_argument("--no-controllers", action="store_true")
+    p.add_argument("--embedded-lease-etcd", action="store_true",
+                   help="Leases (node heartbeats, leader election) on a second etcd: no fsync, data on tmpfs")
     a = p.parse_args(argv)
     tmp = None if a.state_dir else tempfile.mkdtemp(prefix="slice-")
     state = a.state_dir or tmp
     os.makedirs(os.path.join(state, "logs"), exist_ok=True)
     sl = Slice(a.shards, port=a.port, etcd_servers=a.etcd_servers, state_dir=state, front=not a.no_front,
-               controllers=not a.no_controllers, log_dir=os.path.join(state, "logs"))
+               controllers=not a.no_controllers, log_dir=os.path.join(state, "logs"),
+               lease_etcd=a.embedded_lease_etcd)
     stop = []
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, lambda *_: stop.append(1))
@@ -300,7 +314,8 @@ def up(argv: list[str] | None = None) -> int:
         cfg = os.path.join(state, "kubeconfig")
         with open(cfg, "w") as f:
             f.write(kubeconfig(sl.server))
-        print(f"slice of {a.shards} shard(s) on etcd {sl.etcd_endpoint} (logs in {sl.log_dir})")
+        print(f"slice of {a.shards} shard(s) on etcd {sl.etcd_endpoint} (logs in {sl.log_dir})"
+              + (f"; Leases on {sl.lease_etcd.endpoint} (no fsync, tmpfs)" if sl.lease_etcd else ""))
         for sh in sl.shards:
             print(f"  shard      {sh.base}  pid {sh.pid}  {sh.selector}")
         for c in sl.controllers:

@@ -4,6 +4,7 @@ benchmark's smoke form (bench/slice.py --quick)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import random
 import re
@@ -211,8 +212,9 @@ def test_list_and_watch_fallback_without_watch_list(current_etcd):
 def test_launcher_up_starts_and_stops(tmp_path):
     """`python -m shardslice up --shards 2`: prints the entry point and a kubeconfig, the slice answers and
     reconciles; SIGINT (Ctrl-C) stops every process it started and exits 0. On the newest etcd found (the
-    suite's current build)."""
-    _launcher_up(tmp_path, "newest")
+    suite's current build), with `--embedded-lease-etcd`: a Lease written through the front is on the Lease
+    etcd, not the main one (issue 22 §3)."""
+    _launcher_up(tmp_path, "newest", lease_etcd=True)
 
 
 def test_launcher_up_on_the_wheels_etcd(tmp_path):
@@ -222,14 +224,14 @@ def test_launcher_up_on_the_wheels_etcd(tmp_path):
     _launcher_up(tmp_path, "distro")
 
 
-def _launcher_up(tmp_path, etcd: str) -> None:
+def _launcher_up(tmp_path, etcd: str, lease_etcd: bool = False) -> None:
     ready_binaries("etcd")   # "newest" is the current build: built (or waited for) before the time limit
     state = tmp_path / "state"
     env = dict(os.environ)
     if etcd == "distro":
         env["ETCD_BIN"] = distro_etcd_binary()
     p = subprocess.Popen([sys.executable, "-m", "shardslice", "up", "--shards", "2", "--port", str(free_port()),
-                          "--state-dir", str(state)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          "--state-dir", str(state), *(["--embedded-lease-etcd"] if lease_etcd else [])], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True, env=env)
     out = []
     try:
@@ -261,6 +263,16 @@ def _launcher_up(tmp_path, etcd: str) -> None:
                        20, "the widget reconciled")
         assert got["status"]["square"] == 49
         assert parse_shard_selector(text.split("shard      ")[1].split("  ")[2].strip()) is not None
+        if lease_etcd:
+            lease_url = re.search(r"Leases on (\S+) \(no fsync", text).group(1)
+            r = api.post("/apis/coordination.k8s.io/v1/namespaces/default/leases", {"metadata": {"name": "up"}})
+            assert r.status_code == 201, r.text
+
+            def keys(url: str) -> list[str]:
+                r = Api(url).req("POST", "/v3/kv/range", json={"key": "Lw==", "range_end": "MA==", "keys_only": True})
+                return [base64.b64decode(kv["key"]).decode() for kv in r.json().get("kvs", [])]
+            assert any(k.endswith("/leases/default/up") for k in keys(lease_url))
+            assert not any(k.endswith("/leases/default/up") for k in keys(etcd_url))
         p.send_signal(signal.SIGINT)
         rest, _ = p.communicate(timeout=40)
         assert p.returncode == 0, text + rest

@@ -166,6 +166,7 @@ class Slice:
         self.etcd: EmbeddedEtcd | None = None
         self.want_lease_etcd = lease_etcd   # Leases on an etcd of their own (as apiserver --embedded-lease-etcd)
         self.lease_etcd: EmbeddedEtcd | None = None
+        self.lease_etcd_dir: str | None = None   # on tmpfs; kept with a state dir (removed by `up` with its own)
         self.shards: list[Proc] = []
         self.front: Proc | None = None
         self.controllers: list[Proc] = []
@@ -219,6 +220,7 @@ class Slice:
                 from storage.embedded import lease_etcd
                 self.lease_etcd = lease_etcd(state_dir=os.path.join(self.state_dir, "lease-etcd")
                                              if self.state_dir else None)
+                self.lease_etcd_dir = self.lease_etcd.data_dir
             self.shards = [self._apiserver(f"shard-{i}", port(), "--residency", str(sel), *self.shard_args,
                                            selector=sel)
                            for i, sel in enumerate(self.selectors)]
@@ -315,7 +317,8 @@ def up(argv: list[str] | None = None) -> int:
         with open(cfg, "w") as f:
             f.write(kubeconfig(sl.server))
         print(f"slice of {a.shards} shard(s) on etcd {sl.etcd_endpoint} (logs in {sl.log_dir})"
-              + (f"; Leases on {sl.lease_etcd.endpoint} (no fsync, tmpfs)" if sl.lease_etcd else ""))
+              + (f"; Leases on {sl.lease_etcd.endpoint} (no fsync, tmpfs: {sl.lease_etcd_dir})" if sl.lease_etcd
+                 else ""))
         for sh in sl.shards:
             print(f"  shard      {sh.base}  pid {sh.pid}  {sh.selector}")
         for c in sl.controllers:
@@ -337,5 +340,7 @@ def up(argv: list[str] | None = None) -> int:
         sl.stop()
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+            if sl.lease_etcd_dir:
+                shutil.rmtree(sl.lease_etcd_dir, ignore_errors=True)
         print("slice stopped", flush=True)
     return status

@@ -8,6 +8,7 @@ import base64
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -264,7 +265,7 @@ def _launcher_up(tmp_path, etcd: str, lease_etcd: bool = False) -> None:
         assert got["status"]["square"] == 49
         assert parse_shard_selector(text.split("shard      ")[1].split("  ")[2].strip()) is not None
         if lease_etcd:
-            lease_url = re.search(r"Leases on (\S+) \(no fsync", text).group(1)
+            lease_url = re.search(r"Leases on (\S+) \(no fsync, tmpfs: \S+\)", text).group(1)
             r = api.post("/apis/coordination.k8s.io/v1/namespaces/default/leases", {"metadata": {"name": "up"}})
             assert r.status_code == 201, r.text
 
@@ -284,6 +285,9 @@ def _launcher_up(tmp_path, etcd: str, lease_etcd: bool = False) -> None:
             p.kill()
             p.wait()
         p.stdout.close()   # on a failure too: else the next test fails on the unclosed pipe's ResourceWarning
+        if lease_etcd:     # kept on tmpfs with a --state-dir (a later `up` on it would find its Leases)
+            for d in re.findall(r"tmpfs: (\S+)\)", "".join(out)):
+                shutil.rmtree(d, ignore_errors=True)
 
 
 def test_bench_slice_quick(tmp_path):

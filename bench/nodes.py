@@ -1,4 +1,9 @@
-"""Node heartbeats from kwok's simulated nodes (issue 13 §2): what one apiserver process absorbs.
+"""Node heartbeats from kwok's simulated nodes (issue 13 §2, issue 22 §5): what a control plane absorbs, side by
+side. Each count N runs in each of `--configs`: `kube` (kube-apiserver v1.37.2, kwok over TLS), `direct` (this
+apiserver), `tier` (this apiserver behind `python -m nodetier` at its defaults: kwok and the probe talk to the
+tier), `lease-etcd` (direct, with Leases on a no-fsync tmpfs etcd of their own, as `--embedded-lease-etcd`).
+Per configuration it also reports the tier's and each etcd's CPU, and the control plane's Lease writes per
+renewal absorbed.
 
 For each node count N: a fresh apiserver (watch cache on, default flags) over a current etcd (fresh key
 prefix), kwok v0.8.0 (tools/build_kwok.py) with upstream's stages (tools/kwok/) and 40 s node leases
@@ -27,7 +32,7 @@ rounds, hence the margin) and no Lease expired. The largest sustained N is state
 list until one is not sustained, up to --max-nodes).
 
     .venv/bin/python -m bench.nodes [--quick] [--nodes 1000,5000,10000] [--window 60] [--search]
-                                    [--out bench/out/nodes.json] [--docs docs/nodes.json]
+                                    [--configs kube,direct,tier] [--out bench/out/nodes.json] [--docs docs/nodes.json]
 
 Progress on stderr, the table on stdout, every figure with the machine's load average to --out, and a copy
 to --docs (the committed figures). The machine has 2 cores, shared by etcd, the apiserver, kwok and this

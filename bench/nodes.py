@@ -516,7 +516,8 @@ def main(argv=None) -> int:
     verdict = {c: largest_sustained([r for r in runs if r["config"] == c]) for c in p.configs}
     doc = {"benchmark": "nodes", "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "params": {k: v for k, v in vars(p).items() if k not in ("out", "docs")},
-           "measured": "one apiserver process (watch cache on) over a current etcd, kwok v0.8.0 with upstream's "
+           "measured": "per configuration (kube, direct, tier, lease-etcd: see the module docstring) one server "
+                       "(watch cache on) over a current etcd, kwok v0.8.0 with upstream's "
                        "stages and 40 s node leases, a probe renewing its own Lease 5/s; all on this machine; "
                        "writes and latencies from the apiserver's request metrics, CPU from /proc, etcd writes "
                        "from its revision",

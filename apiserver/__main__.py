@@ -301,14 +301,29 @@ def old_etcd_warning(binary) -> str | None:
 
 
 async def _serve(server, a) -> None:
-    from .filters import PROTOCOL_LIMITS, install_protocol_limits
     # Signal handlers before anything is served: a SIGTERM right after /readyz answers (or after the ready
     # line) must be a clean shutdown, not the default action killing the process (-15).
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    runner = web.AppRunner(server.app(), handle_signals=False, access_log=None, **PROTOCOL_LIMITS)
+    runner, urls = await start_sites(server.app(), a)
+    print(f"apiserver ready: {' '.join(urls)} etcd={','.join(server.config.etcd_servers)} "
+          f"etcd_version={server.etcd_version}", file=sys.stderr)
+    print(f"point kubectl at it:  kubectl --server {urls[0]} get configmaps -A", file=sys.stderr, flush=True)
+    await stop.wait()
+    print("shutting down", file=sys.stderr, flush=True)
+    # A shutdown that hangs says where: every thread's stack on stderr after SHUTDOWN_DUMP_AFTER s (the process
+    # goes on; whoever sent SIGTERM decides when to kill). Disarmed once the event loop has closed (main).
+    faulthandler.dump_traceback_later(SHUTDOWN_DUMP_AFTER, exit=False)
+    await runner.cleanup()
+
+
+async def start_sites(app: web.Application, a) -> tuple[web.AppRunner, list[str]]:
+    """Serve `app` on `--port` (plain HTTP) and `--secure-port` (HTTPS) of `--bind-address`: the runner and
+    the URLs. Also the node tier's (nodetier/__main__.py), which takes the same flags."""
+    from .filters import PROTOCOL_LIMITS, install_protocol_limits
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, **PROTOCOL_LIMITS)
     await runner.setup()
     install_protocol_limits(runner)  # 431 for a request line or headers over the limits
     urls = []
@@ -327,15 +342,7 @@ async def _serve(server, a) -> None:
         ctx.load_cert_chain(a.tls_cert_file, a.tls_private_key_file)
         await _listen(web.TCPSite(runner, a.bind_address, a.secure_port, ssl_context=ctx, shutdown_timeout=1), runner)
         urls.append(f"https://{_host(a.bind_address)}:{a.secure_port}")
-    print(f"apiserver ready: {' '.join(urls)} etcd={','.join(server.config.etcd_servers)} "
-          f"etcd_version={server.etcd_version}", file=sys.stderr)
-    print(f"point kubectl at it:  kubectl --server {urls[0]} get configmaps -A", file=sys.stderr, flush=True)
-    await stop.wait()
-    print("shutting down", file=sys.stderr, flush=True)
-    # A shutdown that hangs says where: every thread's stack on stderr after SHUTDOWN_DUMP_AFTER s (the process
-    # goes on; whoever sent SIGTERM decides when to kill). Disarmed once the event loop has closed (main).
-    faulthandler.dump_traceback_later(SHUTDOWN_DUMP_AFTER, exit=False)
-    await runner.cleanup()
+    return runner, urls
 
 
 class ListenError(SystemExit):

@@ -9,13 +9,9 @@ import asyncio
 import faulthandler
 import logging
 import signal
-import ssl
 import sys
 
-from aiohttp import web
-
-from apiserver.__main__ import SHUTDOWN_DUMP_AFTER, _address, _bool, _duration, _host, _listen, _port
-from apiserver.filters import PROTOCOL_LIMITS, install_protocol_limits
+from apiserver.__main__ import SHUTDOWN_DUMP_AFTER, _address, _bool, _duration, _port, start_sites
 
 from .controlplane import Identity
 from .server import NodeTier
@@ -81,21 +77,7 @@ async def _serve(tier: NodeTier, a) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    runner = web.AppRunner(tier.app(), handle_signals=False, access_log=None, **PROTOCOL_LIMITS)
-    await runner.setup()
-    install_protocol_limits(runner)
-    urls = []
-    if a.port:
-        await _listen(web.TCPSite(runner, a.bind_address, a.port, shutdown_timeout=1), runner)
-        urls.append(f"http://{_host(a.bind_address)}:{a.port}")
-    if a.secure_port:
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        if a.client_ca_file:
-            ctx.load_verify_locations(cafile=a.client_ca_file)
-            ctx.verify_mode = ssl.CERT_OPTIONAL
-        ctx.load_cert_chain(a.tls_cert_file, a.tls_private_key_file)
-        await _listen(web.TCPSite(runner, a.bind_address, a.secure_port, ssl_context=ctx, shutdown_timeout=1), runner)
-        urls.append(f"https://{_host(a.bind_address)}:{a.secure_port}")
+    runner, urls = await start_sites(tier.app(), a)
     print(f"nodetier ready: {' '.join(urls)} control-plane={a.identity.server} "
           f"forward-interval={a.forward_interval:g}s", file=sys.stderr, flush=True)
     await stop.wait()

@@ -43,7 +43,6 @@ class Forwarder:
         self._tasks: list[asyncio.Task] = []
         self._forwards: set[asyncio.Task] = set()
         self.loaded = asyncio.Event()
-        self.forwards = self.forward_errors = self.conflicts = 0
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._sync_forever()), asyncio.create_task(self._forward_forever()),
@@ -177,15 +176,12 @@ class Forwarder:
                 cp_obj = await self.cp.call("PUT", self.cp.lease_path(name), for_control_plane(obj, st.cp_rv),
                                             user_agent=st.user_agent)
             self.leases.note_control_plane(name, cp_obj)
-            self.forwards += 1
             metrics.forwards.labels("renewal", "ok").inc()
             self._retry_at.pop(name, None)
             return True
         except ControlPlaneError as e:
-            self.forward_errors += 1
             metrics.forwards.labels("renewal", str(e.status or "unreachable")).inc()
             if e.status == 409:
-                self.conflicts += 1
                 try:
                     await self.leases.adopt(name, await self.cp.call("GET", self.cp.lease_path(name)))
                 except ControlPlaneError as e2:

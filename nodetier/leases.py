@@ -85,7 +85,7 @@ class LeaseState:
 
     @classmethod
     def of(cls, cp_obj: Obj) -> "LeaseState":
-        renew = micro_time((cp_obj.get("spec") or {}).get("renewTime")) or 0.0
+        renew = renew_time(cp_obj)
         st = cls(int(cp_obj["metadata"]["resourceVersion"]), renew, renew)
         st.set_period(cp_obj)
         return st
@@ -110,7 +110,6 @@ class TierLeases(CacheDelegator):
         self.kv, self.cp, self.prefix = kv, cp, prefix
         self.states: dict[str, LeaseState] = {}
         self.on_renewal = on_renewal
-        self.absorbed = 0
 
     def name_of(self, key: str) -> str:
         return key[len(self.prefix):]
@@ -130,7 +129,6 @@ class TierLeases(CacheDelegator):
                 st.tier_renew = renew_time(out)
                 st.user_agent = REQUEST_USER_AGENT.get()
                 st.set_period(out)
-                self.absorbed += 1
                 self.on_renewal(name)
             return out, now
         # Any other change: the control plane first, with its own resourceVersion as the precondition.

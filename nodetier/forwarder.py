@@ -20,6 +20,8 @@ import logging
 import time
 from collections import deque
 
+from machinery.aio import wait_event
+
 from . import metrics
 from .controlplane import ControlPlane, ControlPlaneError
 from .leases import LeaseState, TierLeases, for_control_plane, renew_time, without_renewal
@@ -141,11 +143,7 @@ class Forwarder:
         await self.loaded.wait()
         budget, last = 0.0, time.monotonic()
         while True:
-            try:
-                async with asyncio.timeout(TICK):
-                    await self._wake.wait()
-            except TimeoutError:
-                pass
+            await wait_event(self._wake, TICK)
             self._wake.clear()
             mono = time.monotonic()
             budget = min(self.qps, budget + (mono - last) * self.qps)   # a token bucket of one second

@@ -151,7 +151,9 @@ def test_vs_upstream_fanout_throughput_restart_quick(tmp_path):
         for side in ("ours", "kube"):
             r = row[side]
             assert r["deliveries"] == r["deliveries_expected"] > 0 and r["incomplete_watchers"] == 0, (name, side, r)
-            assert _positive(r["deliveries_per_s"]) and _positive(r["latency_p99_ms"]), (name, side, r)
+            # ack-to-delivery may be negative (the watched server can beat the writer's ack stamp); send-to-delivery not
+            assert _positive(r["deliveries_per_s"]) and _positive(r["sent_latency_p99_ms"]), (name, side, r)
+            assert isinstance(r["latency_p99_ms"], float) and r["latency_p99_ms"] <= r["sent_latency_p99_ms"], r
         assert _positive(row["deliveries_ratio"]), row
     assert set(doc["throughput"]) == {"create", "update", "get"}
     for verb, row in doc["throughput"].items():

@@ -151,9 +151,11 @@ async def count_ready(s, base: str) -> tuple[int, int]:
 
 
 async def lease_staleness(s, base: str) -> dict:
-    """Leases by renewTime age: older than the lease duration (expired) and than two renew intervals."""
+    """Leases by renewTime age: older than the lease duration (expired) and than two renew intervals; the
+    oldest age and the p99 (seconds, of the Leases that have a renewTime)."""
     now = time.time()
     expired = late = total = 0
+    ages = []
     for it in await items(s, base + LEASES, "leases"):
         if it["metadata"]["name"] == "bench-probe":
             continue
@@ -163,7 +165,11 @@ async def lease_staleness(s, base: str) -> dict:
             tzinfo=datetime.timezone.utc).timestamp() if rt else float("inf")
         expired += age > LEASE_SECONDS
         late += age > 2 * RENEW_SECONDS
-    return {"leases": total, "expired": expired, "late": late}
+        if rt:
+            ages.append(age)
+    ages.sort()
+    return {"leases": total, "expired": expired, "late": late,
+            "age_max_s": ages[-1] if ages else None, "age_p99_s": quantile(ages, 0.99) if ages else None}
 
 
 async def probe(s, base: str, stop: asyncio.Event) -> list[float]:
@@ -422,6 +428,7 @@ def table(runs: list[dict]) -> str:
             ("p99 renewal server", lambda r: fmt_s(r["lease_put_p99_server_s"])),
             ("p99 renewal probe", lambda r: fmt_s(r["lease_put_p99_probe_s"])),
             ("expired", lambda r: str(r["leases_expired"])),
+            ("oldest renewTime", lambda r: "-" if r.get("leases_age_max_s") is None else f"{r['leases_age_max_s']:.0f} s"),
             ("cache lag (revs)", lambda r: str(r["lease_cache_lag_revisions"])),
             ("kwok cores", lambda r: f"{r['kwok_cpu_cores']:.2f}"),
             ("RSS MiB", lambda r: f"{r['apiserver_rss_mib']:.0f}"),

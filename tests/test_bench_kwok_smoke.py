@@ -45,6 +45,8 @@ def test_nodes_quick(tmp_path):
         # kwok renews each of the 50 Leases every ~10.2 s; the window holds whole rounds, hence the margin.
         assert 0.6 * 50 / 10.2 <= run["lease_renewals_per_s"] <= 1.5 * 50 / 10.2, run
         assert run["lease_share"] <= 1.0 and run["leases_leases"] == 50 and run["leases_expired"] == 0, run
+        # no Lease expired, so the oldest control-plane renewTime is within the lease duration
+        assert 0 <= run["leases_age_p99_s"] <= run["leases_age_max_s"] <= 40, run
         assert run["probe_renewals"] > 0.5 * 5 * run["window_s"]
         assert run["write_errors"] == 0
     direct, tier = doc["runs"]

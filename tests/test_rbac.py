@@ -298,6 +298,28 @@ def test_identical_rules_are_shared():
     assert len(rulesets) == 1
 
 
+def test_names_and_label_pairs_are_held_once():
+    """The same binding name in 50 namespaces (each decoded anew, as the cache hands them over) is one string;
+    ClusterRoles with the same label pair hold one pair (issue 23: RBAC memory per object)."""
+    a = RBACAuthorizer()
+    for i in range(50):
+        a.apply("RoleBinding", "ADDED", orjson.loads(orjson.dumps(rb("app-reader", "Role", "r", [U("alice")],
+                                                                     ns=f"ns{i}"))))
+        a.apply("ClusterRole", "ADDED", orjson.loads(orjson.dumps(
+            crole(f"c{i}", [RULE_CM], labels={"app.kubernetes.io/managed-by": "Helm", "i": str(i)}))))
+    assert len({id(k) for d in a._rb.values() for k in d}) == 1
+    assert len({id(b[0]) for d in a._rb.values() for b in d.values()}) == 1
+    pairs = [kv for labels in a._labels.values() for kv in labels if kv[0] == "app.kubernetes.io/managed-by"]
+    assert len(pairs) == 50 and len({id(kv) for kv in pairs}) == 1
+    a._sweep()      # a sweep keeps them shared, and new objects share with them
+    a.apply("ClusterRole", "ADDED", crole("c-new", [RULE_CM], labels={"app.kubernetes.io/managed-by": "Helm"}))
+    assert len({id(kv) for labels in a._labels.values() for kv in labels
+                if kv[0] == "app.kubernetes.io/managed-by"}) == 1
+    a.apply("RoleBinding", "MODIFIED", rb("app-reader", "Role", "r", [U("bob")], ns="ns3"))
+    assert a._rb["ns3"]["app-reader"][3] == ("bob",) and a.counts()["RoleBinding"] == 50
+    assert len({id(k) for d in a._rb.values() for k in d}) == 1
+
+
 def test_aggregated_cluster_roles():
     view = crole("view", [], labels={"kubernetes.io/bootstrapping": "rbac-defaults",
                                      "rbac.authorization.k8s.io/aggregate-to-edit": "true"},

@@ -240,7 +240,8 @@ class RBACAuthorizer:
                     pass  # the controller cannot sync it: its stored rules stay
             labels = md.get("labels")
             if isinstance(labels, dict) and labels:
-                self._labels[name] = self._share(tuple(sorted((_intern(str(k)), _intern(str(v)))
+                # label pairs shared too: operators' charts repeat them (managed-by, part-of) across roles
+                self._labels[name] = self._share(tuple(sorted(self._share((_intern(str(k)), _intern(str(v))))
                                                               for k, v in labels.items())))
             new_relevant = name in self._aggregation or name in self._labels
         if self._effective and (old_relevant or new_relevant or self._aggregates_everything()):
@@ -290,7 +291,7 @@ class RBACAuthorizer:
         if reg is None:
             reg = self._rb[ns] = {}
         b = self._binding(ns, name, o)
-        reg[name] = b
+        reg[b[0]] = b      # keyed by the interned name: the decoded one would stay alive beside it
         if not ns:
             idx = self._crb_idx
         else:
@@ -309,7 +310,7 @@ class RBACAuthorizer:
         for name, rules in self._cluster_roles.items():
             self._cluster_roles[name] = self._reshare(rules)
         for name, labels in self._labels.items():
-            self._labels[name] = self._share(labels)
+            self._labels[name] = self._share(tuple(self._share(kv) for kv in labels))
         self._effective = {}
         self._compiled = {}
         # bindings stay as they are (the indexes hold them); their subject key tuples are shared again

@@ -327,9 +327,8 @@ async def start_sites(app: web.Application, a) -> tuple[web.AppRunner, list[str]
     await runner.setup()
     install_protocol_limits(runner)  # 431 for a request line or headers over the limits
     urls = []
-    if a.port:
-        await _listen(web.TCPSite(runner, a.bind_address, a.port, shutdown_timeout=1), runner)
-        urls.append(f"http://{_host(a.bind_address)}:{a.port}")
+    # The secure port listens first: whoever sees the plain port's /readyz answer (the tests, a probe) may go
+    # straight to the secure one (on a loaded machine a TLS client was refused between the two binds).
     if a.secure_port:
         if a.client_ca_file:
             # Client certificates are asked for, not required, and verified against --client-ca-file alone
@@ -342,6 +341,9 @@ async def start_sites(app: web.Application, a) -> tuple[web.AppRunner, list[str]
         ctx.load_cert_chain(a.tls_cert_file, a.tls_private_key_file)
         await _listen(web.TCPSite(runner, a.bind_address, a.secure_port, ssl_context=ctx, shutdown_timeout=1), runner)
         urls.append(f"https://{_host(a.bind_address)}:{a.secure_port}")
+    if a.port:
+        await _listen(web.TCPSite(runner, a.bind_address, a.port, shutdown_timeout=1), runner)
+        urls.insert(0, f"http://{_host(a.bind_address)}:{a.port}")
     return runner, urls
 
 

@@ -167,9 +167,8 @@ async def lease_staleness(s, base: str) -> dict:
         late += age > 2 * RENEW_SECONDS
         if rt:
             ages.append(age)
-    ages.sort()
     return {"leases": total, "expired": expired, "late": late,
-            "age_max_s": ages[-1] if ages else None, "age_p99_s": quantile(ages, 0.99) if ages else None}
+            "age_max_s": max(ages) if ages else None, "age_p99_s": quantile(ages, 0.99) if ages else None}
 
 
 async def probe(s, base: str, stop: asyncio.Event) -> list[float]:

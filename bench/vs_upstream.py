@@ -610,8 +610,9 @@ def fanout_run(sv: Servers, side: Side, writer: Side, watchers: int, updates: in
     sends = wres["sends"]
     # ack-based latency is negative when the watched server (not the writer) delivers before the writer's
     # event loop stamps the PUT's ack; send-based latency includes the write and is always positive
-    lat = [(t - acks[q_]) / 1e6 for r in results for q_, t in zip(r["seqs"], r["times"]) if 0 <= q_ < updates]
-    lat_sent = [(t - sends[q_]) / 1e6 for r in results for q_, t in zip(r["seqs"], r["times"]) if 0 <= q_ < updates]
+    got = [(q_, t) for r in results for q_, t in zip(r["seqs"], r["times"]) if 0 <= q_ < updates]
+    lat = [(t - acks[q_]) / 1e6 for q_, t in got]
+    lat_sent = [(t - sends[q_]) / 1e6 for q_, t in got]
     delivered = sum(sum(r["counts"]) for r in results)
     return {"watchers": watchers, "updates": updates, "client_processes": len(ps), "writer": writer.name,
             "deliveries": delivered, "deliveries_expected": watchers * updates,

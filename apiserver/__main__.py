@@ -151,6 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve the whole API from the residency apiservers given by --shards (keeps no object "
                         "cache; writes and GETs go to etcd): see front/")
     p.add_argument("--shards", default="", help="with --front: comma-separated shard URLs (http://host:port)")
+    p.add_argument("--front-shared-watches", default="true", choices=("true", "false"),
+                   help="with --front: serve watches without label or field selectors from one merged stream of "
+                        "the shards per resource (front/feed.py); false: K shard watches per client watch")
     p.add_argument("-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity (0-10)")
     return p
 
@@ -285,7 +288,7 @@ def _server(cfg, a):
     from .app import APIServer
     if a.front:
         from .front_server import FrontServer
-        return FrontServer(cfg, a.shard_urls)
+        return FrontServer(cfg, a.shard_urls, shared_watches=a.front_shared_watches == "true")
     return APIServer(cfg)
 
 

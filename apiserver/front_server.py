@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from front.feed import Feed
 from front.shards import ShardMap
 from front.storage import FrontStorage
 from machinery import errors
@@ -44,9 +45,10 @@ def check_name(url: str) -> str:
 
 
 class FrontServer(APIServer):
-    def __init__(self, config: Config, shard_urls: list[str]):
+    def __init__(self, config: Config, shard_urls: list[str], shared_watches: bool = True):
         config.watch_cache = False   # no object cache in the front
         self.shards = ShardMap.of(shard_urls)
+        self.shared_watches = shared_watches
         super().__init__(config)
         # Watch-list is served by merging the shards' lists and watches (S5).
         self.endpoints.watch_list_enabled = True
@@ -59,12 +61,28 @@ class FrontServer(APIServer):
         k = (res.group, res.plural)
         d = self._storage.get(k)
         if d is None:
-            d = self._storage[k] = FrontStorage(res, self.store_for(res), self.shards, res.prefix(self.etcd_prefix))
+            d = self._storage[k] = FrontStorage(res, self.store_for(res), self.shards, res.prefix(self.etcd_prefix),
+                                                      feed_disabled=not self.shared_watches)
         return d
 
     def report(self) -> dict[str, Any]:
         return {"residency": "", "front": True, "shards": self.shard_map(),
-                "coverage": self.shards.coverage_problem() or "ok", "resources": {}, "process": process_memory()}
+                "coverage": self.shards.coverage_problem() or "ok", "resources": {}, "process": process_memory(),
+                "watches": self.watch_report(), "watchesServed": dict(self.shards.served)}
+
+    def watch_report(self) -> dict[str, Any]:
+        """The front's watches: per resource its shared stream (front.feed) and the per-client merged watches."""
+        out: dict[str, Any] = {}
+        for w in self.shards.watches:
+            name = f"{w.st.res.plural}.{w.st.res.group}" if w.st.res.group else w.st.res.plural
+            r = out.setdefault(name, {"feeds": [], "mergedWatches": 0})
+            if isinstance(w, Feed):
+                r["feeds"].append({"shardWatches": len(w.parts), "watchers": len(w.watchers), "rv": w.mark,
+                                   "oldest": w.oldest, "window": len(w.window), "retired": w.retired,
+                                   "failed": w.failed})
+            else:
+                r["mergedWatches"] += 1
+        return out
 
     def shard_map(self) -> list[dict[str, Any]]:
         return [{"url": s.url, "range": str(s.selector) if s.selector else None,
@@ -113,4 +131,6 @@ class FrontServer(APIServer):
 
     async def stop(self) -> None:
         await super().stop()
+        feeds = [w for w in self.shards.watches if isinstance(w, Feed)]
+        await asyncio.gather(*(f.close() for f in feeds), return_exceptions=True)
         await self.shards.stop()

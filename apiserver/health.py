@@ -89,7 +89,7 @@ def residency_report(residency: Residency, cachers: dict[tuple[str, str], Cacher
     for (group, plural), c in sorted(cachers.items()):
         st = c.wc.stats()
         st.update({"ready": c.ready, "start": c.started, "partial": residency.partial(plural), "rv": c.wc.rv,
-                   "droppedNonResident": c.dropped_nonresident})
+                   "droppedNonResident": c.dropped_nonresident, "watchers": len(c.watchers)})
         out["resources"][f"{plural}.{group}" if group else plural] = st
     out["process"] = process_memory()
     return out

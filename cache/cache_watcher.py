@@ -42,6 +42,7 @@ class CacheWatcher:
         self.replay: list[CacheEvent] = []
         self.done = False
         self.terminated = False
+        self.closing = False               # close_after_queue: no new events, ends once its queue is written
         self.on_filtered: Callable[[], None] | None = None
         # (type, stored bytes) -> wire frame; set for plain JSON watches (not Table ones).
         self.make_frame: Callable[[str, bytes], bytes] | None = None
@@ -104,7 +105,7 @@ class CacheWatcher:
 
     def try_add(self, ev: CacheEvent, cache: dict) -> bool | None:
         """Non-blocking put. None: not interested; True: queued; False: queue full."""
-        if ev.rv <= self.last_rv or self.done:
+        if ev.rv <= self.last_rv or self.done or self.closing:
             return None   # already covered by the initial/replay phase (S4.7)
         frame = self.convert(ev, cache)
         if frame is None:
@@ -155,7 +156,7 @@ class CacheWatcher:
     def add_bookmark(self, rv: int) -> bool:
         """Bookmarks never block (S4.15) and are only written past the RV reached by the
         initial/replay phase (S4.12); their RV may exceed every event this watcher saw."""
-        if self.done or rv <= self.start_rv or len(self.queue) >= self.queue_size:
+        if self.done or self.closing or rv <= self.start_rv or len(self.queue) >= self.queue_size:
             return False
         self._pending_to_queue()  # the bookmark follows the events it covers
         self.queue.append(("BOOKMARK", rv))
@@ -166,6 +167,12 @@ class CacheWatcher:
         """The cache has applied everything up to `rv`: tell a front's watch (after the events it covers)."""
         if self.progress and rv > max(self.sent_rv, self.start_rv) and self.add_bookmark(rv):
             self.sent_rv = rv
+
+    def close_after_queue(self) -> None:
+        """Take no more events; the writer ends the watch once what is queued (and pending) is written."""
+        self._pending_to_queue()
+        self.closing = True
+        self._wakeup.set()
 
     def stop(self, terminated: bool = False) -> None:
         self.done = True

@@ -44,6 +44,7 @@ from storage.store import EtcdStore, stamp_rv
 
 from . import metrics, snapshot
 from .cache_watcher import CacheWatcher
+from .dispatch import Dispatching
 from .compression import CompressionConfig, Compressor, CorruptEntry
 from .watch_cache import CacheEvent, Entry, WatchCache
 
@@ -61,9 +62,6 @@ PROGRESS_PERIOD = 0.1
 BOOKMARK_TICK = 1.0
 BOOKMARK_FREQUENCY = 60.0
 BOOKMARK_BEFORE_DEADLINE = 2.0
-# Dispatch time budget (S4.14): refills 50 ms per second, capped at 100 ms.
-BUDGET_REFILL_PER_SECOND = 0.05
-BUDGET_MAX = 0.1
 # compactorPollPeriod (S2.16.2).
 COMPACTION_POLL = 15.0
 # Grace for a brand-new cache's first list before answering 429 (beyond upstream).
@@ -124,7 +122,7 @@ def _str(v) -> str:
     return v if isinstance(v, str) else ""
 
 
-class Cacher:
+class Cacher(Dispatching):
     """The cache of one resource: owns its etcd watch, its WatchCache and its watchers."""
 
     def __init__(self, *, store: EtcdStore, client: EtcdClient, prefix: str, resource_label: str,
@@ -168,8 +166,7 @@ class Cacher:
         self._rev_inflight: asyncio.Future | None = None
         self._rev_next: asyncio.Future | None = None
         self._ready_event = asyncio.Event()
-        self._budget = BUDGET_MAX
-        self._budget_at = clock()
+        self.init_dispatch()
         self.dropped_nonresident = 0
         self.created_at = clock()
         self._initialised_once = False
@@ -611,62 +608,6 @@ class Cacher:
         self.wc.capacity_changes.clear()
         metrics.capacity.labels(self.group, self.resource_label).set(self.wc.capacity)
 
-    # --- dispatch (S4.14) ---------------------------------------------------------------
-
-    async def _dispatch(self, ev: CacheEvent) -> None:
-        cache: dict = {}
-        blocked = []
-        for w in self.watchers:
-            r = w.try_add(ev, cache)
-            if r is False:
-                blocked.append(w)
-        if blocked:
-            self._flush_watchers()  # before waiting: what is pending goes out first
-            await self._dispatch_blocked(ev, blocked, cache)
-        metrics.events_dispatched.labels(self.group, self.resource_label).inc()
-
-    def _flush_watchers(self) -> None:
-        rv = self.wc.rv
-        for w in self.watchers:
-            if w.pending:
-                w.flush()
-            if w.progress:
-                w.progress_to(rv)
-
-    async def _dispatch_blocked(self, ev: CacheEvent, blocked: list[CacheWatcher], cache: dict) -> None:
-        now = self.clock()
-        self._budget = min(BUDGET_MAX, self._budget + (now - self._budget_at) * BUDGET_REFILL_PER_SECOND)
-        self._budget_at = now
-        t0 = self.clock()
-        while blocked:
-            remaining = []
-            for w in blocked:
-                if w.done:
-                    continue
-                if len(w.queue) < w.queue_size:
-                    w.force_add(ev, cache)
-                else:
-                    remaining.append(w)
-            blocked = remaining
-            if not blocked:
-                break
-            spent = self.clock() - t0
-            if spent >= self._budget:
-                for w in blocked:
-                    log.warning("Forcing %s watcher close due to unresponsiveness: prefix=%s",
-                                self.resource_label, w.prefix)
-                    w.stop(terminated=True)
-                    self.watchers.discard(w)
-                    metrics.terminated_watchers.labels(self.group, self.resource_label).inc()
-                break
-            await asyncio.sleep(0.005)
-        self._budget = max(0.0, self._budget - (self.clock() - t0))
-
-    def _terminate_all(self) -> None:
-        for w in list(self.watchers):
-            w.stop()
-        self.watchers.clear()
-
     # --- bookmarks (S4.11) ---------------------------------------------------------------
 
     async def _bookmarks(self) -> None:
@@ -675,7 +616,7 @@ class Cacher:
             if not self.ready:
                 continue
             now = self.clock()
-            due = [w for w in self.watchers if w.allow_bookmarks and w.next_bookmark and now >= w.next_bookmark]
+            due = self.due_bookmarks(now)
             if due and self.progress_supported and self._etcd_watch is not None:
                 # Beyond upstream: learn the global revision before bookmarking, so a
                 # quiet resource still gets fresh bookmarks (only where progress
@@ -777,6 +718,9 @@ class Cacher:
             await asyncio.sleep(PROGRESS_PERIOD)
 
     # --- watchers ------------------------------------------------------------------------------
+
+    def dispatch_rv(self) -> int:
+        return self.wc.rv
 
     def add_watcher(self, w: CacheWatcher) -> None:
         self.watchers.add(w)

@@ -223,28 +223,36 @@ async def serve_watch(cacher: Cacher, prefix: str, req: WatchRequest, sink: Watc
             buf.append(frames.bookmark(start_rv))  # the front's watermark: the replay covered up to here
         if buf:
             await sink.write(b"".join(buf))
-        # 4. Live events until the deadline: written by the dispatcher itself while the socket
-        # keeps up (CacheWatcher.direct), otherwise from the queue by this task.
-        if not frames.table:
-            w.direct = sink.direct_writer()
-        while not w.done:
-            now = time.monotonic()
-            if now >= deadline:
-                break
-            if not w.queue:
-                await w.wait(deadline - now)
-                continue
-            out = []
-            while w.queue:
-                t, payload = w.queue.popleft()
-                if t == "FRAME":
-                    out.append(payload)
-                elif t == "BOOKMARK":
-                    out.append(frames.bookmark(payload))
-                else:
-                    out.append(frame(t, payload))
-            await sink.write(b"".join(out))
+        await write_live(w, sink, frames, frame, deadline)
     finally:
         cacher.remove_watcher(w)
         if on_watcher:
             on_watcher(w, False)
+
+
+async def write_live(w: CacheWatcher, sink: WatchSink, frames, frame: Callable[[str, bytes], bytes],
+                     deadline: float) -> None:
+    """Live events until the deadline (or the watcher is stopped, or closes once its queue is written): written
+    by the dispatcher itself while the socket keeps up (CacheWatcher.direct), otherwise from the queue by this
+    task. Shared by the cache's watches and the front's shared stream (front.feed)."""
+    if not frames.table:
+        w.direct = sink.direct_writer()
+    while not w.done:
+        now = time.monotonic()
+        if now >= deadline:
+            break
+        if not w.queue:
+            if w.closing:
+                break
+            await w.wait(deadline - now)
+            continue
+        out = []
+        while w.queue:
+            t, payload = w.queue.popleft()
+            if t == "FRAME":
+                out.append(payload)
+            elif t == "BOOKMARK":
+                out.append(frames.bookmark(payload))
+            else:
+                out.append(frame(t, payload))
+        await sink.write(b"".join(out))

@@ -49,6 +49,10 @@ class Shard:
         return ShardSelector(self.selector.field, ranges) if ranges else None
 
 
+# A shard a request asks, with the shard selector it sends it (None: the shard's own range).
+Part = tuple[Shard, ShardSelector | None]
+
+
 class ShardDown(Exception):
     """A shard a request needs is not ready (or the map does not cover the hash space)."""
 
@@ -60,6 +64,9 @@ class ShardMap:
     _task: asyncio.Task | None = field(default=None, repr=False)
     # The merged watches being served (front.storage._MergedWatch): resharding drains them onto the new map.
     watches: set = field(default_factory=set, repr=False)
+    # Client watches served since start: from a resource's shared stream ("feed", front.feed), by K shard
+    # watches of their own ("merged"), by one shard ("proxied").
+    served: dict = field(default_factory=lambda: {"feed": 0, "merged": 0, "proxied": 0}, repr=False)
 
     @classmethod
     def of(cls, urls: list[str]) -> "ShardMap":

@@ -22,7 +22,7 @@ import math
 import time
 from typing import Any, AsyncIterator
 
-from cache.cacher import next_bookmark_time
+from cache.cacher import next_bookmark_time, progress_requests_supported
 from cache.delegator import CacheDelegator
 from cache.residency import Residency
 from machinery import errors, jsonenc
@@ -35,11 +35,11 @@ from storage.continue_token import encode_continue, resolve_continue
 from storage.interface import FRONT_PROGRESS_HEADER, ListPage, ListRequest, WatchRequest, WatchSink
 from storage.store import EtcdStore, parse_resource_version
 
-from .shards import Shard, ShardDown, ShardMap
-from .wire import ShardList, ShardWatch, open_get
+from .feed import Feed, NotServed, take_ready
+from .shards import Part, Shard, ShardDown, ShardMap
+from .wire import ShardList, ShardWatch, fail, open_get
 
 Obj = dict[str, Any]
-Part = tuple[Shard, ShardSelector | None]
 # A watch on a shard outlives the client's by this much: the front, not the shard, ends it on time.
 WATCH_GRACE = 5
 # Events a merged watch holds for one shard before it gives up on a client that does not keep up.
@@ -66,11 +66,15 @@ async def open_each(opening) -> list:
 class FrontStorage(CacheDelegator):
     """One resource's storage contract in the front (writes and GETs: the etcd path of CacheDelegator)."""
 
-    def __init__(self, res: Resource, store: EtcdStore, shards: ShardMap, resource_prefix: str):
+    def __init__(self, res: Resource, store: EtcdStore, shards: ShardMap, resource_prefix: str,
+                 feed_disabled: bool = False):
         super().__init__(res, store, None, Residency(None), resource_prefix)
         self.shards = shards
         head = wire_head(res)
         self.wire = (lambda b: b) if head is None else (lambda b: head + b[1:])
+        self.feed: Feed | None = None   # the shared stream of this resource's watches (front.feed)
+        self.feed_disabled = feed_disabled
+        self._feed_lock = asyncio.Lock()
 
     # --- helpers -------------------------------------------------------------------------------
 
@@ -292,6 +296,42 @@ class FrontStorage(CacheDelegator):
 
     # --- WATCH ---------------------------------------------------------------------------------
 
+    async def poke_shards(self, parts: list[Part]) -> None:
+        """Make each shard learn etcd's current revision now (a consistent list: its cache asks etcd for progress),
+        so the watermarks of the front's watches on it reach that revision on a quiet resource too."""
+        async def one(part: Part) -> None:
+            try:
+                ls = await self._open_list(part, None, {"limit": "1"}, None)
+                await ls.all()
+                ls.close()
+            except (errors.StatusError, serr.StorageError):
+                pass
+        await asyncio.gather(*(one(p) for p in parts))
+
+    async def write_initial(self, parts: list[Part], ns: str | None, rv: int, req: WatchRequest,
+                            sink: WatchSink) -> bool:
+        """The merged list at `rv` written as ADDED events (S5.5), in 64 KiB writes. False: a shard failed (its
+        Status went out as an ERROR event)."""
+        try:
+            lists = await self._open_all(parts, ns, {"resourceVersion": str(rv), "resourceVersionMatch": "Exact"},
+                                         req.selectors)
+        except errors.StatusError as e:
+            await fail(sink, e)
+            return False
+        buf: list[bytes] = []
+        size = 0
+        async for batch in self._merged_stream(lists):
+            for item in batch:
+                b = req.frames.event("ADDED", self.wire(item))
+                buf.append(b)
+                size += len(b)
+            if size >= 64 * 1024:
+                await sink.write(b"".join(buf))
+                buf, size = [], 0
+        if buf:
+            await sink.write(b"".join(buf))
+        return True
+
     async def serve_watch(self, prefix: str, req: WatchRequest, sink: WatchSink) -> None:
         parts = self._plan(req.shard)
         if parts is None:
@@ -300,8 +340,15 @@ class FrontStorage(CacheDelegator):
         ns = self._namespace(prefix)
         shard_timeout = str(int(math.ceil(req.timeout)) + WATCH_GRACE)
         if len(parts) == 1 and parts[0][1] == req.shard:
+            self.shards.served["proxied"] += 1
             await self._proxy_watch(parts[0], ns, req, sink, shard_timeout)
             return
+        if req.predicate is None and not self.feed_disabled:
+            try:
+                await self._watch_from_feed(prefix, req, sink)
+                return
+            except NotServed:
+                pass   # before the feed's window, or it did not reach the RV in time: per-client shard watches
         rv_s = req.resource_version
         if req.send_initial_events or rv_s in (None, "", "0"):
             rv = await self.store.current_revision(prefix)
@@ -311,6 +358,7 @@ class FrontStorage(CacheDelegator):
             rv = int(rv_s)
         base = {"watch": "1", "resourceVersion": str(rv), "allowWatchBookmarks": "true",
                 "timeoutSeconds": shard_timeout}
+        self.shards.served["merged"] += 1
         # The 200 goes out at once (S4.3), as the cache's watch does: a client that has its watch may stop it.
         # A shard failing now (after the health check) is an ERROR event.
         await sink.start()
@@ -324,6 +372,52 @@ class FrontStorage(CacheDelegator):
         finally:
             for w in watches:
                 w.close()
+
+    async def _watch_from_feed(self, prefix: str, req: WatchRequest, sink: WatchSink) -> None:
+        """A watch without label or field selector, from the resource's shared stream (front.feed)."""
+        rv_s = req.resource_version
+        initial = bool(req.send_initial_events)   # defaulted for RV unset and "0" (S5.2)
+        if rv_s in (None, ""):
+            need = await self.store.current_revision(prefix)   # most recent: etcd's revision (S1.29, S5.7)
+        elif rv_s == "0":
+            need = 0                                           # any state (S1.29)
+        else:
+            need = int(rv_s)
+        feed = await self._feed()
+        if need > feed.mark and not progress_requests_supported(self.store.client.version or ""):
+            # An etcd without reliable progress requests (S3.6): a quiet shard cannot be made to learn etcd's
+            # revision, so the feed may not reach it; the per-client watches wait as before.
+            raise NotServed()
+        parts = self._plan(req.shard) if initial else None
+        sel = req.shard
+        shard = None if sel is None else (lambda e: sel.matches(e.uid, e.namespace))
+        await feed.serve(prefix, req, sink, need, initial, parts, shard, self.shards.served)
+
+    async def _feed(self) -> Feed:
+        """The resource's shared stream, started on first use (the shards' watches from the current revision)."""
+        feed = self.feed
+        if feed is not None and not feed.retired:
+            return feed
+        async with self._feed_lock:
+            if self.feed is None or self.feed.retired:
+                parts = self._plan(None)
+                if parts is None:
+                    raise NotServed()
+                rv = await self.store.current_revision(self.resource_prefix)
+                new = Feed(self, parts, rv)
+                try:
+                    await new.start()
+                except (errors.StatusError, serr.StorageError):
+                    raise NotServed() from None   # the per-client path answers with the shard's own error
+                self.feed = new
+                self.shards.watches.add(new)
+            return self.feed
+
+    async def feed_closed(self, feed: Feed) -> None:
+        if self.feed is feed:
+            self.feed = None
+        self.shards.watches.discard(feed)
+        await feed.close()
 
     async def _open_watches(self, parts: list[Part], ns: str | None, base: dict[str, str],
                             selectors: dict[str, str] | None) -> list[ShardWatch]:
@@ -380,11 +474,6 @@ class FrontStorage(CacheDelegator):
             w.close()
 
 
-async def fail(sink: WatchSink, e: errors.StatusError) -> None:
-    """A shard's Status after the watch started: the ERROR event carrying it (S4.4)."""
-    await sink.write(jsonenc.watch_event("ERROR", jsonenc.dumps(e.status())))
-
-
 class _MergedWatch:
     """K shard watches started at `rv`, written to the client in resourceVersion order."""
 
@@ -430,16 +519,9 @@ class _MergedWatch:
         return True
 
     async def poke(self) -> None:
-        """Make every shard of this watch learn etcd's current revision now (a consistent list: the cache asks
-        etcd for progress), so their watermarks pass the drain RV even on a quiet resource."""
-        async def one(part: Part) -> None:
-            try:
-                ls = await self.st._open_list(part, None, {"limit": "1"}, None)
-                await ls.all()
-                ls.close()
-            except (errors.StatusError, serr.StorageError):
-                pass
-        await asyncio.gather(*(one(p) for p in self.parts))
+        """Make every shard of this watch learn etcd's current revision now, so their watermarks pass the drain
+        RV even on a quiet resource."""
+        await self.st.poke_shards(self.parts)
 
     async def run(self, parts: list[Part], ns: str | None) -> None:
         req, sink = self.req, self.sink
@@ -454,7 +536,7 @@ class _MergedWatch:
             next_bm = next_bookmark_time(time.monotonic(), deadline) if req.allow_bookmarks else 0.0
             while True:
                 mark = min(self.marks)
-                out = self._ready(mark)
+                out = take_ready(self.queues, mark)
                 if out:
                     sent = max(sent, out[-1][0])
                     await sink.write(b"".join(req.frames.event(t, obj) for _, t, obj in out))
@@ -482,41 +564,11 @@ class _MergedWatch:
                 r.cancel()
             await asyncio.gather(*readers, return_exceptions=True)
 
-    def _ready(self, mark: int) -> list[tuple[int, str, bytes]]:
-        """The queued events at or below `mark`, in resourceVersion order."""
-        taken = []
-        for q in self.queues:
-            n = 0
-            while n < len(q) and q[n][0] <= mark:
-                n += 1
-            if n:
-                taken.append(q[:n])
-                del q[:n]
-        if len(taken) == 1:
-            return taken[0]
-        return list(heapq.merge(*taken, key=lambda e: e[0]))
 
     async def _initial(self, parts: list[Part], ns: str | None) -> None:
         """Initial events (S5.5): the merged list at the watch's RV, then the end bookmark (S5.4)."""
-        req, sink, st = self.req, self.sink, self.st
-        base = {"resourceVersion": str(self.rv), "resourceVersionMatch": "Exact"}
-        try:
-            lists = await st._open_all(parts, ns, base, req.selectors)
-        except errors.StatusError as e:
-            await fail(sink, e)
+        if not await self.st.write_initial(parts, ns, self.rv, self.req, self.sink):
             self.error = b""
             return
-        buf: list[bytes] = []
-        size = 0
-        async for batch in st._merged_stream(lists):
-            for item in batch:
-                b = req.frames.event("ADDED", st.wire(item))
-                buf.append(b)
-                size += len(b)
-            if size >= 64 * 1024:
-                await sink.write(b"".join(buf))
-                buf, size = [], 0
-        if req.allow_bookmarks:
-            buf.append(req.frames.bookmark(self.rv, True))
-        if buf:
-            await sink.write(b"".join(buf))
+        if self.req.allow_bookmarks:
+            await self.sink.write(self.req.frames.bookmark(self.rv, True))

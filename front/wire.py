@@ -12,7 +12,7 @@ import aiohttp
 import orjson
 
 import ext
-from machinery import errors
+from machinery import errors, jsonenc
 from storage import errors as serr
 
 Obj = dict[str, Any]
@@ -31,6 +31,11 @@ def shard_status(url: str, status: int, body: bytes) -> errors.StatusError:
     e = errors.StatusError(int(st.get("code") or status), st.get("reason") or "", st.get("message") or "",
                            st.get("details") if "details" in st else None, st.get("metadata") or None)
     return e
+
+
+async def fail(sink, e: errors.StatusError) -> None:
+    """A shard's Status after a watch started: the ERROR event carrying it (S4.4)."""
+    await sink.write(jsonenc.watch_event("ERROR", jsonenc.dumps(e.status())))
 
 
 def unreachable(url: str, e: BaseException) -> serr.StorageError:
@@ -155,13 +160,22 @@ class ShardList:
 
 
 class ShardWatch:
-    """One shard's watch read frame by frame: (type, resourceVersion, object bytes, the frame's bytes)."""
+    """One shard's watch read frame by frame: (type, resourceVersion, object bytes, the frame's bytes), or with
+    `parts()` (type, metadata, object bytes)."""
 
     def __init__(self, url: str, resp: aiohttp.ClientResponse):
         self.url = url
         self.resp = resp
 
     async def frames(self) -> AsyncIterator[tuple[str, int, bytes, bytes]]:
+        async for line in self.lines():
+            yield parse_frame(line)
+
+    async def parts(self) -> AsyncIterator[tuple[str, Obj, bytes]]:
+        async for line in self.lines():
+            yield frame_parts(line)
+
+    async def lines(self) -> AsyncIterator[bytes]:
         buf = b""
         try:
             async for chunk in self.resp.content.iter_any():
@@ -170,7 +184,7 @@ class ShardWatch:
                 while (nl := buf.find(b"\n", start)) >= 0:
                     line = buf[start:nl + 1]
                     start = nl + 1
-                    yield parse_frame(line)
+                    yield line
                 buf = buf[start:]
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
             return   # the shard went away: the watch ends, as a watch ends when its server does
@@ -181,10 +195,15 @@ class ShardWatch:
 
 def parse_frame(line: bytes) -> tuple[str, int, bytes, bytes]:
     """`{"type":"T","object":{..}}\\n` -> (T, the object's resourceVersion (0 for ERROR), object, line)."""
+    t, md, obj = frame_parts(line)
+    return t, int(md.get("resourceVersion") or 0), obj, line
+
+
+def frame_parts(line: bytes) -> tuple[str, Obj, bytes]:
+    """`{"type":"T","object":{..}}\\n` -> (T, the object's metadata ({} for ERROR), the object's bytes)."""
     i = line.index(_OBJECT)
     t = orjson.loads(line[8:i])
     obj = line[i + len(_OBJECT):line.rindex(b"}")]
     if t == "ERROR":
-        return t, 0, obj, line
-    rv = int(orjson.loads(obj)["metadata"].get("resourceVersion") or 0)
-    return t, rv, obj, line
+        return t, {}, obj
+    return t, orjson.loads(obj)["metadata"], obj

@@ -1,0 +1,249 @@
+"""The front's shared stream (front/feed.py, issue 21): per resource one merged stream from the shards, whatever the
+number of client watches, with the events a full replica's watch carries.
+
+Real etcd, two residency shards, a full replica over the same etcd and key prefix (the reference), a front with
+shared watches (the default) and one with `--front-shared-watches=false` (K shard watches per client watch).
+Each shard's `/debug/residency` counts the watchers of its configmaps cache; the front's reports which path
+served each watch.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+import pytest
+import requests
+
+from machinery.shard_selector import FULL, ShardSelector
+from tests.helpers import ApiserverProcess, stop_all
+from tests.test_front import CM, Slice
+
+N_CLIENTS = 12
+
+
+@pytest.fixture(scope="module")
+def fslice(current_etcd):
+    s = Slice(current_etcd.endpoint, 2, f"/registry-feed{os.getpid()}").start()
+    unshared = None
+    try:
+        unshared = ApiserverProcess("--front", "--shards", ",".join(p.base for p in s.shards),
+                                    "--front-shared-watches", "false", etcd_servers=current_etcd.endpoint,
+                                    etcd_prefix=s.prefix, name="front-unshared")
+        unshared.start().wait_ready(60)
+        s.unshared = unshared
+        http = requests.Session()
+        for ns in ("a", "b", "c"):
+            assert http.post(s.front.base + "/api/v1/namespaces", json={"metadata": {"name": ns}}).status_code == 201
+        yield s
+    finally:
+        if unshared is not None and unshared.popen is not None:
+            stop_all([unshared], strict=False)
+        s.stop()
+
+
+def report(base: str) -> dict:
+    return requests.get(base + "/debug/residency", timeout=10).json()
+
+
+def shard_watchers(s) -> list[int]:
+    return [report(p.base)["resources"]["configmaps"]["watchers"] for p in s.shards]
+
+
+def served(s, front=None) -> dict:
+    return report((front or s.front).base)["watchesServed"]
+
+
+class Watch(threading.Thread):
+    """One watch read to its end in a thread of its own (its own connection)."""
+
+    def __init__(self, base: str, params: dict):
+        super().__init__(daemon=True)
+        self.base, self.params = base, params
+        self.events: list[dict] = []
+        self.started = threading.Event()
+        self.status = None
+
+    def run(self) -> None:
+        with requests.get(self.base + CM, params=self.params, stream=True, timeout=60) as r:
+            self.status = r.status_code
+            self.started.set()
+            for line in r.iter_lines():
+                if line:
+                    self.events.append(json.loads(line))
+
+    def begin(self) -> "Watch":
+        self.start()
+        assert self.started.wait(20), "the watch did not start"
+        assert self.status == 200
+        return self
+
+    def objects(self) -> list[str]:
+        """The non-bookmark events, canonical JSON (the frames a full replica sends, byte for byte in content)."""
+        return [json.dumps(e, sort_keys=True) for e in self.events if e["type"] != "BOOKMARK"]
+
+
+def keep_feed_open(s, seconds: int = 30) -> Watch:
+    """A watch through the front, served by the configmaps feed (created by it if none is open). A feed starts at
+    the current revision: a watch from an RV read after this one returns is inside its window."""
+    n0 = served(s)["feed"]
+    w = Watch(s.front.base, {"watch": "1", "timeoutSeconds": str(seconds)}).begin()
+    deadline = time.monotonic() + 10
+    while served(s)["feed"] == n0:
+        assert time.monotonic() < deadline, served(s)
+        time.sleep(0.05)
+    return w
+
+
+def writes(base: str, tag: str, n: int = 12) -> str:
+    """Creates, updates and deletes over three namespaces; then a list's RV (every write is at or below it)."""
+    http = requests.Session()
+    for i in range(n):
+        ns, name = "abc"[i % 3], f"{tag}{i:02d}"
+        r = http.post(base + f"/api/v1/namespaces/{ns}/configmaps",
+                      json={"metadata": {"name": name, "labels": {"x": str(i % 2)}}, "data": {"i": str(i)}})
+        assert r.status_code == 201, r.text
+        if i % 3 == 0:
+            r = http.put(base + f"/api/v1/namespaces/{ns}/configmaps/{name}",
+                         json={"metadata": {"name": name}, "data": {"i": "u"}})
+            assert r.status_code == 200, r.text
+        if i % 4 == 0:
+            r = http.delete(base + f"/api/v1/namespaces/{ns}/configmaps/{name}")
+            assert r.status_code == 200, r.text
+    return list_rv(base)
+
+
+def list_rv(base: str) -> str:
+    return requests.get(base + CM, timeout=10).json()["metadata"]["resourceVersion"]
+
+
+def test_client_watches_share_one_stream_per_resource(fslice):
+    """12 client watches through the shared front cost each shard one watch; through the unshared front, 12
+    (issue 21: shard watches depend on resources and shards, not clients). Every client gets the full replica's
+    events, in order (S4.1, S4.5)."""
+    s = fslice
+    keep = keep_feed_open(s, 12)
+    start = list_rv(s.front.base)
+    params = {"watch": "1", "resourceVersion": start, "timeoutSeconds": "8", "allowWatchBookmarks": "true"}
+    before, served0 = shard_watchers(s), served(s)
+    ref = Watch(s.full.base, params).begin()
+    clients = [Watch(s.front.base, params).begin() for _ in range(N_CLIENTS)]
+    deadline = time.monotonic() + 10
+    while served(s)["feed"] - served0["feed"] < N_CLIENTS:
+        assert time.monotonic() < deadline, served(s)
+        time.sleep(0.1)
+    shared = [n - b for n, b in zip(shard_watchers(s), before)]
+    assert all(d <= 1 for d in shared), shared          # the feed's one watch per shard (0: it was open already)
+    assert served(s)["feed"] - served0["feed"] == N_CLIENTS
+    feeds = report(s.front.base)["watches"]["configmaps"]["feeds"]
+    assert [f["watchers"] for f in feeds if not f["retired"]] == [N_CLIENTS + 1]
+    assert all(f["shardWatches"] == 2 for f in feeds)
+    # The same clients through the unshared front: one shard watch each, on every shard.
+    before = shard_watchers(s)
+    unshared = [Watch(s.unshared.base, params).begin() for _ in range(N_CLIENTS)]
+    deadline = time.monotonic() + 10   # the front answers 200 before it opens the shard watches (S4.3)
+    while [n - b for n, b in zip(shard_watchers(s), before)] != [N_CLIENTS, N_CLIENTS]:
+        assert time.monotonic() < deadline, (shard_watchers(s), before)
+        time.sleep(0.1)
+    writes(s.front.base, "s")
+    for w in [ref, *clients, *unshared]:
+        w.join(30)
+    want = ref.objects()
+    assert len(want) >= 12
+    for w in clients + unshared:
+        assert w.objects() == want
+    for w in clients:   # bookmarks never go back and never precede the start (S4.12)
+        bms = [int(e["object"]["metadata"]["resourceVersion"]) for e in w.events if e["type"] == "BOOKMARK"]
+        assert bms == sorted(bms) and all(b > int(start) for b in bms)
+    keep.join(20)
+
+
+def test_resume_from_the_window_or_before_it(fslice):
+    """A watch from an RV in the feed's window replays from it; one from before the feed started is served by
+    per-client shard watches (their windows hold it): both carry the full replica's events from that RV."""
+    s = fslice
+    keep = keep_feed_open(s, 20)
+    oldest = min(f["oldest"] for f in report(s.front.base)["watches"]["configmaps"]["feeds"] if not f["retired"])
+    mid = writes(s.front.base, "r1", 6)
+    writes(s.front.base, "r2", 6)
+    assert int(mid) >= oldest
+    for rv, path in ((mid, "feed"), (str(oldest - 3), "merged")):
+        n0 = served(s)[path]
+        params = {"watch": "1", "resourceVersion": rv, "timeoutSeconds": "2"}
+        got, want = Watch(s.front.base, params), Watch(s.full.base, params)
+        got.start(), want.start()
+        got.join(30), want.join(30)
+        assert got.status == want.status == 200
+        assert served(s)[path] == n0 + 1
+        assert got.objects() == want.objects() and len(want.objects()) >= 6
+    keep.join(30)
+
+
+def test_watch_list_and_shard_selector_from_the_feed(fslice):
+    """Watch-list through the feed (S5.4-S5.5): the initial state is the full replica's list at the end
+    bookmark's RV, then live events as the full replica's; a shardSelector across both shards is filtered by
+    the feed as the full replica filters it (S7.11)."""
+    s = fslice
+    keep = keep_feed_open(s, 20)
+    writes(s.front.base, "wl", 6)
+    half = FULL // 2
+    sel = str(ShardSelector("uid", [(half // 2, half + half // 2)]))
+    for extra in ({}, {"shardSelector": sel}):
+        n0 = served(s)["feed"]
+        params = {"watch": "1", "sendInitialEvents": "true", "allowWatchBookmarks": "true",
+                  "resourceVersionMatch": "NotOlderThan", "timeoutSeconds": "5", **extra}
+        w = Watch(s.front.base, params).begin()
+        time.sleep(0.5)
+        last = writes(s.front.base, "wl" + str(len(extra)), 6)
+        w.join(30)
+        assert served(s)["feed"] == n0 + 1
+        ends = [i for i, e in enumerate(w.events) if e["type"] == "BOOKMARK"
+                and e["object"]["metadata"].get("annotations", {}).get("k8s.io/initial-events-end") == "true"]
+        assert len(ends) == 1
+        initial, end_rv = w.events[:ends[0]], w.events[ends[0]]["object"]["metadata"]["resourceVersion"]
+        listed = requests.get(s.full.base + CM, params={"resourceVersion": end_rv, "resourceVersionMatch": "Exact",
+                                                         **({"shardSelector": sel} if extra else {})}).json()
+        assert [json.dumps(e["object"], sort_keys=True) for e in initial] == [
+            json.dumps(dict(o, kind="ConfigMap", apiVersion="v1"), sort_keys=True) for o in listed["items"]]
+        assert all(e["type"] == "ADDED" for e in initial)
+        live = Watch(s.full.base, {"watch": "1", "resourceVersion": end_rv, "timeoutSeconds": "1", **extra})
+        live.start()
+        live.join(30)
+        after = [json.dumps(e, sort_keys=True) for e in w.events[ends[0] + 1:] if e["type"] != "BOOKMARK"]
+        assert after == live.objects()
+        assert int(last) >= int(end_rv)
+    keep.join(30)
+
+
+def test_a_shard_that_dies_ends_the_feeds_watches(fslice):
+    """A shard going away ends the watches of its feed (as a server going away ends them, no silent stall);
+    once it is back, a watch resumed from the last RV a client saw gets every event after it."""
+    s = fslice
+    keep = keep_feed_open(s, 60)
+    n0 = served(s)["feed"]
+    w = Watch(s.front.base, {"watch": "1", "resourceVersion": list_rv(s.front.base), "timeoutSeconds": "60"}).begin()
+    writes(s.front.base, "d1", 3)
+    assert served(s)["feed"] == n0 + 1
+    victim = s.shards[1]
+    victim.popen.kill()
+    victim.popen.wait(10)
+    t0 = time.monotonic()
+    w.join(15)
+    assert not w.is_alive(), "the client watch outlived its shard by 15 s"
+    keep.join(5)
+    assert not keep.is_alive()
+    ended = time.monotonic() - t0
+    last = w.events[-1]["object"]["metadata"]["resourceVersion"]
+    victim.start().wait_ready(60)
+    deadline = time.monotonic() + 30
+    while report(s.front.base)["coverage"] != "ok" or not all(x["ready"] for x in report(s.front.base)["shards"]):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    got = Watch(s.front.base, {"watch": "1", "resourceVersion": last, "timeoutSeconds": "4"})
+    want = Watch(s.full.base, {"watch": "1", "resourceVersion": last, "timeoutSeconds": "4"})
+    got.start(), want.start()
+    time.sleep(0.5)
+    writes(s.front.base, "d2", 3)
+    got.join(30), want.join(30)
+    assert got.objects() == want.objects() and len(want.objects()) >= 3, ended

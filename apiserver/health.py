@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import Any, Callable
 
 from aiohttp import web
@@ -99,7 +100,7 @@ def process_memory() -> dict[str, int]:
     """RSS / peak RSS from /proc and the Python heap from tracemalloc (when the process was started
     with RESIDENCY_TRACEMALLOC=1, see __main__)."""
     import tracemalloc
-    out: dict[str, int] = {}
+    out: dict[str, int] = {"pid": os.getpid()}
     try:
         with open("/proc/self/status") as f:
             for line in f:

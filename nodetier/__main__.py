@@ -11,7 +11,8 @@ import logging
 import signal
 import sys
 
-from apiserver.__main__ import SHUTDOWN_DUMP_AFTER, _address, _bool, _duration, _port, start_sites
+from apiserver.__main__ import SHUTDOWN_DUMP_AFTER, start_sites
+from apiserver.flags import _address, _bool, _duration, _port
 
 from .controlplane import Identity
 from .server import NodeTier

@@ -16,7 +16,7 @@ import ast
 import re
 from pathlib import Path
 
-LAYERS = ("ext", "machinery", "storage", "cache", "front", "apiserver", "nodetier", "shardslice")
+LAYERS = ("ext", "machinery", "storage", "cache", "front", "apiserver", "nodetier", "deployment", "shardslice")
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -1,0 +1,5 @@
+import sys
+
+from deployment.supervisor import main
+
+sys.exit(main())

@@ -1,0 +1,468 @@
+"""The supervisor of a deployment: K shards and N fronts on one address, started, watched, restarted, stopped.
+
+Flags. The deployment takes `python -m apiserver`'s flags (parsed by its own parser, so the same names, types
+and errors) and gives each child the ones that concern it, as written:
+
+* every child: the key prefix, per-resource etcd overrides, `--read-only`, `--request-timeout`, `-v`;
+* the shards: the watch cache, residency and warm-restart and compression flags; each gets `--residency` (range i
+  of K), a loopback port and `<state-dir>/shard-i`; shard 0 alone compacts etcd (`--etcd-compaction-interval`),
+  as one kube-apiserver per etcd cluster would need to;
+* the fronts: the listening address and ports (bound with `--reuse-port`), TLS, authentication, authorization,
+  `--front-shared-watches`; `--max-requests-inflight` and `--max-mutating-requests-inflight` are the
+  deployment's, so each front gets its N-th (rounded up); each front also serves a loopback `--admin-port`, where
+  the supervisor reaches it alone (readiness, /metrics, /debug/residency).
+
+Shards listen on loopback without authentication: every client request has been authenticated and authorized by
+the front that proxies it; the shards' ports are not the deployment's address.
+
+Defaults. N = the number of cores (`os.cpu_count()`): the fronts do the client-facing work (TLS, encoding,
+fan-out to watchers, authorization), which grows with clients and spreads over cores. K = 1: every shard reads
+every event of the resources it caches from etcd (residency drops the objects outside its range after decoding),
+so K shards do K times that work: K buys memory per process (a K-th of the state), not CPU; raise it when the
+state does not fit one process.
+
+Restarts. A child that exits is started again after a backoff: 1 s, doubled for each exit in a row up to 30 s,
+back to 1 s once a child has run 60 s. Each child has PR_SET_PDEATHSIG: if the supervisor dies, so do its
+children. SIGTERM or SIGINT stops the fronts first (they end their watches; clients go on through whoever is
+left, or reconnect), then the shards, then the embedded etcds.
+
+The deployment's endpoints (`--deployment-port`, loopback): `/readyz` (200 once every child is ready),
+`/metrics` (every child's metrics, each series labelled `process="front-0"` ..., and the supervisor's
+`deployment_child_up`, `deployment_child_restarts_total`, `deployment_child_pss_bytes`), `/debug/residency`
+(every child's report, and the deployment's memory: the sum of the children's and the supervisor's PSS).
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from machinery.shard_selector import complementary
+from storage.embedded import EmbeddedEtcd, find_etcd, free_port, lease_etcd
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Which apiserver flags (by argparse dest) each kind of child takes.
+COMMON = {"etcd_prefix", "etcd_servers_overrides", "read_only", "request_timeout", "verbosity"}
+SHARD = COMMON | {"watch_cache", "residency_full_resources", "warm_restart", "cache_snapshot_interval",
+                  "cache_compression", "cache_compression_eager"}
+FRONT = COMMON | {"bind_address", "port", "secure_port", "tls_cert_file", "tls_private_key_file",
+                  "authorization_mode", "token_auth_file", "client_ca_file", "anonymous_auth", "front_shared_watches"}
+DIVIDED = {"max_requests_inflight", "max_mutating_requests_inflight"}   # the deployment's, split over the fronts
+PARENT = {"etcd_servers", "embedded_lease_etcd", "state_dir", "etcd_compaction_interval"}
+REFUSED = {"front", "shards", "residency", "reuse_port", "admin_port"}
+
+BACKOFF_FIRST, BACKOFF_MAX, BACKOFF_RESET_AFTER = 1.0, 30.0, 60.0
+START_TIMEOUT = 180.0
+
+
+class DeploymentError(RuntimeError):
+    pass
+
+
+def split_flags(parser: argparse.ArgumentParser, argv: list[str]) -> dict[str, list[str]]:
+    """The command line's apiserver flags, each as written (its tokens), by argparse dest."""
+    by_opt = {o: a for a in parser._actions for o in a.option_strings}
+    out: dict[str, list[str]] = {}
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        name, eq, _ = tok.partition("=")
+        action = by_opt.get(name)
+        if action is None:
+            raise DeploymentError(f"unknown flag {tok!r}")
+        toks = [tok]
+        if not eq and action.nargs != 0:
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            if action.nargs == "?":
+                if nxt is not None and not nxt.startswith("-"):
+                    toks.append(nxt)
+            elif nxt is None:
+                raise DeploymentError(f"{name} needs a value")
+            else:
+                toks.append(nxt)
+        out.setdefault(action.dest, []).extend(toks)
+        i += len(toks)
+    return out
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the supervisor dies (Linux prctl PR_SET_PDEATHSIG)."""
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+def pss_bytes(pid: int) -> int:
+    """Proportional set size (/proc/PID/smaps_rollup): shared pages counted once across the deployment."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+class Child:
+    """One apiserver process of the deployment; `probe` is its loopback base URL (readiness, metrics, reports)."""
+
+    def __init__(self, name: str, role: str, argv: list[str], probe: str, log_dir: str):
+        self.name, self.role, self.argv, self.probe = name, role, argv, probe
+        self.log_path = os.path.join(log_dir, f"{name}.log")
+        self.popen: subprocess.Popen | None = None
+        self.restarts = 0
+        self.started_at = 0.0
+        self.backoff = BACKOFF_FIRST
+        self.restart_at: float | None = None
+        self.stopping = False
+
+    def start(self) -> None:
+        with open(self.log_path, "ab") as log:
+            self.popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          cwd=ROOT, start_new_session=True, preexec_fn=_die_with_parent)
+        self.started_at = time.monotonic()
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen is not None and self.popen.poll() is None else None
+
+    def ready(self) -> bool:
+        if self.pid is None:
+            return False
+        try:
+            with urllib.request.urlopen(self.probe + "/readyz", timeout=2) as r:
+                return r.status == 200
+        except (OSError, urllib.error.URLError):
+            return False
+
+    def get(self, path: str, timeout: float = 5.0) -> bytes | None:
+        try:
+            with urllib.request.urlopen(self.probe + path, timeout=timeout) as r:
+                return r.read()
+        except (OSError, urllib.error.URLError):
+            return None
+
+    def log_tail(self, lines: int = 8) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                return b"\n".join(f.read().splitlines()[-lines:]).decode(errors="replace")
+        except OSError:
+            return ""
+
+    def terminate(self) -> None:
+        self.stopping = True
+        if self.pid is not None:
+            self.popen.terminate()
+
+    def wait_stopped(self, timeout: float) -> None:
+        if self.popen is None:
+            return
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait()
+
+
+class Deployment:
+    def __init__(self, shards: int, fronts: int, flags: dict[str, list[str]], values: argparse.Namespace,
+                 deployment_port: int = 0):
+        if shards < 1 or fronts < 1:
+            raise DeploymentError("--shards and --fronts must be at least 1")
+        bad = sorted(set(flags) & REFUSED)
+        if bad:
+            raise DeploymentError("the deployment sets these itself: " + ", ".join("--" + b.replace("_", "-")
+                                                                                     for b in bad))
+        if not values.port and not values.secure_port:
+            raise DeploymentError("nothing to serve: both --port and --secure-port are 0")
+        self.k, self.n, self.flags, self.values = shards, fronts, flags, values
+        self.deployment_port = deployment_port or free_port()
+        self.state_dir = os.path.abspath(values.state_dir)
+        self.log_dir = os.path.join(self.state_dir, "logs")
+        self.etcd: EmbeddedEtcd | None = None
+        self.lease_etcd: EmbeddedEtcd | None = None
+        self.children: list[Child] = []
+        self.stop_requested = threading.Event()
+        self.server: ThreadingHTTPServer | None = None
+
+    # --- the children's command lines ---------------------------------------------------------------
+
+    def _pass(self, dests: set[str]) -> list[str]:
+        return [t for d in sorted(dests & set(self.flags)) for t in self.flags[d]]
+
+    def _apiserver(self) -> list[str]:
+        return [sys.executable, "-m", "apiserver", "--etcd-servers", self.etcd_servers]
+
+    def _overrides(self) -> list[str]:
+        if self.lease_etcd is None:
+            return []
+        given = self.values.etcd_servers_overrides
+        own = f"coordination.k8s.io/leases#{self.lease_etcd.endpoint}"
+        return ["--etcd-servers-overrides", f"{given},{own}" if given else own]
+
+    def plan(self) -> None:
+        """The children, with their ports and state directories (started by `start`)."""
+        common_extra = self._overrides()
+        drop = {"etcd_servers_overrides"} if common_extra else set()
+        shard_urls = []
+        for i, sel in enumerate(complementary(self.k)):
+            port = free_port()
+            url = f"http://127.0.0.1:{port}"
+            shard_urls.append(url)
+            argv = self._apiserver() + self._pass(SHARD - drop) + common_extra + [
+                "--bind-address", "127.0.0.1", "--port", str(port), "--secure-port", "0",
+                "--state-dir", os.path.join(self.state_dir, f"shard-{i}"),
+                "--etcd-compaction-interval", self._compaction() if i == 0 else "0"]
+            if self.k > 1:
+                argv += ["--residency", str(sel)]
+            self.children.append(Child(f"shard-{i}", "shard", argv, url, self.log_dir))
+        for j in range(self.n):
+            admin = free_port()
+            argv = self._apiserver() + self._pass(FRONT - drop) + common_extra + self._divided() + [
+                "--front", "--shards", ",".join(shard_urls), "--reuse-port", "--admin-port", str(admin),
+                "--state-dir", os.path.join(self.state_dir, f"front-{j}"), "--etcd-compaction-interval", "0"]
+            self.children.append(Child(f"front-{j}", "front", argv, f"http://127.0.0.1:{admin}", self.log_dir))
+
+    def _compaction(self) -> str:
+        toks = self.flags.get("etcd_compaction_interval")
+        return toks[-1].partition("=")[2] or toks[-1] if toks else "5m"
+
+    def _divided(self) -> list[str]:
+        out = []
+        for dest in sorted(DIVIDED):
+            total = getattr(self.values, dest)
+            if total:
+                out += ["--" + dest.replace("_", "-"), str(math.ceil(total / self.n))]
+            else:
+                out += ["--" + dest.replace("_", "-"), "0"]
+        return out
+
+    # --- lifecycle -----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        os.makedirs(self.log_dir, exist_ok=True)
+        if self.values.etcd_servers:
+            self.etcd_servers = self.values.etcd_servers
+        else:
+            binary = find_etcd()
+            self.etcd = EmbeddedEtcd(data_dir=os.path.join(self.state_dir, "etcd"), binary=binary.path).start()
+            self.etcd_servers = self.etcd.endpoint
+            say(f"embedded etcd: {self.etcd.endpoint} data={self.etcd.data_dir} binary={binary.path} "
+                f"version={binary.version or 'unknown'} ({binary.source})")
+        if self.values.embedded_lease_etcd:
+            self.lease_etcd = lease_etcd(find_etcd().path, state_dir=self.state_dir)
+            say(f"embedded lease etcd: {self.lease_etcd.endpoint} (no fsync, tmpfs)")
+        self.plan()
+        deadline = time.monotonic() + START_TIMEOUT
+        for role in ("shard", "front"):   # the fronts learn the shards' ranges when they start
+            group = [c for c in self.children if c.role == role]
+            for c in group:
+                c.start()
+            self._wait_ready(group, deadline)
+        self._serve_endpoints()
+
+    def _wait_ready(self, group: list[Child], deadline: float) -> None:
+        waiting = list(group)
+        while waiting:
+            for c in list(waiting):
+                if c.popen.poll() is not None:
+                    raise DeploymentError(f"{c.name} exited with {c.popen.returncode} while starting "
+                                          f"({c.log_path}):\n{c.log_tail()}")
+                if c.ready():
+                    waiting.remove(c)
+            if self.stop_requested.is_set():
+                raise DeploymentError("stopped while starting")
+            if waiting and time.monotonic() > deadline:
+                raise DeploymentError(f"not ready in {START_TIMEOUT:.0f} s: "
+                                      + ", ".join(f"{c.name} ({c.log_path})" for c in waiting))
+            time.sleep(0.2)
+
+    def supervise(self) -> None:
+        """Restart children that exit, until a stop is requested."""
+        while not self.stop_requested.wait(0.2):
+            now = time.monotonic()
+            for c in self.children:
+                if c.popen.poll() is None:
+                    continue
+                if c.restart_at is None:
+                    ran = now - c.started_at
+                    if ran >= BACKOFF_RESET_AFTER:
+                        c.backoff = BACKOFF_FIRST
+                    c.restart_at = now + c.backoff
+                    say(f"{c.name} (pid {c.popen.pid}) exited with {c.popen.returncode} after {ran:.1f} s; "
+                        f"restarting in {c.backoff:.0f} s; log {c.log_path}")
+                    c.backoff = min(c.backoff * 2, BACKOFF_MAX)
+                elif now >= c.restart_at:
+                    c.restart_at = None
+                    c.restarts += 1
+                    c.start()
+                    say(f"{c.name} restarted (pid {c.popen.pid}, restart {c.restarts})")
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+        for role in ("front", "shard"):
+            group = [c for c in self.children if c.role == role]
+            for c in group:
+                c.terminate()
+            for c in group:
+                c.wait_stopped(15)
+        for e in (self.lease_etcd, self.etcd):
+            if e is not None:
+                e.stop()
+
+    # --- the deployment's endpoints --------------------------------------------------------------------
+
+    def _serve_endpoints(self) -> None:
+        dep = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:   # noqa: N802 (http.server's name)
+                path = self.path.split("?")[0].rstrip("/")
+                if path == "/healthz":
+                    body, ctype, code = b"ok", "text/plain", 200
+                elif path == "/readyz":
+                    down = [c.name for c in dep.children if not c.ready()]
+                    body = (b"ok" if not down else ("not ready: " + ", ".join(down)).encode())
+                    ctype, code = "text/plain", 200 if not down else 500
+                elif path == "/metrics":
+                    body, ctype, code = dep.metrics().encode(), "text/plain; version=0.0.4", 200
+                elif path == "/debug/residency":
+                    body, ctype, code = json.dumps(dep.report()).encode(), "application/json", 200
+                else:
+                    body, ctype, code = b"404 page not found", "text/plain", 404
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.deployment_port), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def metrics(self) -> str:
+        """Every child's /metrics with a `process` label on each series (HELP/TYPE once per family), then the
+        supervisor's own."""
+        seen: set[str] = set()
+        out: list[str] = []
+        for c in self.children:
+            text = c.get("/metrics")
+            if text is None:
+                continue
+            for line in text.decode(errors="replace").splitlines():
+                if not line:
+                    continue
+                if line.startswith("#"):
+                    if line not in seen:
+                        seen.add(line)
+                        out.append(line)
+                    continue
+                out.append(label_series(line, c.name))
+        for name, kind, help_, value in (
+                ("deployment_child_up", "gauge", "1 if the child process is running", lambda c: int(c.pid is not None)),
+                ("deployment_child_restarts_total", "counter", "times the supervisor restarted the child",
+                 lambda c: c.restarts),
+                ("deployment_child_pss_bytes", "gauge", "the child's proportional set size",
+                 lambda c: pss_bytes(c.pid) if c.pid else 0)):
+            out += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"]
+            out += [f'{name}{{process="{c.name}",role="{c.role}"}} {value(c)}' for c in self.children]
+        return "\n".join(out) + "\n"
+
+    def report(self) -> dict:
+        procs = []
+        for c in self.children:
+            raw = c.get("/debug/residency")
+            try:
+                rep = json.loads(raw) if raw else None
+            except ValueError:
+                rep = None
+            procs.append({"name": c.name, "role": c.role, "pid": c.pid, "url": c.probe, "restarts": c.restarts,
+                          "pssBytes": pss_bytes(c.pid) if c.pid else 0, "report": rep})
+        own = pss_bytes(os.getpid())
+        return {"shards": self.k, "fronts": self.n, "processes": procs,
+                "memory": {"supervisorPssBytes": own, "totalPssBytes": own + sum(p["pssBytes"] for p in procs)}}
+
+    def urls(self) -> list[str]:
+        host = self.values.bind_address
+        host = f"[{host}]" if ":" in host else host
+        out = []
+        if self.values.port:
+            out.append(f"http://{host}:{self.values.port}")
+        if self.values.secure_port:
+            out.append(f"https://{host}:{self.values.secure_port}")
+        return out
+
+
+def label_series(line: str, process: str) -> str:
+    """`name{a="b"} 1` -> `name{process="p",a="b"} 1`; `name 1` -> `name{process="p"} 1`."""
+    name_end = min((i for i in (line.find("{"), line.find(" ")) if i >= 0), default=len(line))
+    if name_end < len(line) and line[name_end] == "{":
+        rest = line[name_end + 1:]
+        sep = "" if rest.startswith("}") else ","
+        return f'{line[:name_end]}{{process="{process}"{sep}{rest}'
+    return f'{line[:name_end]}{{process="{process}"}}{line[name_end:]}'
+
+
+def say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from apiserver.flags import build_parser
+    argv = list(sys.argv[1:] if argv is None else argv)
+    own = argparse.ArgumentParser(prog="python -m deployment", add_help=False)
+    own.add_argument("--shards", dest="k", type=int, default=1)
+    own.add_argument("--fronts", dest="n", type=int, default=os.cpu_count() or 1)
+    own.add_argument("--deployment-port", type=int, default=0)
+    own.add_argument("-h", "--help", action="store_true")
+    mine, rest = own.parse_known_args(argv)
+    apiserver = build_parser()
+    if mine.help:
+        print(__doc__.split("\n\n")[0].strip() + "\n\n  python -m deployment [--shards K (default 1)] "
+              f"[--fronts N (default {os.cpu_count()}, the cores)] [--deployment-port P] [apiserver flags]\n\n"
+              "apiserver flags:\n" + apiserver.format_help().split("\n", 2)[-1])
+        return 0
+    try:
+        flags = split_flags(apiserver, rest)
+        values = apiserver.parse_args(rest)   # the apiserver's own checks and messages (exit 2)
+        dep = Deployment(mine.k, mine.n, flags, values, mine.deployment_port)
+    except DeploymentError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: dep.stop_requested.set())
+    try:
+        dep.start()
+    except (DeploymentError, FileNotFoundError, RuntimeError, TimeoutError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        dep.stop()
+        return 1
+    say(f"deployment ready: {' '.join(dep.urls())} ({dep.n} fronts, {dep.k} shards) "
+        f"deployment=http://127.0.0.1:{dep.deployment_port} etcd={dep.etcd_servers} logs={dep.log_dir}")
+    for c in dep.children:
+        say(f"  {c.name}: pid {c.pid} {c.probe}")
+    try:
+        dep.supervise()
+    finally:
+        say("shutting down")
+        dep.stop()
+    return 0
+

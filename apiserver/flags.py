@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "cache; writes and GETs go to etcd): see front/")
     p.add_argument("--shards", default="", help="with --front: comma-separated shard URLs (http://host:port)")
     p.add_argument("--front-shared-watches", default="true", choices=("true", "false"),
-                   help="with --front: serve watches without label or field selectors from one merged stream of "
-                        "the shards per resource (front/feed.py); false: K shard watches per client watch")
+                   help="with --front: serve watches from one merged stream of the shards per resource "
+                        "(front/feed.py); false: K shard watches per client watch")
     p.add_argument("-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity (0-10)")
     return p

@@ -54,6 +54,9 @@ class CacheWatcher:
         # passes the last RV this watch sent, so a merge of shard watches never waits for a quiet shard.
         self.progress = False
         self.sent_rv = 0
+        # FRONT_PREV_HEADER: the previous object's wire bytes of an entry (set for a front's shared stream); its
+        # MODIFIED frames end with `,"prevObject":{..}`.
+        self.prev_wire: Callable[[Entry], bytes] | None = None
         self._wakeup = asyncio.Event()
 
     # --- filtering (S4.6) -------------------------------------------------------
@@ -90,11 +93,13 @@ class CacheWatcher:
 
     # --- queue --------------------------------------------------------------------
 
-    def _encoded(self, frame: tuple[str, bytes], cache: dict) -> tuple[str, bytes]:
+    def _encoded(self, frame: tuple[str, bytes], cache: dict, ev: CacheEvent | None = None) -> tuple[str, bytes]:
         """With `make_frame`, the finished wire frame, built once per event for all watchers
         that get the same (type, bytes) — `cache` lives for one dispatch only."""
         if self.make_frame is None:
             return frame
+        if self.prev_wire is not None and frame[0] == "MODIFIED" and ev is not None and ev.prev is not None:
+            return ("FRAME", self.with_prev(frame, ev.prev))
         key = (frame[0], id(frame[1]))
         hit = cache.get(key)
         if hit is None:
@@ -102,6 +107,10 @@ class CacheWatcher:
             # object at every read, whose id() could otherwise be reused by the next one's within a dispatch.
             hit = cache[key] = (frame[1], self.make_frame(*frame))
         return ("FRAME", hit[1])
+
+    def with_prev(self, frame: tuple[str, bytes], prev: Entry) -> bytes:
+        """The MODIFIED frame with the previous object after the object (FRONT_PREV_HEADER)."""
+        return self.make_frame(*frame)[:-2] + b',"prevObject":' + self.prev_wire(prev) + b"}\n"
 
     def try_add(self, ev: CacheEvent, cache: dict) -> bool | None:
         """Non-blocking put. None: not interested; True: queued; False: queue full."""
@@ -113,7 +122,7 @@ class CacheWatcher:
             return None
         if len(self.queue) >= self.queue_size:
             return False
-        encoded = self._encoded(frame, cache)
+        encoded = self._encoded(frame, cache, ev)
         # Fast path: with nothing queued, the dispatcher writes the frame itself at its next
         # `flush` (all events of one dispatch round in one socket write) instead of waking this
         # watcher's writer task per event. Ordering holds: the queue is empty while frames are
@@ -148,7 +157,7 @@ class CacheWatcher:
     def force_add(self, ev: CacheEvent, cache: dict) -> None:
         frame = self.convert(ev, cache)
         if frame is not None:
-            self.queue.append(self._encoded(frame, cache))
+            self.queue.append(self._encoded(frame, cache, ev))
             self.sent_rv = ev.rv
             self._wakeup.set()
         self.last_rv = ev.rv

@@ -40,6 +40,7 @@ from storage import errors as serr
 from storage.codec import decode_value
 from storage.compact import last_compacted
 from storage.etcd import EtcdClient, WatchCompacted, WatchProgress
+from storage.revision import SharedRevision
 from storage.store import EtcdStore, stamp_rv
 
 from . import metrics, snapshot
@@ -163,8 +164,7 @@ class Cacher(Dispatching):
         self._bookmark_task: asyncio.Task | None = None
         self._progress_task: asyncio.Task | None = None
         self._compaction_task: asyncio.Task | None = None
-        self._rev_inflight: asyncio.Future | None = None
-        self._rev_next: asyncio.Future | None = None
+        self._revision = SharedRevision(client, prefix, resource_label)
         self._ready_event = asyncio.Event()
         self.init_dispatch()
         self.dropped_nonresident = 0
@@ -650,31 +650,8 @@ class Cacher(Dispatching):
             await wait_event(self._ready_event, left)
 
     async def current_revision(self) -> int:
-        """The etcd revision now; concurrent callers share one request that started after they
-        arrived (linearizable for each of them), so N simultaneous reads cost ~2 round trips."""
-        if self._rev_next is None:
-            self._rev_next = asyncio.get_running_loop().create_future()
-            asyncio.ensure_future(self._issue_revision_request(self._rev_next))
-        fut = self._rev_next
-        return await asyncio.shield(fut)
-
-    async def _issue_revision_request(self, fut: asyncio.Future) -> None:
-        # Wait for the in-flight request (if any), so ours starts after every joiner arrived.
-        while self._rev_inflight is not None:
-            try:
-                await asyncio.shield(self._rev_inflight)
-            except Exception:
-                pass
-        self._rev_inflight = fut
-        self._rev_next = None
-        try:
-            rev = await self.client.current_revision(self.prefix.encode(), self.resource_label)
-            fut.set_result(rev)
-        except Exception as e:
-            fut.set_exception(e)
-            fut.exception()  # mark retrieved: joiners re-raise it
-        finally:
-            self._rev_inflight = None
+        """The etcd revision now, shared with concurrent callers (storage.revision)."""
+        return await self._revision.current()
 
     async def wait_until_fresh(self, rv: int, timeout: float = BLOCK_TIMEOUT) -> None:
         """Block until the cache has seen rv; after `timeout`, TOO_LARGE_RV with Retry-After 1 (S1.16, S1.22)."""

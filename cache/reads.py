@@ -191,6 +191,8 @@ async def serve_watch(cacher: Cacher, prefix: str, req: WatchRequest, sink: Watc
     w.progress = req.progress
     if not frames.table:
         w.make_frame = frame   # one encoded frame per event shared by all plain watchers
+        if req.prev:
+            w.prev_wire = lambda e: cacher.wire(e.data)
     if allow_bookmarks:
         w.next_bookmark = next_bookmark_time(time.monotonic(), deadline)
     cacher.add_watcher(w)
@@ -216,7 +218,7 @@ async def serve_watch(cacher: Cacher, prefix: str, req: WatchRequest, sink: Watc
         for ev in replay:
             f = w.convert(ev, cache)
             if f is not None:
-                buf.append(frame(*f))
+                buf.append(w._encoded(f, cache, ev)[1] if w.make_frame is not None else frame(*f))
         if watch_list:
             buf.append(frames.bookmark(start_rv, True))
         elif w.progress and start_rv > rv:

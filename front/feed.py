@@ -11,13 +11,14 @@ keeps up, the slow-watcher budget S4.14, bookmarks S4.11).
 * A window of recent events (at least WINDOW_MIN, those younger than WINDOW_SECONDS, at most WINDOW_MAX) lets a
   watch resume from an RV at or after `oldest`; an older RV is not the feed's to answer (the caller falls back
   to per-client shard watches, whose windows answer it or give the 410 a full replica gives).
-* Served here: watches without label or field selector (a `shardSelector` is filtered here, by the UID or
-  namespace hash, both immutable). A selector watch needs each event's previous object for its transitions
-  (S4.6), which a shard's watch does not carry: it keeps the per-client path.
+* Served here: every watch the shards can answer (label and field selectors the cache's predicates, with their
+  transitions, S4.6, from the previous object each MODIFIED frame carries: FRONT_PREV_HEADER; a `shardSelector`
+  filtered by the UID or namespace hash, both immutable).
 * Initial events (watch-list, RV unset or 0) are the merged list of the shards at the RV the watcher is
   registered at, so nothing is lost or doubled between the list and the live events.
-* A shard watch that ends is reopened from that shard's watermark; if that fails, the feed fails: its watchers
-  end (their clients resume, as when a server goes away) and the next watch builds a new feed.
+* A shard watch that ends is reopened from that shard's watermark; if that fails, or the front's health checks
+  mark a shard of the feed down (a hung shard would stall every event), the feed fails: its watchers end (their
+  clients resume, as when a server goes away) and the next watch builds a new feed.
 * Resharding (`drain`): the feed takes no new watchers; each watcher that takes bookmarks gets one at or past
   the drain RV and ends there (its client resumes through the new map); the others keep the old shards until
   their timeout. A feed with no watchers for IDLE_SECONDS closes its shard watches.
@@ -31,6 +32,8 @@ import time
 from collections import deque
 from typing import Any, Callable
 
+import orjson
+
 from cache.cache_watcher import CacheWatcher
 from cache.cacher import BLOCK_TIMEOUT, BOOKMARK_TICK, next_bookmark_time
 from cache.dispatch import Dispatching
@@ -38,8 +41,10 @@ from cache.reads import write_live
 from cache.watch_cache import CacheEvent
 from machinery import errors
 from machinery.aio import wait_event
+from machinery.encoding import encode_obj
 from storage import errors as serr
-from storage.interface import FRONT_PROGRESS_HEADER, WatchRequest, WatchSink
+from storage.interface import FRONT_PREV_HEADER, FRONT_PROGRESS_HEADER, WatchRequest, WatchSink
+from storage.store import stamp_rv
 
 from .shards import Part
 from .wire import ShardWatch, open_get
@@ -88,7 +93,7 @@ class Feed(Dispatching):
         self.window: deque[CacheEvent] = deque()
         k = len(parts)
         self.marks = [rv] * k
-        self.queues: list[list[tuple[int, str, FeedEntry]]] = [[] for _ in range(k)]
+        self.queues: list[list[tuple[int, str, FeedEntry, FeedEntry]]] = [[] for _ in range(k)]   # (rv, type, obj, prev)
         self.watches: list[ShardWatch | None] = [None] * k
         self.retired = False           # no new watchers (failed, drained or idle)
         self.failed = ""
@@ -121,7 +126,7 @@ class Feed(Dispatching):
         params = st._params({"watch": "1", "resourceVersion": str(self.marks[i]), "allowWatchBookmarks": "true",
                              "timeoutSeconds": str(SHARD_WATCH_SECONDS)}, None, sel)
         resp = await open_get(st.shards.session, st._url(shard, None), params,
-                              headers={FRONT_PROGRESS_HEADER: "true"})
+                              headers={FRONT_PROGRESS_HEADER: "true", FRONT_PREV_HEADER: "true"})
         return ShardWatch(shard.url, resp)
 
     def fail(self, why: str) -> None:
@@ -153,7 +158,7 @@ class Feed(Dispatching):
         q = self.queues[i]
         while True:
             w = self.watches[i]
-            async for t, md, obj in w.parts():
+            async for t, md, obj, prev in w.parts():
                 if t == "ERROR":
                     self.fail(f"shard {w.url}: {obj[:300].decode(errors='replace')}")
                     return
@@ -161,7 +166,8 @@ class Feed(Dispatching):
                 if t != "BOOKMARK":
                     ns = md.get("namespace")
                     key = prefix + (md["name"] if cluster or not ns else f"{ns}/{md['name']}")
-                    q.append((rv, t, FeedEntry(key, obj, md)))
+                    entry = FeedEntry(key, obj, md)
+                    q.append((rv, t, entry, entry if prev is None else FeedEntry(key, prev, md)))
                     if len(q) > MAX_QUEUED:
                         self.fail(f"more than {MAX_QUEUED} events from {w.url} wait for the other shards")
                         return
@@ -180,6 +186,9 @@ class Feed(Dispatching):
     async def _run(self) -> None:
         while True:
             self._wake.clear()
+            down = [s.url for s, _ in self.parts if not s.ready]
+            if down and not self.failed:   # a hung shard stalls every event: fail once health says it is down
+                self.fail("shard not ready: " + ", ".join(down))
             mark = min(self.marks)
             if mark > self.mark:
                 await self._apply(mark)
@@ -195,8 +204,8 @@ class Feed(Dispatching):
     async def _apply(self, mark: int) -> None:
         """Dispatch the queued events at or below `mark`, in RV order; then the feed is at `mark`."""
         now = self.clock()
-        for rv, t, entry in take_ready(self.queues, mark):
-            ev = CacheEvent(t, entry.key, rv, entry, None if t == "ADDED" else entry, now)
+        for rv, t, entry, prev in take_ready(self.queues, mark):
+            ev = CacheEvent(t, entry.key, rv, entry, None if t == "ADDED" else prev, now)
             self.window.append(ev)
             await self._dispatch(ev)
         self.mark = mark
@@ -211,6 +220,11 @@ class Feed(Dispatching):
 
     def dispatch_rv(self) -> int:
         return self.mark
+
+    def encode_deleted(self, prev: FeedEntry, rv: int) -> bytes:
+        """An object that stopped matching a watcher's selectors: its previous content with the event's RV, as the
+        watch cache sends it (S4.6)."""
+        return encode_obj(self.st.res, stamp_rv(orjson.loads(prev.data), rv))
 
     async def _bookmarks(self) -> None:
         while True:
@@ -274,9 +288,9 @@ class Feed(Dispatching):
         frames = req.frames
         deadline = time.monotonic() + req.timeout
         watch_list = initial and bool(req.send_initial_events) and req.allow_bookmarks
-        w = CacheWatcher(prefix=prefix, predicate=None, shard=shard, queue_size=QUEUE_SIZE, start_rv=0,
-                         allow_bookmarks=req.allow_bookmarks, deadline=deadline, encode_deleted=_never,
-                         decode=_never, watch_list=watch_list)
+        w = CacheWatcher(prefix=prefix, predicate=req.predicate, shard=shard, queue_size=QUEUE_SIZE, start_rv=0,
+                         allow_bookmarks=req.allow_bookmarks, deadline=deadline, encode_deleted=self.encode_deleted,
+                         decode=_decode, watch_list=watch_list)
         # Registered with the state it starts from, no await in between: every event after it reaches w.
         if initial:
             start_rv, replay = self.mark, []
@@ -332,5 +346,5 @@ def take_ready(queues: list[list[tuple]], mark: int) -> list[tuple]:
     return list(heapq.merge(*taken, key=lambda e: e[0]))
 
 
-def _never(*_):   # a feed watcher has no predicate: nothing decodes or re-encodes its objects
-    raise AssertionError("a feed watcher has no predicate")
+def _decode(e: FeedEntry) -> dict:
+    return orjson.loads(e.data)

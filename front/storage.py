@@ -33,6 +33,7 @@ from machinery.shard_selector import FULL, ShardSelector
 from storage import errors as serr
 from storage.continue_token import encode_continue, resolve_continue
 from storage.interface import FRONT_PROGRESS_HEADER, ListPage, ListRequest, WatchRequest, WatchSink
+from storage.revision import SharedRevision
 from storage.store import EtcdStore, parse_resource_version
 
 from .feed import Feed, NotServed, take_ready
@@ -72,6 +73,8 @@ class FrontStorage(CacheDelegator):
         self.shards = shards
         head = wire_head(res)
         self.wire = (lambda b: b) if head is None else (lambda b: head + b[1:])
+        # Consistent lists and watches read etcd's revision: those that arrive together share one read (S3.1).
+        self.revision = SharedRevision(store.client, resource_prefix, res.plural)
         self.feed: Feed | None = None   # the shared stream of this resource's watches (front.feed)
         self.feed_disabled = feed_disabled
         self._feed_lock = asyncio.Lock()
@@ -139,13 +142,13 @@ class FrontStorage(CacheDelegator):
         if cont_rv is not None and cont_rv > 0:
             rv = cont_rv
         elif cont_rv is not None or rv_s in (None, ""):
-            rv = await self.store.current_revision(prefix)
+            rv = await self.revision.current()
         elif rv_s == "0":
-            rv, limit = await self.store.current_revision(prefix), 0   # S1.19: RV=0 ignores limit
+            rv, limit = await self.revision.current(), 0   # S1.19: RV=0 ignores limit
         else:
             n = int(rv_s)
             exact = rvm == "Exact" or (not rvm and limit > 0)
-            rv = n if exact else max(n, await self.store.current_revision(prefix))
+            rv = n if exact else max(n, await self.revision.current())
         start = None
         if start_key is not None:
             start = start_key[len(prefix) - 1:]   # "/<key>\x00" as the token carried it
@@ -350,7 +353,7 @@ class FrontStorage(CacheDelegator):
             self.shards.served["proxied"] += 1
             await self._proxy_watch(parts[0], ns, req, sink, shard_timeout)
             return
-        if req.predicate is None and not self.feed_disabled:
+        if not self.feed_disabled:
             try:
                 await self._watch_from_feed(prefix, req, sink)
                 return
@@ -358,7 +361,7 @@ class FrontStorage(CacheDelegator):
                 pass   # before the feed's window, or it did not reach the RV in time: per-client shard watches
         rv_s = req.resource_version
         if req.send_initial_events or rv_s in (None, "", "0"):
-            rv = await self.store.current_revision(prefix)
+            rv = await self.revision.current()
             if rv_s not in (None, "", "0"):
                 rv = max(rv, int(rv_s))
         else:
@@ -381,11 +384,11 @@ class FrontStorage(CacheDelegator):
                 w.close()
 
     async def _watch_from_feed(self, prefix: str, req: WatchRequest, sink: WatchSink) -> None:
-        """A watch without label or field selector, from the resource's shared stream (front.feed)."""
+        """A watch from the resource's shared stream (front.feed)."""
         rv_s = req.resource_version
         initial = bool(req.send_initial_events)   # defaulted for RV unset and "0" (S5.2)
         if rv_s in (None, ""):
-            need = await self.store.current_revision(prefix)   # most recent: etcd's revision (S1.29, S5.7)
+            need = await self.revision.current()   # most recent: etcd's revision (S1.29, S5.7)
         elif rv_s == "0":
             need = 0                                           # any state (S1.29)
         else:
@@ -410,7 +413,7 @@ class FrontStorage(CacheDelegator):
                 parts = self._plan(None)
                 if parts is None:
                     raise NotServed()
-                rv = await self.store.current_revision(self.resource_prefix)
+                rv = await self.revision.current()
                 new = Feed(self, parts, rv)
                 try:
                     await new.start()

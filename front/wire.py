@@ -18,6 +18,7 @@ from storage import errors as serr
 Obj = dict[str, Any]
 _ITEMS = b'"items":['
 _OBJECT = b',"object":'
+_PREV = b',"prevObject":'
 
 
 def shard_status(url: str, status: int, body: bytes) -> errors.StatusError:
@@ -161,7 +162,7 @@ class ShardList:
 
 class ShardWatch:
     """One shard's watch read frame by frame: (type, resourceVersion, object bytes, the frame's bytes), or with
-    `parts()` (type, metadata, object bytes)."""
+    `parts()` (type, metadata, object bytes, previous object's bytes or None)."""
 
     def __init__(self, url: str, resp: aiohttp.ClientResponse):
         self.url = url
@@ -171,9 +172,9 @@ class ShardWatch:
         async for line in self.lines():
             yield parse_frame(line)
 
-    async def parts(self) -> AsyncIterator[tuple[str, Obj, bytes]]:
+    async def parts(self) -> AsyncIterator[tuple[str, Obj, bytes, bytes | None]]:
         async for line in self.lines():
-            yield frame_parts(line)
+            yield frame_with_prev(line)
 
     async def lines(self) -> AsyncIterator[bytes]:
         buf = b""
@@ -201,9 +202,21 @@ def parse_frame(line: bytes) -> tuple[str, int, bytes, bytes]:
 
 def frame_parts(line: bytes) -> tuple[str, Obj, bytes]:
     """`{"type":"T","object":{..}}\\n` -> (T, the object's metadata ({} for ERROR), the object's bytes)."""
+    t, md, obj, _ = frame_with_prev(line)
+    return t, md, obj
+
+
+def frame_with_prev(line: bytes) -> tuple[str, Obj, bytes, bytes | None]:
+    """As `frame_parts`, and the previous object's bytes of a frame that carries one (FRONT_PREV_HEADER:
+    `{"type":"MODIFIED","object":{..},"prevObject":{..}}`), else None."""
     i = line.index(_OBJECT)
     t = orjson.loads(line[8:i])
-    obj = line[i + len(_OBJECT):line.rindex(b"}")]
+    start = i + len(_OBJECT)
+    end = ext.container_end(line, start)
+    obj = line[start:end]
+    prev = None
+    if line.startswith(_PREV, end):
+        prev = line[end + len(_PREV):line.rindex(b"}")]
     if t == "ERROR":
-        return t, {}, obj
-    return t, orjson.loads(obj)["metadata"], obj
+        return t, {}, obj, None
+    return t, orjson.loads(obj)["metadata"], obj, prev

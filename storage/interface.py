@@ -18,6 +18,9 @@ Predicate = Callable[[Obj], bool]
 # Set by the front (front/) on the watches it opens on its shards: the shard's watcher sends a bookmark
 # whenever its cache's resourceVersion passes what the watch last sent (the merge's watermarks).
 FRONT_PROGRESS_HEADER = "X-Residency-Front-Progress"
+# A front's shared stream (front.feed) asks for each MODIFIED event's previous object, `"prevObject":{..}` after
+# the object in the frame, so it can apply label and field selectors' transitions (S4.6) itself.
+FRONT_PREV_HEADER = "X-Residency-Front-Prev"
 
 
 @dataclass
@@ -79,6 +82,7 @@ class WatchRequest:
     shard: Any = None                       # ShardSelector or None
     selectors: dict[str, str] | None = None  # labelSelector / fieldSelector as sent (a named watch's name in it)
     progress: bool = False                  # FRONT_PROGRESS_HEADER: bookmark every advance of the cache's RV
+    prev: bool = False                      # FRONT_PREV_HEADER: MODIFIED frames carry the previous object
 
 
 class WatchSink(Protocol):

@@ -12,7 +12,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 
@@ -20,70 +19,9 @@ import pytest
 import requests
 
 from storage.embedded import distro_etcd_binary, free_port
-from tests.helpers import ROOT
+from tests.helpers.deployment import Deployment, alive
 
 CM = "/api/v1/namespaces/default/configmaps"
-
-
-class Deployment:
-    def __init__(self, tmp_path, *args: str, env: dict[str, str] | None = None):
-        self.port, self.dport = free_port(), free_port()
-        self.state = str(tmp_path / "state")
-        self.argv = [sys.executable, "-m", "deployment", "--port", str(self.port), "--deployment-port",
-                     str(self.dport), "--state-dir", self.state, *args]
-        self.env = dict(os.environ, **(env or {}))
-        self.base, self.dbase = f"http://127.0.0.1:{self.port}", f"http://127.0.0.1:{self.dport}"
-        self.proc: subprocess.Popen | None = None
-        self.lines: list[str] = []
-
-    def start(self, timeout: float = 180) -> "Deployment":
-        self.lines = []
-        self.proc = subprocess.Popen(self.argv, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        ready = threading.Event()
-
-        def read() -> None:
-            for line in self.proc.stderr:
-                self.lines.append(line.rstrip())
-                if line.startswith("deployment ready:"):
-                    ready.set()
-        self.reader = threading.Thread(target=read, daemon=True)
-        self.reader.start()
-        deadline = time.monotonic() + timeout
-        while not ready.wait(0.2):
-            assert self.proc.poll() is None, "\n".join(self.lines[-20:])
-            assert time.monotonic() < deadline, "\n".join(self.lines[-20:])
-        return self
-
-    def report(self) -> dict:
-        return requests.get(self.dbase + "/debug/residency", timeout=20).json()
-
-    def pids(self) -> dict[str, int]:
-        return {p["name"]: p["pid"] for p in self.report()["processes"]}
-
-    def stop(self) -> int:
-        if self.proc is None:
-            return 0
-        if self.proc.poll() is not None:
-            self.proc.stderr.close()
-            return self.proc.returncode
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            raise
-        finally:
-            self.reader.join(10)
-            self.proc.stderr.close()
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def wait_for(cond, timeout: float, what: str):

@@ -1,6 +1,7 @@
 """Conformance through the front of a K=3 slice (issue 11, Correctness): the client-go tests (informers with
 the inconsistency detector, watch-list on and off, pager, dynamic client on a custom resource, sharded
-informers) and the kubectl scenarios, unchanged, with the front as their apiserver.
+informers) and the kubectl scenarios, unchanged, with the front as their apiserver; then all of it again
+through `python -m deployment --shards 3 --fronts 2` (issue 21: two fronts on one port).
 
 The client-go tests come from tests/test_clientgo.py (same binary, same runner) with APISERVER_URL pointing at
 the front; the kubectl tests are tests/test_kubectl.py's own functions, collected here with this module's
@@ -14,17 +15,34 @@ import pytest
 
 from machinery.shard_selector import complementary
 from tests.helpers import Api, ApiserverProcess, stop_all, wait_all_ready
+from tests.helpers.deployment import Deployment
 from tests.test_clientgo import clientgo_binary, run_go  # noqa: F401  (a fixture, reused)
 from tests.test_kubectl import (test_create_apply_get_table_and_json, test_get_chunk_size_over_50_objects,  # noqa: F401
                                 test_get_watch_sees_a_change, test_label_annotate_and_delete)
 from tests.test_kubectl_more import test_custom_resource_create_apply_get_label_delete  # noqa: F401
 
 
-@pytest.fixture(scope="module")
-def front_slice(current_etcd):
-    """etcd + 3 residency shards + the front (what `python -m apiserver --front` serves)."""
-    prefix = f"/registry-frontcg{os.getpid()}"
+class _Entry:
+    def __init__(self, base: str):
+        self.base = base
+
+
+@pytest.fixture(scope="module", params=["front", "deployment"])
+def front_slice(request, current_etcd, tmp_path_factory):
+    """etcd + 3 residency shards + the front (what `python -m apiserver --front` serves); or the same shards
+    behind 2 fronts on one port (`python -m deployment --shards 3 --fronts 2`)."""
+    prefix = f"/registry-frontcg{os.getpid()}-{request.param}"
     sels = [str(s) for s in complementary(3)]
+    if request.param == "deployment":
+        d = Deployment(tmp_path_factory.mktemp("deployment"), "--shards", "3", "--fronts", "2",
+                       "--etcd-servers", current_etcd.endpoint, "--etcd-prefix", prefix)
+        try:
+            d.start()
+            shards = [_Entry(p["url"]) for p in d.report()["processes"] if p["role"] == "shard"]
+            yield _Entry(d.base), shards, sels
+        finally:
+            d.stop()
+        return
     shards = [ApiserverProcess(etcd_servers=current_etcd.endpoint, etcd_prefix=prefix, residency=s) for s in sels]
     front = None
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 import time
 
@@ -58,15 +59,15 @@ def served(s, front=None) -> dict:
 class Watch(threading.Thread):
     """One watch read to its end in a thread of its own (its own connection)."""
 
-    def __init__(self, base: str, params: dict):
+    def __init__(self, base: str, params: dict, path: str = CM):
         super().__init__(daemon=True)
-        self.base, self.params = base, params
+        self.base, self.params, self.path = base, params, path
         self.events: list[dict] = []
         self.started = threading.Event()
         self.status = None
 
     def run(self) -> None:
-        with requests.get(self.base + CM, params=self.params, stream=True, timeout=60) as r:
+        with requests.get(self.base + self.path, params=self.params, stream=True, timeout=60) as r:
             self.status = r.status_code
             self.started.set()
             for line in r.iter_lines():
@@ -274,3 +275,90 @@ def test_one_shard_holding_everything_is_proxied(current_etcd):
         assert report(s.front.base)["watchesServed"] == {"feed": 0, "merged": 0, "proxied": 0}
     finally:
         s.stop()
+
+
+def test_a_hung_shard_ends_the_feeds_watches(fslice):
+    """A shard that stops answering (SIGSTOP) would stall every event of the merged stream: once the front's
+    health checks mark it down (3 checks of 2 s), the feed's watches end; after SIGCONT a new feed serves."""
+    s = fslice
+    keep = keep_feed_open(s, 120)
+    victim = s.shards[0]
+    os.kill(victim.pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        keep.join(30)
+        took = time.monotonic() - t0
+        assert not keep.is_alive(), "the feed's watch outlived a hung shard by 30 s"
+        assert took < 20, took
+    finally:
+        os.kill(victim.pid, signal.SIGCONT)
+    deadline = time.monotonic() + 30
+    while not all(x["ready"] for x in report(s.front.base)["shards"]):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    rv = list_rv(s.front.base)
+    got = Watch(s.front.base, {"watch": "1", "resourceVersion": rv, "timeoutSeconds": "4"}).begin()
+    want = Watch(s.full.base, {"watch": "1", "resourceVersion": rv, "timeoutSeconds": "4"}).begin()
+    writes(s.front.base, "h", 3)
+    got.join(20), want.join(20)
+    assert got.objects() == want.objects() and len(want.objects()) >= 3
+
+
+def etcd_revision_reads(base: str) -> int:
+    text = requests.get(base + "/metrics", timeout=10).text
+    return sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
+               if line.startswith("etcd_requests_total{") and 'operation="getCurrentResourceVersion"' in line
+               and 'type="configmaps"' in line)
+
+
+def test_consistent_lists_that_arrive_together_share_one_revision_read(fslice):
+    """S3.1: a consistent list through the front reads etcd's current revision (never a shard's progress), and
+    lists that arrive together share the read, as upstream's cacher shares it: 20 concurrent lists, far fewer
+    than 20 reads."""
+    s = fslice
+    before = etcd_revision_reads(s.front.base)
+    threads = [threading.Thread(target=lambda: requests.get(s.front.base + CM, timeout=30)) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    reads = etcd_revision_reads(s.front.base) - before
+    assert 1 <= reads <= 10, reads
+
+
+def test_selector_watches_from_the_feed(fslice):
+    """Label and field selector watches are served by the feed too, with the transitions a full replica's watch
+    cache sends (S4.6): an update that makes an object match is ADDED, one that makes it stop matching is DELETED
+    carrying its previous content at the event's RV; frames equal the full replica's."""
+    s = fslice
+    keep = keep_feed_open(s, 20)
+    http = requests.Session()
+    base = s.front.base + "/api/v1/namespaces/b/configmaps"
+    for i in range(4):
+        assert http.post(base, json={"metadata": {"name": f"sel{i}", "labels": {"tier": "x"}}}).status_code == 201
+    rv = list_rv(s.front.base)
+    n0 = served(s)["feed"]
+    runs = []
+    ns_b = "/api/v1/namespaces/b/configmaps"
+    for path, params in ((CM, {"labelSelector": "tier=x"}), (CM, {"labelSelector": "tier in (x,y),!gone"}),
+                         (CM, {"fieldSelector": "metadata.namespace=b,metadata.name!=sel0"}),
+                         (ns_b, {"fieldSelector": "metadata.name=sel2"}), (ns_b, {}),
+                         ("/api/v1/namespaces/a/configmaps", {})):
+        p = {"watch": "1", "resourceVersion": rv, "timeoutSeconds": "5", **params}
+        runs.append(((path, params), Watch(s.front.base, p, path).begin(), Watch(s.full.base, p, path).begin()))
+    wait_for_served = time.monotonic() + 10
+    while served(s)["feed"] < n0 + len(runs):
+        assert time.monotonic() < wait_for_served, served(s)
+        time.sleep(0.1)
+    assert served(s)["feed"] == n0 + len(runs)
+    for i in range(4):   # leave the selector, come back, change data, gain a label, delete
+        http.put(base + f"/sel{i}", json={"metadata": {"name": f"sel{i}", "labels": {"tier": "z"}}})
+        http.put(base + f"/sel{i}", json={"metadata": {"name": f"sel{i}", "labels": {"tier": "y"}}, "data": {"a": "1"}})
+        http.put(base + f"/sel{i}", json={"metadata": {"name": f"sel{i}", "labels": {"tier": "x", "gone": "1"}}})
+        http.delete(base + f"/sel{i}")
+    for params, got, want in runs:
+        got.join(30), want.join(30)
+        assert got.objects() == want.objects(), params
+        assert want.objects() or params[0].endswith("/a/configmaps"), params
+    assert any(e["type"] == "DELETED" for _, _, w in runs for e in w.events)
+    keep.join(30)

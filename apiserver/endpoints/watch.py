@@ -12,7 +12,7 @@ from machinery.encoding import WatchFrames
 from machinery.listoptions import parse_resource_version
 from machinery.resources import Resource
 from storage import errors as serr
-from storage.interface import FRONT_PROGRESS_HEADER, WatchRequest
+from storage.interface import FRONT_PREV_HEADER, FRONT_PROGRESS_HEADER, WatchRequest
 
 from ..status import map_storage_error
 from .common import (Context, Obj, RequestScope, conversion, include_object, list_options, parse_shard, predicate,
@@ -92,7 +92,8 @@ async def watch(ctx: Context, request: web.Request, scope: RequestScope) -> web.
         timeout=opts.timeout_seconds or random.uniform(MIN_REQUEST_TIMEOUT, 2 * MIN_REQUEST_TIMEOUT),
         resource_version=opts.resource_version, send_initial_events=opts.send_initial_events,
         allow_bookmarks=opts.allow_watch_bookmarks, predicate=pred, shard=parse_shard(opts),
-        selectors=sent_selectors(request, scope.name), progress=request.headers.get(FRONT_PROGRESS_HEADER) == "true")
+        selectors=sent_selectors(request, scope.name), progress=request.headers.get(FRONT_PROGRESS_HEADER) == "true",
+        prev=request.headers.get(FRONT_PREV_HEADER) == "true")
     sink = ResponseSink(request, res)
     try:
         await ctx.storage(res).serve_watch(ctx.prefix(scope), req, sink)

@@ -4,7 +4,7 @@ are forked processes (lists, writes) or the compiled bench/go/fanout (fan-out), 
 code this reuses.
 
     .venv/bin/python -m bench.deployment                 # the full run (figures in the README)
-    .venv/bin/python -m bench.deployment --quick         # small sizes and one ladder step set (smoke)
+    .venv/bin/python -m bench.deployment --quick         # small sizes, two ladder steps, memory read warm (smoke)
 
 Sections (`--sections`, default all four, run in this order: memory, saturation, lists, throughput):
 
@@ -193,7 +193,7 @@ def section_throughput(sv: Servers, sides: list[Side], n: int, clients: int) -> 
     return out
 
 
-def section_memory(sv: Servers, sides: list[Side], n: int) -> dict:
+def section_memory(sv: Servers, sides: list[Side], n: int, settle: bool = True) -> dict:
     ns = "dep-mem"
     path = f"/api/v1/namespaces/{ns}/configmaps"
     asyncio.run(ensure_ns(sv.kube_side, ns))
@@ -202,9 +202,10 @@ def section_memory(sv: Servers, sides: list[Side], n: int) -> dict:
     for side in sides:
         if asyncio.run(synced_count(side, path)) != n:
             raise BenchError(f"{side.name} does not list {n} objects")
-    log("memory: waiting for our caches to compress their cold entries (75 s after the load)")
-    time.sleep(80)
-    cold(sides)
+    if settle:   # --quick reads memory at once (warm: entries not compressed yet)
+        log("memory: waiting for our caches to compress their cold entries (75 s after the load)")
+        time.sleep(80)
+        cold(sides)
     out = {}
     for side in sides:
         row = {"memory_bytes": side.rss()}
@@ -296,7 +297,7 @@ def main(argv=None) -> int:
             doc["versions"] = versions(etcd.endpoint, sv.ours.base, git=True)
             sides = [sv.ours_side, dep, sv.kube_side]
             if "memory" in p.sections:
-                doc["memory"] = section_memory(sv, sides, p.mem_n)
+                doc["memory"] = section_memory(sv, sides, p.mem_n, settle=not p.quick)
             if "saturation" in p.sections:
                 doc["saturation"] = section_saturation(sv, sides, **p.saturation)
             if "lists" in p.sections:

@@ -40,7 +40,7 @@ _MODULE_STAGE = {
 # Within a stage the longest modules go first, so no worker is left with a long module at the end while the
 # others idle (seconds on one worker, from a run's --junitxml; a module not named here counts as short).
 _MODULE_SECONDS = {
-    "test_bench_smoke": 196, "test_robustness": 115, "test_warm_restart": 98, "test_bench_kwok_smoke": 190,
+    "test_bench_smoke": 330, "test_robustness": 115, "test_warm_restart": 98, "test_bench_kwok_smoke": 190,
     "test_residency_bench": 61, "test_authn": 56, "test_front_reshard": 52, "test_watch_cache": 46,
     "test_http_discovery": 40, "test_slice": 40, "test_http_subresources": 39, "test_kubectl_workloads": 37,
     "test_front_conformance": 70, "test_hostile_input": 31, "test_front_feed": 60, "test_deployment": 45,

@@ -167,6 +167,27 @@ def test_vs_upstream_fanout_throughput_restart_quick(tmp_path):
     assert _positive(rs["ready_ratio"]) and _positive(rs["peak_rss_ratio"])
 
 
+def test_deployment_quick(tmp_path):
+    """bench.deployment (issue 21) in quick mode: ours in one process, `python -m deployment` (2 fronts, 1 shard)
+    and kube, every section measured on all three, every watcher got every event at the ladder's first rate."""
+    doc = _run_quick("deployment", tmp_path / "deployment.json", timeout=400, extra=("--fronts", "2"))
+    sides = {"ours", "deployment", "kube"}
+    assert doc["fronts"] == 2 and doc["shards"] == 1
+    for name, row in doc["saturation"].items():
+        assert set(row["runs"]) == sides
+        for side, ladders in row["runs"].items():
+            first = ladders[0]["steps"][0]
+            assert first["ok"] and first["deliveries"] == first["expected"] > 0, (name, side, first)
+    assert set(doc["lists"]) == sides and all(r["n"] > 0 and r["p99_ms"] > 0 for r in doc["lists"].values())
+    for verb in ("create", "update"):
+        assert all(_positive(r["per_s"]) for r in doc["throughput"][verb].values()) and \
+            set(doc["throughput"][verb]) == sides
+    mem = doc["memory"]
+    assert set(mem) == sides and all(_positive(r["memory_bytes"]) for r in mem.values())
+    assert set(mem["deployment"]["processes"]) == {"shard-0", "front-0", "front-1"}
+    assert mem["deployment"]["memory_bytes"] > sum(mem["deployment"]["processes"].values())   # + the supervisor
+
+
 # --- the HTTP fuzz run (issue 14), short form: the same criteria as the long run -------------------------------
 
 def test_http_fuzz_short(tmp_path):

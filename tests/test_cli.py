@@ -14,6 +14,7 @@ import requests
 
 from storage.embedded import EmbeddedEtcd, free_port
 from tests.helpers import ApiserverProcess, start_apiserver
+from tests.helpers.kube import self_signed_serving_cert
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -56,10 +57,7 @@ def test_embedded_etcd_starts_and_stops_with_the_server(tmp_path):
 
 
 def test_https_serving(etcd, tmp_path):
-    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
-                    "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    cert, key = self_signed_serving_cert(tmp_path)
     sport = free_port()
     srv = start_apiserver(etcd.endpoint, "/registry-tls", "--secure-port", str(sport),
                           "--tls-cert-file", str(cert), "--tls-private-key-file", str(key))

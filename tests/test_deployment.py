@@ -11,7 +11,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import threading
 import time
 
@@ -20,6 +19,7 @@ import requests
 
 from storage.embedded import distro_etcd_binary, free_port
 from tests.helpers.deployment import Deployment, alive
+from tests.helpers.kube import self_signed_serving_cert
 
 CM = "/api/v1/namespaces/default/configmaps"
 
@@ -41,10 +41,7 @@ def restarts(d: Deployment) -> dict[str, int]:
 
 
 def test_two_shards_two_fronts_on_one_port(tmp_path, current_etcd):
-    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
-                    "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    cert, key = self_signed_serving_cert(tmp_path)
     sport = free_port()
     d = Deployment(tmp_path, "--shards", "2", "--fronts", "2", "--etcd-servers", current_etcd.endpoint,
                    "--etcd-prefix", f"/registry-deploy{os.getpid()}", "--secure-port", str(sport),

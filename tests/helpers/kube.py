@@ -56,6 +56,15 @@ def make_client_cert(d: str, name: str, subject: str) -> tuple[str, str]:
     return os.path.join(d, f"{name}.crt"), os.path.join(d, f"{name}.key")
 
 
+def self_signed_serving_cert(d) -> tuple[str, str]:
+    """`tls.crt` / `tls.key` in `d`: a self-signed serving certificate for 127.0.0.1 (CN and SAN); returns (cert,
+    key) paths."""
+    cert, key = os.path.join(str(d), "tls.crt"), os.path.join(str(d), "tls.key")
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+             "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", cert, cwd=str(d))
+    return cert, key
+
+
 class KubeApiserver:
     """One kube-apiserver process; `url`, `ca`, `client_cert` for clients. Stopped by pid."""
 

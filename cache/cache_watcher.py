@@ -21,6 +21,10 @@ Obj = dict[str, Any]
 
 
 class CacheWatcher:
+    # FRONT_PREV_HEADER: the previous object's wire bytes of an entry (set for a front's shared stream); its
+    # MODIFIED frames end with `,"prevObject":{..}`.
+    prev_wire: Callable[[Entry], bytes] | None = None
+
     def __init__(self, *, prefix: str, predicate: Callable[[Obj], bool] | None,
                  shard: Callable[[Entry], bool] | None, queue_size: int, start_rv: int,
                  allow_bookmarks: bool, deadline: float, encode_deleted: Callable[[Entry, int], bytes],
@@ -54,9 +58,6 @@ class CacheWatcher:
         # passes the last RV this watch sent, so a merge of shard watches never waits for a quiet shard.
         self.progress = False
         self.sent_rv = 0
-        # FRONT_PREV_HEADER: the previous object's wire bytes of an entry (set for a front's shared stream); its
-        # MODIFIED frames end with `,"prevObject":{..}`.
-        self.prev_wire: Callable[[Entry], bytes] | None = None
         self._wakeup = asyncio.Event()
 
     # --- filtering (S4.6) -------------------------------------------------------

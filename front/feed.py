@@ -204,9 +204,15 @@ class Feed(Dispatching):
     async def _apply(self, mark: int) -> None:
         """Dispatch the queued events at or below `mark`, in RV order; then the feed is at `mark`."""
         now = self.clock()
-        for rv, t, entry, prev in take_ready(self.queues, mark):
+        events = take_ready(self.queues, mark)
+        for i, (rv, t, entry, prev) in enumerate(events):
             ev = CacheEvent(t, entry.key, rv, entry, None if t == "ADDED" else prev, now)
             self.window.append(ev)
+            # The mark passes an event before it is dispatched, as the cache's RV does: a dispatch may wait for a
+            # slow watcher, and a bookmark or a watcher registered meanwhile must be at or past what was sent (a
+            # new watcher's initial list at the mark holds this event; its replay starts after it).
+            if i + 1 == len(events) or events[i + 1][0] > rv:
+                self.mark = rv
             await self._dispatch(ev)
         self.mark = mark
         self._trim(now)
@@ -217,6 +223,16 @@ class Feed(Dispatching):
         win = self.window
         while len(win) > WINDOW_MAX or (len(win) > WINDOW_MIN and now - win[0].time > WINDOW_SECONDS):
             self.oldest = win.popleft().rv
+
+    def _since(self, rv: int) -> list[CacheEvent]:
+        """The window's events after `rv` (those of a batch being dispatched included), oldest first."""
+        out = []
+        for ev in reversed(self.window):
+            if ev.rv <= rv:
+                break
+            out.append(ev)
+        out.reverse()
+        return out
 
     def dispatch_rv(self) -> int:
         return self.mark
@@ -292,11 +308,8 @@ class Feed(Dispatching):
                          allow_bookmarks=req.allow_bookmarks, deadline=deadline, encode_deleted=self.encode_deleted,
                          decode=_decode, watch_list=watch_list)
         # Registered with the state it starts from, no await in between: every event after it reaches w.
-        if initial:
-            start_rv, replay = self.mark, []
-        else:
-            start_rv = max(need_rv, self.mark)
-            replay = [ev for ev in self.window if ev.rv > need_rv]
+        start_rv = self.mark if initial else max(need_rv, self.mark)
+        replay = self._since(start_rv if initial else need_rv)
         w.start_rv = w.last_rv = start_rv
         w.progress = req.progress
         if not frames.table:

@@ -29,7 +29,8 @@ left, or reconnect), then the shards, then the embedded etcds.
 The deployment's endpoints (`--deployment-port`, loopback): `/readyz` (200 once every child is ready),
 `/metrics` (every child's metrics, each series labelled `process="front-0"` ..., and the supervisor's
 `deployment_child_up`, `deployment_child_restarts_total`, `deployment_child_pss_bytes`), `/debug/residency`
-(every child's report, and the deployment's memory: the sum of the children's and the supervisor's PSS).
+(every child's report; each shard's `wholeResources`, the caches of the resources every shard keeps whole, so K
+times over; and the deployment's memory: the sum of the children's and the supervisor's PSS).
 """
 from __future__ import annotations
 
@@ -395,10 +396,14 @@ class Deployment:
             except ValueError:
                 rep = None
             procs.append({"name": c.name, "role": c.role, "pid": c.pid, "url": c.probe, "restarts": c.restarts,
-                          "pssBytes": pss_bytes(c.pid) if c.pid else 0, "report": rep})
+                          "pssBytes": pss_bytes(c.pid) if c.pid else 0, "report": rep,
+                          "wholeResources": whole_resources(rep) if c.role == "shard" and rep else None})
         own = pss_bytes(os.getpid())
+        whole = [p["wholeResources"] for p in procs if p["wholeResources"]]
         return {"shards": self.k, "fronts": self.n, "processes": procs,
-                "memory": {"supervisorPssBytes": own, "totalPssBytes": own + sum(p["pssBytes"] for p in procs)}}
+                "memory": {"supervisorPssBytes": own, "totalPssBytes": own + sum(p["pssBytes"] for p in procs),
+                           # What every shard holds whole (its --residency-full-resources), so K times over.
+                           "wholeResourcesBytes": sum(w["bytes"] for w in whole)}}
 
     def urls(self) -> list[str]:
         host = self.values.bind_address
@@ -409,6 +414,19 @@ class Deployment:
         if self.values.secure_port:
             out.append(f"https://{host}:{self.values.secure_port}")
         return out
+
+
+def whole_resources(rep: dict) -> dict:
+    """A shard's caches of the resources it keeps whole whatever its range (namespaces, CRDs, RBAC kinds: each of
+    the K shards holds them all): objects and bytes by its own /debug/residency accounting."""
+    full = set(rep.get("fullResources") or ())
+    objs = size = 0
+    for name, st in (rep.get("resources") or {}).items():
+        if name.split(".", 1)[0] in full:
+            objs += st.get("objects", 0)
+            size += sum(st.get(k, 0) for k in ("entry_bytes", "btree_bytes", "bitmap_bytes", "slots_bytes",
+                                                 "history_bytes"))
+    return {"objects": objs, "bytes": size}
 
 
 def label_series(line: str, process: str) -> str:

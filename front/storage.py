@@ -410,7 +410,10 @@ class FrontStorage(CacheDelegator):
             return feed
         async with self._feed_lock:
             if self.feed is None or self.feed.retired:
-                parts = self._plan(None)
+                try:
+                    parts = self._plan(None)
+                except serr.StorageError:   # a shard this watch may not need is down: its own shard watches
+                    raise NotServed() from None
                 if parts is None:
                     raise NotServed()
                 rv = await self.revision.current()

@@ -43,7 +43,7 @@ _MODULE_SECONDS = {
     "test_bench_smoke": 330, "test_robustness": 115, "test_warm_restart": 98, "test_bench_kwok_smoke": 190,
     "test_residency_bench": 61, "test_authn": 56, "test_front_reshard": 52, "test_watch_cache": 46,
     "test_http_discovery": 40, "test_slice": 40, "test_http_subresources": 39, "test_kubectl_workloads": 37,
-    "test_front_conformance": 70, "test_hostile_input": 31, "test_front_feed": 60, "test_deployment": 45,
+    "test_front_conformance": 70, "test_hostile_input": 31, "test_front_feed": 135, "test_deployment": 45,
 }
 PORTS_LO, PORTS_HI = 10000, 32767  # below the kernel's ephemeral range (net.ipv4.ip_local_port_range)
 

@@ -82,6 +82,10 @@ def test_two_shards_two_fronts_on_one_port(tmp_path, current_etcd):
         rep = d.report()
         assert rep["memory"]["totalPssBytes"] > sum(p["pssBytes"] for p in rep["processes"]) > 0
         assert all(p["report"] is not None for p in rep["processes"])
+        # Each shard holds the namespaces (and the other always-whole kinds) in full: counted per shard.
+        shards = [p for p in rep["processes"] if p["role"] == "shard"]
+        assert all(p["wholeResources"]["objects"] >= 4 and p["wholeResources"]["bytes"] > 0 for p in shards), shards
+        assert rep["memory"]["wholeResourcesBytes"] == sum(p["wholeResources"]["bytes"] for p in shards)
         assert requests.get(d.dbase + "/readyz", timeout=20).status_code == 200
         # A front that dies is restarted; once it is gone the port serves throughout (the other front). Connections
         # waiting in the dying front's accept queue at its death are reset (SO_REUSEPORT: one queue per listener).

@@ -362,3 +362,41 @@ def test_selector_watches_from_the_feed(fslice):
         assert want.objects() or params[0].endswith("/a/configmaps"), params
     assert any(e["type"] == "DELETED" for _, _, w in runs for e in w.events)
     keep.join(30)
+
+
+def terminated(base: str) -> float:
+    text = requests.get(base + "/metrics", timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("apiserver_terminated_watchers_total{") and 'resource="configmaps"' in line)
+
+
+def test_a_slow_client_is_terminated_the_others_get_everything(fslice):
+    """S4.14 through the feed: a client that stops reading is terminated after the dispatch budget
+    (apiserver_terminated_watchers_total on the front), the other clients of the same stream get every event,
+    and the stream goes on (the feed is not the slow client's)."""
+    from tests.test_watch_cache import _raw_watch
+    s = fslice
+    keep = keep_feed_open(s, 35)
+    rv = list_rv(s.front.base)
+    m0 = terminated(s.front.base)
+    slow = _raw_watch(s.front.base, f"{CM}?watch=1&resourceVersion={rv}&timeoutSeconds=60")
+    fast = Watch(s.front.base, {"watch": "1", "resourceVersion": rv, "timeoutSeconds": "30"}).begin()
+    time.sleep(0.5)
+    http = requests.Session()
+    payload = "x" * 20_000
+    n = 400   # 8 MB: more than the socket buffers between the front and a client that does not read
+    for i in range(n):
+        r = http.post(s.front.base + "/api/v1/namespaces/c/configmaps",
+                      json={"metadata": {"name": f"slow{i:03d}"}, "data": {"p": payload}})
+        assert r.status_code == 201, r.text[:200]
+    deadline = time.monotonic() + 20
+    while terminated(s.front.base) <= m0:
+        assert time.monotonic() < deadline, "the slow watcher was not terminated"
+        time.sleep(0.2)
+    slow.close()
+    fast.join(40)
+    names = [e["object"]["metadata"]["name"] for e in fast.events if e["type"] == "ADDED"]
+    assert names == [f"slow{i:03d}" for i in range(n)]
+    feeds = [f for f in report(s.front.base)["watches"]["configmaps"]["feeds"] if not f["retired"]]
+    assert feeds and not feeds[0]["failed"]
+    keep.join(40)

@@ -131,9 +131,12 @@ class Child:
         self.stopping = False
 
     def start(self) -> None:
+        # In the supervisor's directory (relative paths in the flags mean what they meant to it), with the
+        # repository importable from there.
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
         with open(self.log_path, "ab") as log:
             self.popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          cwd=ROOT, start_new_session=True, preexec_fn=_die_with_parent)
+                                          env=env, start_new_session=True, preexec_fn=_die_with_parent)
         self.started_at = time.monotonic()
 
     @property

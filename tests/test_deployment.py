@@ -43,9 +43,11 @@ def restarts(d: Deployment) -> dict[str, int]:
 def test_two_shards_two_fronts_on_one_port(tmp_path, current_etcd):
     cert, key = self_signed_serving_cert(tmp_path)
     sport = free_port()
+    # Run from the certificates' directory with relative paths, as a user would: the children read them too.
     d = Deployment(tmp_path, "--shards", "2", "--fronts", "2", "--etcd-servers", current_etcd.endpoint,
                    "--etcd-prefix", f"/registry-deploy{os.getpid()}", "--secure-port", str(sport),
-                   "--tls-cert-file", str(cert), "--tls-private-key-file", str(key)).start()
+                   "--tls-cert-file", os.path.basename(cert), "--tls-private-key-file", os.path.basename(key),
+                   cwd=str(tmp_path)).start()
     try:
         pids = d.pids()
         assert sorted(pids) == ["front-0", "front-1", "shard-0", "shard-1"] and all(pids.values())

@@ -16,19 +16,20 @@ from tests.helpers.etcd import ROOT
 
 
 class Deployment:
-    def __init__(self, tmp_path, *args: str, env: dict[str, str] | None = None):
+    def __init__(self, tmp_path, *args: str, env: dict[str, str] | None = None, cwd: str = ROOT):
         self.port, self.dport = free_port(), free_port()
         self.state = str(tmp_path / "state")
         self.argv = [sys.executable, "-m", "deployment", "--port", str(self.port), "--deployment-port",
                      str(self.dport), "--state-dir", self.state, *args]
         self.env = dict(os.environ, **(env or {}))
+        self.cwd = cwd
         self.base, self.dbase = f"http://127.0.0.1:{self.port}", f"http://127.0.0.1:{self.dport}"
         self.proc: subprocess.Popen | None = None
         self.lines: list[str] = []
 
     def start(self, timeout: float = 180) -> "Deployment":
         self.lines = []
-        self.proc = subprocess.Popen(self.argv, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen(self.argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         ready = threading.Event()
 

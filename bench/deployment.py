@@ -153,15 +153,20 @@ def section_saturation(sv: Servers, sides: list[Side], counts: dict[int, float],
     return out
 
 
-def section_lists(sv: Servers, sides: list[Side], n: int, clients: int, reps: int) -> dict:
-    ns = "dep-lists"
+def load_configmaps(sv: Servers, sides: list[Side], ns: str, name: str, n: int) -> str:
+    """n 1 KB ConfigMaps in `ns`, created through kube-apiserver and listed by every side; the collection path."""
     path = f"/api/v1/namespaces/{ns}/configmaps"
     asyncio.run(ensure_ns(sv.kube_side, ns))
-    log(f"lists: loading {n} x 1 KB ConfigMaps through kube-apiserver")
-    load(sv.kube_side, path, lambda i: sized_configmap(f"cm-{i:06d}", 1024, ns), n)
+    log(f"{ns}: loading {n} x 1 KB ConfigMaps through kube-apiserver")
+    load(sv.kube_side, path, lambda i: sized_configmap(f"{name}-{i:06d}", 1024, ns), n)
     for side in sides:
         if asyncio.run(synced_count(side, path)) != n:
             raise BenchError(f"{side.name} does not list {n} objects")
+    return path
+
+
+def section_lists(sv: Servers, sides: list[Side], n: int, clients: int, reps: int) -> dict:
+    path = load_configmaps(sv, sides, "dep-lists", "cm", n)
     out = {}
     for side in sides:
         jobs = [{"kind": "list", "path": path, "params": {}, "follow": False, "n": reps}] * clients
@@ -194,14 +199,7 @@ def section_throughput(sv: Servers, sides: list[Side], n: int, clients: int) -> 
 
 
 def section_memory(sv: Servers, sides: list[Side], n: int, settle: bool = True) -> dict:
-    ns = "dep-mem"
-    path = f"/api/v1/namespaces/{ns}/configmaps"
-    asyncio.run(ensure_ns(sv.kube_side, ns))
-    log(f"memory: loading {n} x 1 KB ConfigMaps through kube-apiserver")
-    load(sv.kube_side, path, lambda i: sized_configmap(f"m-{i:06d}", 1024, ns), n)
-    for side in sides:
-        if asyncio.run(synced_count(side, path)) != n:
-            raise BenchError(f"{side.name} does not list {n} objects")
+    load_configmaps(sv, sides, "dep-mem", "m", n)
     if settle:   # --quick reads memory at once (warm: entries not compressed yet)
         log("memory: waiting for our caches to compress their cold entries (75 s after the load)")
         time.sleep(80)

@@ -246,12 +246,8 @@ class Deployment:
 
     def _divided(self) -> list[str]:
         out = []
-        for dest in sorted(DIVIDED):
-            total = getattr(self.values, dest)
-            if total:
-                out += ["--" + dest.replace("_", "-"), str(math.ceil(total / self.n))]
-            else:
-                out += ["--" + dest.replace("_", "-"), "0"]
+        for dest in sorted(DIVIDED):   # 0 (no limit) stays 0
+            out += ["--" + dest.replace("_", "-"), str(math.ceil(getattr(self.values, dest) / self.n))]
         return out
 
     # --- lifecycle -----------------------------------------------------------------------------------

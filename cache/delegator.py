@@ -190,7 +190,9 @@ class CacheDelegator:
             raw = [list_item_bytes(res, e.data) for e in got.entries]
         except CorruptEntry as err:
             raise damaged(cacher, prefix, err) from None
-        page = ListPage(got.resource_version, raw=raw, decode=lambda data: jsonenc.loads(wire(data)))
+        entries, cut = got.entries, len(prefix)
+        page = ListPage(got.resource_version, raw=raw, decode=lambda data: jsonenc.loads(wire(data)),
+                        keys=lambda: [e.key[cut:] for e in entries])
         if got.continue_key is not None:
             # S2.2: upstream's cache path strips the un-slashed prefix, so its tokens start with "/".
             page.continue_ = encode_continue(got.continue_key[len(prefix) - 1:], got.resource_version)

@@ -3,8 +3,8 @@
 Each compiled module ``ext.<name>`` has a pure-Python twin ``ext.<name>_py`` with the same API;
 both are tested against each other. This package re-exports the compiled functions and classes:
 ``fnv1a64*`` (:mod:`ext.fnv`), ``BTree`` (:mod:`ext.btree`, the watch cache's copy-on-write B-tree) and
-``Entry`` (:mod:`ext.entry`, the cache's per-object record) and ``has_float`` (:mod:`ext.jsonscan`, JSON
-encoding's float check).
+``Entry`` (:mod:`ext.entry`, the cache's per-object record), ``has_float`` (:mod:`ext.jsonscan`, JSON
+encoding's float check) and ``framed`` (:mod:`ext.framed`, the key-framed lists a front merges).
 
 The compiled modules are REQUIRED: if they are missing (the source tree was never built), importing
 ``ext`` raises ImportError instead of silently running 100x slower. Build them with::
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["COMPILED", "BTree", "Entry", "fnv1a64", "fnv1a64_bytes", "fnv1a64_hex", "has_float", "container_end"]
+__all__ = ["COMPILED", "BTree", "Entry", "fnv1a64", "fnv1a64_bytes", "fnv1a64_hex", "has_float", "container_end", "framed"]
 
 _PURE_PYTHON = os.environ.get("RESIDENCY_PURE_PYTHON") == "1"
 
@@ -29,6 +29,7 @@ COMPILED: bool
 if _PURE_PYTHON:
     from ext.fnv_py import fnv1a64, fnv1a64_bytes, fnv1a64_hex
     from ext.jsonscan_py import container_end, has_float
+    from ext import framed_py as framed
 
     COMPILED = False
 
@@ -50,6 +51,7 @@ else:
         from ext.btree import BTree
         from ext.entry import Entry
         from ext.jsonscan import container_end, has_float
+        from ext import framed
     except ImportError as exc:
         raise ImportError(
             f"residency-apiserver: the compiled module {exc.name or 'ext.fnv'} is missing or failed to load "

@@ -17,7 +17,6 @@ the shards instead of a watch cache.
 from __future__ import annotations
 
 import asyncio
-import heapq
 import math
 import time
 from typing import Any, AsyncIterator
@@ -32,19 +31,20 @@ from machinery.resources import Resource
 from machinery.shard_selector import FULL, ShardSelector
 from storage import errors as serr
 from storage.continue_token import encode_continue, resolve_continue
-from storage.interface import FRONT_PROGRESS_HEADER, ListPage, ListRequest, WatchRequest, WatchSink
+from storage.interface import FRONT_FRAMED_HEADER, FRONT_PROGRESS_HEADER, ListPage, ListRequest, WatchRequest, WatchSink
 from storage.revision import SharedRevision
 from storage.store import EtcdStore, parse_resource_version
 
 from .feed import Feed, NotServed, take_ready
 from .shards import Part, Shard, ShardDown, ShardMap
-from .wire import ShardList, ShardWatch, fail, open_get
+from .wire import ShardList, ShardWatch, fail, merged, open_get, read_whole, take
 
 Obj = dict[str, Any]
 # A watch on a shard outlives the client's by this much: the front, not the shard, ends it on time.
 WATCH_GRACE = 5
 # Events a merged watch holds for one shard before it gives up on a client that does not keep up.
 MAX_QUEUED = 10_000
+_FRAMED = {FRONT_FRAMED_HEADER: "true"}
 
 
 def api_path(res: Resource, namespace: str | None) -> str:
@@ -109,9 +109,9 @@ class FrontStorage(CacheDelegator):
                          selectors: dict[str, str] | None) -> ShardList:
         shard, sel = part
         url = self._url(shard, namespace)
-        resp = await open_get(self.shards.session, url, self._params(base, selectors, sel))
+        resp = await open_get(self.shards.session, url, self._params(base, selectors, sel), _FRAMED)
         try:
-            return await ShardList(shard.url, resp, self.res.namespaced and namespace is None).start()
+            return await ShardList(shard.url, resp).start()
         except BaseException:
             resp.close()
             raise
@@ -156,7 +156,7 @@ class FrontStorage(CacheDelegator):
         if limit:
             return await self._merged_page(parts, ns, base, req, rv, limit, prefix)
         lists = await self._open_all(parts, ns, base, req.selectors)
-        return ListPage(rv, stream=self._merged_stream(lists), decode=self._decode)
+        return ListPage(rv, stream=self._merged_stream(lists, req.runs), decode=self._decode)
 
     @staticmethod
     def _exact(req: ListRequest, cont_rv: int | None) -> bool:
@@ -188,73 +188,31 @@ class FrontStorage(CacheDelegator):
             if v:
                 base[k] = v
         lst = await self._open_list(part, ns, base, req.selectors)
-        page = ListPage(0, decode=self._decode)
-
-        def take_meta() -> None:
-            m = lst.meta or {}
-            page.resource_version = int(m.get("resourceVersion") or 0)
-            page.continue_ = m.get("continue") or None
-            page.remaining = m.get("remainingItemCount")
+        m = lst.meta
+        page = ListPage(int(m.get("resourceVersion") or 0), continue_=m.get("continue") or None,
+                        remaining=m.get("remainingItemCount"), decode=self._decode)
         if req.limit > 0 and req.resource_version != "0" and not self._whole(part[0]):
             # A page (at most `limit` items): read whole. A full replica continues after a full page if any key
             # follows, in any shard's range; the shard knows only its own keys.
-            got = await lst.all()
-            lst.close()
-            take_meta()
-            page.raw = [b for _, b in got]
-            if len(got) == req.limit and page.continue_ is None and \
-                    await self._any_after([], ns, got[-1][0], page.resource_version):
-                page.continue_ = encode_continue("/" + got[-1][0], page.resource_version)
-                page.remaining = 0 if req.predicate is None else None
-            return page
-
-        async def items() -> AsyncIterator[list[bytes]]:
             try:
-                async for batch in lst.batches():
-                    yield [item for _, item in batch]
+                await read_whole([lst])
+                page.raw, last = take([lst], 0)
             finally:
                 lst.close()
-            take_meta()
-        if lst.meta is not None:
-            take_meta()
-        page.stream = items()
+            if len(page.raw) == req.limit and page.continue_ is None and \
+                    await self._any_after([], ns, last, page.resource_version):
+                page.continue_ = encode_continue("/" + last, page.resource_version)
+                page.remaining = 0 if req.predicate is None else None
+            return page
+        page.stream = self._merged_stream([lst], req.runs)
         return page
 
-    async def _merged_stream(self, lists: list[ShardList]) -> AsyncIterator[list[bytes]]:
-        """The K key-ordered streams merged item by item, in batches: what every shard has sent so far is merged
-        up to the smallest key a shard still owes (each shard's items read as they arrive)."""
-        its = [ls.batches() for ls in lists]
-        bufs: list[list[tuple[str, bytes]]] = [[] for _ in its]
-        at = [0] * len(its)
-        live = list(range(len(its)))
+    @staticmethod
+    async def _merged_stream(lists: list[ShardList], runs: bool = False) -> AsyncIterator[list[bytes] | bytes]:
+        """The K key-ordered lists merged as they arrive (front.wire.merged), closed at the end."""
         try:
-            while live:
-                for i in live:   # every live shard has at least one item buffered
-                    if at[i] >= len(bufs[i]):
-                        nxt = await anext(its[i], None)
-                        bufs[i], at[i] = (nxt or []), 0
-                live = [i for i in live if at[i] < len(bufs[i])]
-                if not live:
-                    return
-                if len(live) == 1:
-                    i = live[0]
-                    yield [b for _, b in bufs[i][at[i]:]]
-                    at[i] = len(bufs[i])
-                    continue
-                # Everything up to the smallest last-buffered key is safe to send.
-                bound = min(bufs[i][-1][0] for i in live)
-                out = []
-                heads = [(bufs[i][at[i]][0], i) for i in live]
-                heapq.heapify(heads)
-                while heads and heads[0][0] <= bound:
-                    key, i = heads[0]
-                    out.append(bufs[i][at[i]][1])
-                    at[i] += 1
-                    if at[i] < len(bufs[i]):
-                        heapq.heapreplace(heads, (bufs[i][at[i]][0], i))
-                    else:
-                        heapq.heappop(heads)
-                yield out
+            async for batch in merged(lists, runs):
+                yield batch
         finally:
             for ls in lists:
                 ls.close()
@@ -262,19 +220,17 @@ class FrontStorage(CacheDelegator):
     async def _merged_page(self, parts: list[Part], ns: str | None, base: dict[str, str], req: ListRequest,
                            rv: int, limit: int, prefix: str) -> ListPage:
         lists = await self._open_all(parts, ns, base, req.selectors)
-        pages = await asyncio.gather(*(ls.all() for ls in lists), return_exceptions=True)
-        for ls in lists:
-            ls.close()
-        for p in pages:
-            if isinstance(p, BaseException):
-                raise p
-        merged = list(heapq.merge(*pages))   # each page is key-ordered; keys are unique across shards
-        out, rest = merged[:limit], merged[limit:]
-        page = ListPage(rv, raw=[b for _, b in out], decode=self._decode)
+        try:
+            await read_whole(lists)
+            out, last = take(lists, limit)
+            rest, _ = take(lists, 0)
+        finally:
+            for ls in lists:
+                ls.close()
+        page = ListPage(rv, raw=out, decode=self._decode)
         if len(out) < limit:
             return page
-        last = out[-1][0]
-        conts = [bool(ls.meta and ls.meta.get("continue")) for ls in lists]
+        conts = [bool(ls.meta.get("continue")) for ls in lists]
         more = bool(rest) or any(conts)
         filtered = req.predicate is not None or req.shard is not None
         if not more and filtered:
@@ -284,7 +240,7 @@ class FrontStorage(CacheDelegator):
             return page
         page.continue_ = encode_continue("/" + last, rv)
         if req.predicate is None:   # S2.9: remainingItemCount only without label/field selectors
-            page.remaining = len(rest) + sum(int((ls.meta or {}).get("remainingItemCount") or 0) for ls in lists)
+            page.remaining = len(rest) + sum(int(ls.meta.get("remainingItemCount") or 0) for ls in lists)
         return page
 
     def _whole(self, shard: Shard) -> bool:
@@ -299,10 +255,12 @@ class FrontStorage(CacheDelegator):
     async def _any_after(self, parts: list[Part], ns: str | None, last: str, rv: int) -> bool:
         everyone = [(s, s.selector) for s in self.shards.shards]
         lists = await self._open_all(everyone, ns, {"continue": encode_continue("/" + last, rv), "limit": "1"}, None)
-        found = await asyncio.gather(*(ls.all() for ls in lists))
-        for ls in lists:
-            ls.close()
-        return any(found)
+        try:
+            await read_whole(lists)
+            return bool(take(lists, 1)[0])
+        finally:
+            for ls in lists:
+                ls.close()
 
     # --- WATCH ---------------------------------------------------------------------------------
 
@@ -312,8 +270,10 @@ class FrontStorage(CacheDelegator):
         async def one(part: Part) -> None:
             try:
                 ls = await self._open_list(part, None, {"limit": "1"}, None)
-                await ls.all()
-                ls.close()
+                try:
+                    await read_whole([ls])
+                finally:
+                    ls.close()
             except (errors.StatusError, serr.StorageError):
                 pass
         await asyncio.gather(*(one(p) for p in parts))

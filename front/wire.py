@@ -1,11 +1,11 @@
-"""Reading a shard's HTTP answers as they arrive: a list split into its items (each item's exact bytes and its
-key), a watch split into frames. Errors a shard answers are raised as the shard's own Status; a shard that
+"""Reading a shard's HTTP answers as they arrive: a list as key-framed items (ext.framed; merged by key without
+parsing JSON), a watch split into frames. Errors a shard answers are raised as the shard's own Status; a shard that
 cannot be reached is a storage UNREACHABLE error (504, as for an unreachable etcd).
 """
 from __future__ import annotations
 
 import asyncio
-import re
+import struct
 from typing import Any, AsyncIterator
 
 import aiohttp
@@ -14,9 +14,9 @@ import orjson
 import ext
 from machinery import errors, jsonenc
 from storage import errors as serr
+from storage.interface import FRONT_FRAMED_HEADER
 
 Obj = dict[str, Any]
-_ITEMS = b'"items":['
 _OBJECT = b',"object":'
 _PREV = b',"prevObject":'
 
@@ -61,103 +61,105 @@ async def open_get(session: aiohttp.ClientSession, url: str, params: dict[str, s
     return resp
 
 
-# A built-in kind's item starts with its metadata, name first (Go's field order), then generateName and namespace;
-# names and namespaces are DNS names (no quote, no escape).
-_TYPED_HEAD = re.compile(rb'\{"metadata":\{"name":"([^"\\]*)"(?:,"generateName":"[^"\\]*")?(?:,"namespace":"([^"\\]*)")?')
-
-
-def item_key(item: bytes, cluster_wide: bool) -> str:
-    """The item's key below the request's prefix: `namespace/name` when listing every namespace of a namespaced
-    resource, else `name` (what orders a list and what a continue token carries). Read in place from a built-in
-    kind's head; anything else is parsed."""
-    m = _TYPED_HEAD.match(item)
-    if m is not None:
-        name, ns = m.groups()
-        if not cluster_wide:
-            return name.decode()
-        if ns is not None:   # a namespaced object always has one: none matched means an unusual head, parsed
-            return (ns + b"/" + name).decode()
-    md = orjson.loads(item)["metadata"]
-    ns = md.get("namespace")
-    return f"{ns}/{md['name']}" if cluster_wide and ns else md["name"]
-
-
 class ShardList:
-    """One shard's list answer read item by item. `meta` is the list's metadata: known after `start()` for a
-    typed list (written before the items), after the items for a custom resource's (written after them)."""
+    """One shard's list answer, key-framed (ext.framed: the front asks with FRONT_FRAMED_HEADER), read as it
+    arrives: `buf[pos:]` holds what has not been taken yet. `meta`, the list's metadata, is its first record."""
 
-    def __init__(self, url: str, resp: aiohttp.ClientResponse, cluster_wide: bool):
+    def __init__(self, url: str, resp: aiohttp.ClientResponse):
         self.url = url
         self.resp = resp
-        self.cluster_wide = cluster_wide
         self.buf = b""
         self.pos = 0
-        self.meta: Obj | None = None
-        self.eof = False
+        self.meta: Obj = {}
 
-    async def _more(self) -> bool:
+    async def more(self) -> None:
+        """Read what the shard sent next (the answer ends only after its end record)."""
         try:
             chunk = await self.resp.content.readany()
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
             raise unreachable(self.url, e) from None
         if not chunk:
-            self.eof = True
-            return False
+            raise unreachable(self.url, EOFError("list cut short"))
         self.buf = self.buf[self.pos:] + chunk if self.pos else self.buf + chunk
         self.pos = 0
-        return True
+
+    async def _record(self) -> bytes:
+        """The metadata or end record at `pos`, taken."""
+        while len(self.buf) - self.pos < 8:
+            await self.more()
+        mark, n = _HEAD.unpack_from(self.buf, self.pos)
+        if mark != _MARK:
+            raise unreachable(self.url, ValueError("not a framed list"))
+        while len(self.buf) - self.pos - 8 < n:
+            await self.more()
+        body = self.buf[self.pos + 8:self.pos + 8 + n]
+        self.pos += 8 + n
+        return body
 
     async def start(self) -> "ShardList":
-        while (i := self.buf.find(_ITEMS)) < 0:
-            if not await self._more():
-                raise unreachable(self.url, EOFError("list ended before its items"))
-        head = self.buf[:i]
-        if b'"metadata":' in head:   # typed list: {"kind":..,"apiVersion":..,"metadata":{..},"items":[
-            self.meta = orjson.loads(head[:-1] + b"}")["metadata"]
-        self.pos = i + len(_ITEMS)
+        if self.resp.headers.get(FRONT_FRAMED_HEADER) != "true":
+            raise unreachable(self.url, ValueError("answered a list without key framing"))
+        self.meta = orjson.loads(await self._record())
         return self
 
-    async def batches(self) -> AsyncIterator[list[tuple[str, bytes]]]:
-        """(key, item bytes) in the shard's (key) order, as many as each read brought; then `meta` is set."""
-        cluster_wide, end_of = self.cluster_wide, ext.container_end
-        while True:
-            buf, pos, n = self.buf, self.pos, len(self.buf)
-            batch = []
-            closed = False
-            while True:
-                while pos < n and buf[pos] in b", \n":
-                    pos += 1
-                if pos >= n:
-                    break
-                if buf[pos] == 0x5D:  # ']'
-                    pos += 1
-                    closed = True
-                    break
-                end = end_of(buf, pos)
-                if end < 0:
-                    break
-                item = buf[pos:end]
-                batch.append((item_key(item, cluster_wide), item))
-                pos = end
-            self.pos = pos
-            if batch:
-                yield batch
-            if closed:
-                break
-            if not await self._more():
-                raise unreachable(self.url, EOFError("list cut short"))
-        while await self._more():
-            pass
-        tail = self.buf[self.pos:].strip()
-        if self.meta is None:   # custom resource: ,"kind":"XList","metadata":{..}}
-            self.meta = orjson.loads(b"{" + tail[1:])["metadata"] if tail.startswith(b",") else {}
+    async def end(self) -> None:
+        """After the last item: the end record, and the answer is done."""
+        await self._record()
         self.resp.release()
-
-    async def all(self) -> list[tuple[str, bytes]]:
-        return [kv async for batch in self.batches() for kv in batch]
 
     def close(self) -> None:
         self.resp.close()
+
+
+async def merged(lists: list[ShardList], runs: bool = False) -> AsyncIterator[list[bytes] | bytes]:
+    """The lists' items merged in key order (each shard's list is key-ordered, keys are unique across shards),
+    in batches: whatever every shard has sent so far, up to the first shard whose next item has not arrived.
+    A batch is a list of items, or with `runs` one bytes of them comma-joined (no object per item)."""
+    while True:
+        pos = [ls.pos for ls in lists]
+        bufs = [ls.buf for ls in lists]
+        if runs:
+            items, n, state, _ = ext.framed.merge_joined(bufs, pos, 0)
+        else:
+            items, state, _ = ext.framed.merge(bufs, pos, 0)
+            n = len(items)
+        for ls, p in zip(lists, pos):
+            ls.pos = p
+        if n:
+            yield items
+        if state == -1:
+            break
+        await lists[state].more()
+    for ls in lists:
+        await ls.end()
+
+
+async def read_whole(lists: list[ShardList]) -> None:
+    """Every list read to its end (pages: at most `limit` items each), to be merged with `take`."""
+    async def one(ls: ShardList) -> None:
+        try:
+            rest = await ls.resp.content.read()
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
+            raise unreachable(ls.url, e) from None
+        ls.buf, ls.pos = ls.buf[ls.pos:] + rest, 0
+        if not ls.buf.endswith(_END):   # JSON never holds a 0xFF byte: only the end record ends so
+            raise unreachable(ls.url, EOFError("list cut short"))
+        ls.resp.release()
+    await asyncio.gather(*(one(ls) for ls in lists))
+
+
+def take(lists: list[ShardList], limit: int) -> tuple[list[bytes], str | None]:
+    """From lists read whole: up to `limit` (0: every) items in key order, and the last one's key."""
+    pos = [ls.pos for ls in lists]
+    items, _, last = ext.framed.merge([ls.buf for ls in lists], pos, limit)
+    for ls, p in zip(lists, pos):
+        ls.pos = p
+    return items, None if last is None else last.decode()
+
+
+_HEAD = struct.Struct("<II")
+_MARK = 0xFFFFFFFF
+_END = ext.framed.frame_meta(b"")
 
 
 class ShardWatch:

@@ -21,6 +21,9 @@ FRONT_PROGRESS_HEADER = "X-Residency-Front-Progress"
 # A front's shared stream (front.feed) asks for each MODIFIED event's previous object, `"prevObject":{..}` after
 # the object in the frame, so it can apply label and field selectors' transitions (S4.6) itself.
 FRONT_PREV_HEADER = "X-Residency-Front-Prev"
+# A front's lists on its shards: the shard answers with key-framed items (ext.framed), which the front merges by
+# key without parsing JSON; the answer carries the header back.
+FRONT_FRAMED_HEADER = "X-Residency-Front-Framed"
 
 
 @dataclass
@@ -37,6 +40,7 @@ class ListRequest:
     label_requirements: list | None = None  # the label selector when indexes may answer it alone
     single_key: bool = False                # exact_name names one key (namespaced: in a namespace, S1.20)
     selectors: dict[str, str] | None = None  # labelSelector / fieldSelector as sent (the front forwards them)
+    runs: bool = False                      # the items are written as they are: a stream may hand over comma-joined runs
 
 
 @dataclass
@@ -49,9 +53,12 @@ class ListPage:
     objects: list[Obj] | None = None
     raw: list[bytes] | None = None
     decode: Callable[[bytes], Obj] | None = None
-    # List items still arriving (the front streaming a shard's list through), in batches: read once, in order;
+    # List items still arriving (the front streaming a shard's list through), in batches (each a list of items or, for a
+    # request with `runs`, one bytes of comma-joined items): read once, in order;
     # the fields above are final once the stream has ended (a custom resource's list carries its metadata last).
     stream: AsyncIterator[list[bytes]] | None = None
+    # The raw items' keys below the list's prefix, computed when asked (the cache's pages: a front's framed list).
+    keys: Callable[[], list[str]] | None = None
 
     def items(self) -> list[Obj]:
         """Whole objects (kind and apiVersion included), decoding the cache's bytes if needed."""

@@ -324,22 +324,3 @@ def test_a_shard_down_fails_what_needs_it(current_etcd, http):
         assert http.post(f + "/api/v1/namespaces/d/configmaps", json={"metadata": {"name": "more"}}).status_code == 201
     finally:
         s.stop()
-
-
-def test_item_keys_read_in_place_or_parsed():
-    """front.wire.item_key: a built-in item's key from its head, anything unusual (escapes, a custom resource's
-    sorted keys, no namespace) from the parsed metadata; the same answer either way."""
-    import orjson
-
-    from front.wire import item_key
-    cases = [{"metadata": {"name": "a", "namespace": "ns"}},
-             {"metadata": {"name": "a", "generateName": 'x-"q', "namespace": "ns"}},
-             {"metadata": {"name": "a", "generateName": "g-", "namespace": "ns", "uid": "u"}},
-             {"metadata": {"name": "a"}},
-             {"apiVersion": "x/v1", "kind": "K", "metadata": {"annotations": {"name": "z"}, "name": "b", "namespace": "n"}},
-             {"metadata": {"name": 'a"b', "namespace": "ns"}}]
-    for c in cases:
-        md = c["metadata"]
-        for cluster_wide in (True, False):
-            want = f"{md['namespace']}/{md['name']}" if cluster_wide and md.get("namespace") else md["name"]
-            assert item_key(orjson.dumps(c), cluster_wide) == want, (c, cluster_wide)

@@ -7,12 +7,14 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
 from aiohttp import web
 
 from cache.delegator import CacheDelegator
+from ext import framed
 from machinery import bodies, errors, jsonenc, protobuf, tables
 from machinery import shard_selector
 from machinery.encoding import encode_obj
 from machinery.listoptions import ListOptions, parse_list_options
 from machinery.resources import BUILTINS, REVIEWS, Registry, Resource
 from machinery.selectors import field_selectors_for
+from storage.interface import FRONT_FRAMED_HEADER
 
 Obj = dict[str, Any]
 
@@ -233,7 +235,7 @@ def respond_obj(request: web.Request, res: Resource, obj: Obj, status: int = 200
 
 
 async def stream_list(request: web.Request, res: Resource, meta: Obj | Callable[[], Obj],
-                      items: Iterable[bytes] | AsyncIterator[list[bytes]]) -> web.StreamResponse:
+                      items: Iterable[bytes] | AsyncIterator[list[bytes] | bytes]) -> web.StreamResponse:
     """Write the list item by item (streaming encoding, S6.1-S6.2). Items may arrive asynchronously in batches (the
     front), with `meta` then a function called where the envelope writes it (a custom resource's list: after the
     items)."""
@@ -258,8 +260,28 @@ async def stream_list(request: web.Request, res: Resource, meta: Obj | Callable[
     return resp
 
 
+async def write_framed(request: web.Request, meta: Obj, keys: list[str], items: list[bytes]) -> web.StreamResponse:
+    """A list key-framed for a front (ext.framed: its metadata, then each item with its key, in ~64 KiB writes)."""
+    resp = web.StreamResponse(status=200, headers={FRONT_FRAMED_HEADER: "true"})
+    resp.content_type = "application/octet-stream"
+    await resp.prepare(request)
+    await resp.write(framed.frame_meta(jsonenc.dumps(meta)))
+    start = size = 0
+    for i, it in enumerate(items):
+        size += len(it)
+        if size >= 64 * 1024:
+            await resp.write(framed.frame_items(keys[start:i + 1], items[start:i + 1]))
+            start, size = i + 1, 0
+    await resp.write(framed.frame_items(keys[start:], items[start:]) + _FRAMED_END)
+    await resp.write_eof()
+    return resp
+
+
+_FRAMED_END = framed.frame_meta(b"")
+
+
 async def _stream_async(resp: web.StreamResponse, res: Resource, enc, meta: Callable[[], Obj],
-                        batches: AsyncIterator[list[bytes]]) -> None:
+                        batches: AsyncIterator[list[bytes] | bytes]) -> None:
     head = next(iter(enc(res.list_kind, res.api_version, meta() if not res.custom else None, ())))
     buf: list[bytes] = [head]
     size = len(head)
@@ -270,8 +292,9 @@ async def _stream_async(resp: web.StreamResponse, res: Resource, enc, meta: Call
         if not first:
             buf.append(b",")
         first = False
-        buf.append(b",".join(batch))
-        size += sum(map(len, batch))
+        run = batch if isinstance(batch, bytes) else b",".join(batch)
+        buf.append(run)
+        size += len(run)
         if size >= 64 * 1024:
             await resp.write(b"".join(buf))
             buf, size = [], 0

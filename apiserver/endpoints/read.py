@@ -9,11 +9,11 @@ from machinery import jsonenc
 from machinery.encoding import encode_list_item
 from machinery.listoptions import ListOptions
 from storage import errors as serr
-from storage.interface import ListRequest
+from storage.interface import FRONT_FRAMED_HEADER, ListPage, ListRequest
 
 from ..status import map_storage_error
 from .common import (Context, Obj, RequestScope, conversion, converted, json_response, list_options, parse_shard,
-                     predicate, respond_obj, sent_selectors, stream_list)
+                     predicate, respond_obj, sent_selectors, stream_list, write_framed)
 
 
 async def get(ctx: Context, request: web.Request, scope: RequestScope) -> web.Response:
@@ -45,6 +45,8 @@ async def list_(ctx: Context, request: web.Request, scope: RequestScope) -> web.
     res = scope.resource
     req = list_request(scope, list_options(ctx, request, res, watch=False))
     req.selectors = sent_selectors(request)
+    target = conversion(request)
+    req.runs = target is None
     try:
         page = await ctx.storage(res).get_list(ctx.prefix(scope), req)
     except serr.StorageError as e:
@@ -59,7 +61,8 @@ async def list_(ctx: Context, request: web.Request, scope: RequestScope) -> web.
         if req.shard is not None:
             m["shardInfo"] = {"selector": str(req.shard)}  # S7.3 (custom resources too, unlike 1.36)
         return m
-    target = conversion(request)
+    if request.headers.get(FRONT_FRAMED_HEADER) == "true" and target is None and page.stream is None:
+        return await write_framed(request, meta(), *framed_items(res, scope, page))   # a front asks (front.wire)
     if page.stream is not None:  # the front: items arrive from a shard while the list is written
         if target is None:
             return await stream_list(request, res, meta, page.stream)
@@ -68,3 +71,15 @@ async def list_(ctx: Context, request: web.Request, scope: RequestScope) -> web.
         return json_response(converted(request, res, target, list(page.items()), meta(), is_list=True))
     items = page.raw if page.raw is not None else (encode_list_item(res, o) for o in page.objects or ())
     return await stream_list(request, res, meta(), items)
+
+
+def framed_items(res, scope: RequestScope, page: ListPage) -> tuple[list[str], list[bytes]]:
+    """A page's keys (below the list's prefix: `namespace/name` across namespaces, else `name`) and items."""
+    if page.raw is not None and page.keys is not None:
+        return page.keys(), page.raw
+    objs = page.items()
+    across = res.namespaced and scope.namespace is None
+    keys = [f"{o['metadata']['namespace']}/{o['metadata']['name']}" if across else o["metadata"]["name"]
+            for o in objs]
+    raw = page.raw if page.raw is not None else [encode_list_item(res, o) for o in objs]
+    return keys, raw

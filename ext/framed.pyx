@@ -1,0 +1,208 @@
+# cython: language_level=3, binding=True
+"""Key-framed list items between a shard and a front (hot path of front/wire.py, issue 21).
+
+A shard asked for a framed list (``storage.interface.FRONT_FRAMED_HEADER``) answers with records: first
+``<0xFFFFFFFF><u32 n><n bytes>``, the list's metadata (JSON); then each item as
+``<u32 key length><u32 item length><key><item>`` (little-endian; the key is the item's key below the
+request's prefix, UTF-8, what orders a list); last ``<0xFFFFFFFF><0>``. A front then merges K such streams
+without parsing JSON: it compares keys and slices items.
+
+``frame_meta(meta)``: the metadata record (``frame_meta(b"")`` is the end record).
+
+``frame_items(keys, items)``: the records of items (bytes) under keys (str), one bytes.
+
+``merge(bufs, pos, limit)``: the K streams' item records merged by key, from ``bufs[i][pos[i]:]``, while every
+stream not yet at its end record has a whole record buffered; ``pos`` is advanced in place (an end record is
+not consumed). Returns ``(items, state, last_key)``: the merged items (bytes); ``state`` -1 when every stream
+is at its end record, -2 when ``limit`` (> 0) items were taken, else the index of a stream whose next record is
+not whole yet; the key of the last item taken (bytes, None if none).
+
+``merge_joined(bufs, pos, limit)``: the same merge, its items written as one bytes, comma-separated (what a list
+body holds between its brackets): ``(joined, count, state, last_key)``. A front writing a list through uses
+it: no bytes object per item, one copy.
+
+The pure-Python twin is :mod:`ext.framed_py` (same functions, used as the test oracle).
+"""
+
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
+from libc.stdint cimport uint32_t
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcmp, memcpy
+
+cdef uint32_t END = 0xFFFFFFFF
+cdef enum:
+    MAX_STREAMS = 256
+
+
+cdef inline uint32_t _u32(const unsigned char* p) noexcept nogil:
+    return <uint32_t>p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24)
+
+
+cdef inline void _put32(unsigned char* p, uint32_t v) noexcept nogil:
+    p[0] = v & 0xFF
+    p[1] = (v >> 8) & 0xFF
+    p[2] = (v >> 16) & 0xFF
+    p[3] = (v >> 24) & 0xFF
+
+
+def frame_items(list keys not None, list items not None) -> bytes:
+    cdef Py_ssize_t n = len(items), i, total = 0, kl, il
+    if len(keys) != n:
+        raise ValueError("frame_items: as many keys as items")
+    cdef list kb = [s.encode() if isinstance(s, str) else s for s in keys]
+    for i in range(n):
+        total += 8 + PyBytes_GET_SIZE(kb[i]) + PyBytes_GET_SIZE(items[i])
+    out = PyBytes_FromStringAndSize(NULL, total)
+    cdef unsigned char* w = <unsigned char*>PyBytes_AS_STRING(out)
+    cdef bytes k, it
+    for i in range(n):
+        k = kb[i]
+        it = items[i]
+        kl = PyBytes_GET_SIZE(k)
+        il = PyBytes_GET_SIZE(it)
+        _put32(w, <uint32_t>kl)
+        _put32(w + 4, <uint32_t>il)
+        memcpy(w + 8, PyBytes_AS_STRING(k), kl)
+        memcpy(w + 8 + kl, PyBytes_AS_STRING(it), il)
+        w += 8 + kl + il
+    return out
+
+
+def frame_meta(bytes meta not None) -> bytes:
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(meta)
+    out = PyBytes_FromStringAndSize(NULL, 8 + n)
+    cdef unsigned char* w = <unsigned char*>PyBytes_AS_STRING(out)
+    _put32(w, END)
+    _put32(w + 4, <uint32_t>n)
+    memcpy(w + 8, PyBytes_AS_STRING(meta), n)
+    return out
+
+
+cdef struct Pick:
+    Py_ssize_t stream
+    Py_ssize_t start
+    Py_ssize_t length
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef Py_ssize_t _merge(list bufs, list pos, Py_ssize_t limit, Pick** picks_out, Py_ssize_t* count,
+                       Py_ssize_t* last_stream, Py_ssize_t* last_at, Py_ssize_t* last_len) except -3:
+    """The merge itself: the items taken as (stream, offset, length) in `*picks_out` (malloc'd, the caller frees
+    it), `pos` advanced; returns the state (see the module's doc)."""
+    cdef Py_ssize_t k = len(bufs), i, best, taken = 0, cap = 256
+    if k > MAX_STREAMS or len(pos) != k:
+        raise ValueError("merge: at most 256 streams, one position each")
+    cdef const unsigned char* base[MAX_STREAMS]
+    cdef Py_ssize_t size[MAX_STREAMS]
+    cdef Py_ssize_t at[MAX_STREAMS]
+    cdef Py_ssize_t kl[MAX_STREAMS]
+    cdef Py_ssize_t il[MAX_STREAMS]
+    cdef bint done[MAX_STREAMS]
+    cdef Py_ssize_t n, m, need = -1
+    cdef uint32_t key_len
+    cdef int c
+    cdef Pick* picks = <Pick*>malloc(cap * sizeof(Pick))
+    cdef Pick* grown
+    if picks == NULL:
+        raise MemoryError()
+    for i in range(k):
+        b = bufs[i]
+        base[i] = <const unsigned char*>PyBytes_AS_STRING(b)
+        size[i] = PyBytes_GET_SIZE(b)
+        at[i] = pos[i]
+        done[i] = False
+    last_stream[0] = -1
+    while True:
+        if limit > 0 and taken == limit:
+            need = -2
+            break
+        # Every stream's head record, whole; the first that is not stops the merge.
+        best = -1
+        need = -1
+        for i in range(k):
+            if done[i]:
+                continue
+            if size[i] - at[i] < 8:
+                need = i
+                break
+            key_len = _u32(base[i] + at[i])
+            if key_len == END:
+                done[i] = True
+                continue
+            kl[i] = key_len
+            il[i] = _u32(base[i] + at[i] + 4)
+            if size[i] - at[i] - 8 < kl[i] + il[i]:
+                need = i
+                break
+            if best < 0:
+                best = i
+            else:
+                n = kl[i] if kl[i] < kl[best] else kl[best]
+                c = memcmp(base[i] + at[i] + 8, base[best] + at[best] + 8, n)
+                if c < 0 or (c == 0 and kl[i] < kl[best]):
+                    best = i
+        if need >= 0:
+            break
+        if best < 0:
+            need = -1   # every stream at its end
+            break
+        if taken == cap:
+            cap *= 2
+            grown = <Pick*>realloc(picks, cap * sizeof(Pick))
+            if grown == NULL:
+                free(picks)
+                raise MemoryError()
+            picks = grown
+        m = at[best] + 8 + kl[best]
+        picks[taken].stream = best
+        picks[taken].start = m
+        picks[taken].length = il[best]
+        last_stream[0], last_at[0], last_len[0] = best, at[best] + 8, kl[best]
+        at[best] = m + il[best]
+        taken += 1
+    for i in range(k):
+        pos[i] = at[i]
+    picks_out[0] = picks
+    count[0] = taken
+    return need
+
+
+cdef object _last(list bufs, Py_ssize_t stream, Py_ssize_t at, Py_ssize_t n):
+    if stream < 0:
+        return None
+    return PyBytes_FromStringAndSize(PyBytes_AS_STRING(bufs[stream]) + at, n)
+
+
+def merge(list bufs not None, list pos not None, Py_ssize_t limit):
+    cdef Pick* picks = NULL
+    cdef Py_ssize_t count = 0, ls = -1, la = 0, ln = 0, i
+    state = _merge(bufs, pos, limit, &picks, &count, &ls, &la, &ln)
+    try:
+        items = [PyBytes_FromStringAndSize(PyBytes_AS_STRING(bufs[picks[i].stream]) + picks[i].start,
+                                           picks[i].length) for i in range(count)]
+    finally:
+        free(picks)
+    return items, state, _last(bufs, ls, la, ln)
+
+
+def merge_joined(list bufs not None, list pos not None, Py_ssize_t limit):
+    cdef Pick* picks = NULL
+    cdef Py_ssize_t count = 0, ls = -1, la = 0, ln = 0, i, total = 0
+    cdef unsigned char* w
+    state = _merge(bufs, pos, limit, &picks, &count, &ls, &la, &ln)
+    try:
+        for i in range(count):
+            total += picks[i].length + 1
+        out = PyBytes_FromStringAndSize(NULL, total - 1 if count else 0)
+        w = <unsigned char*>PyBytes_AS_STRING(out)
+        for i in range(count):
+            if i:
+                w[0] = 0x2C   # ','
+                w += 1
+            memcpy(w, PyBytes_AS_STRING(bufs[picks[i].stream]) + picks[i].start, picks[i].length)
+            w += picks[i].length
+    finally:
+        free(picks)
+    return out, count, state, _last(bufs, ls, la, ln)

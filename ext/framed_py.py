@@ -1,0 +1,59 @@
+"""Pure-Python twin of :mod:`ext.framed` (same functions; the test oracle)."""
+from __future__ import annotations
+
+import struct
+
+END = 0xFFFFFFFF
+_HEAD = struct.Struct("<II")
+
+
+def frame_items(keys: list, items: list) -> bytes:
+    if len(keys) != len(items):
+        raise ValueError("frame_items: as many keys as items")
+    out = []
+    for k, it in zip(keys, items):
+        kb = k.encode() if isinstance(k, str) else k
+        out += (_HEAD.pack(len(kb), len(it)), kb, it)
+    return b"".join(out)
+
+
+def frame_meta(meta: bytes) -> bytes:
+    return _HEAD.pack(END, len(meta)) + meta
+
+
+def merge(bufs: list, pos: list, limit: int) -> tuple[list[bytes], int, bytes | None]:
+    if len(bufs) > 256 or len(pos) != len(bufs):
+        raise ValueError("merge: at most 256 streams, one position each")
+    done = [False] * len(bufs)
+    items: list[bytes] = []
+    last = None
+    while True:
+        if limit > 0 and len(items) == limit:
+            return items, -2, last
+        best = None
+        for i, b in enumerate(bufs):
+            if done[i]:
+                continue
+            at = pos[i]
+            if len(b) - at < 8:
+                return items, i, last
+            kl, il = _HEAD.unpack_from(b, at)
+            if kl == END:
+                done[i] = True
+                continue
+            if len(b) - at - 8 < kl + il:
+                return items, i, last
+            key = b[at + 8:at + 8 + kl]
+            if best is None or key < best[0]:
+                best = (key, i, at + 8 + kl, il)
+        if best is None:
+            return items, -1, last
+        key, i, start, il = best
+        items.append(bufs[i][start:start + il])
+        last = key
+        pos[i] = start + il
+
+
+def merge_joined(bufs: list, pos: list, limit: int) -> tuple[bytes, int, int, bytes | None]:
+    items, state, last = merge(bufs, pos, limit)
+    return b",".join(items), len(items), state, last

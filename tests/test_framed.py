@@ -1,0 +1,102 @@
+"""ext.framed (compiled) against ext.framed_py (twin) and against the truth: K key-ordered streams of key-framed
+items, cut anywhere into chunks as a socket delivers them, merge into the sorted union, and each call takes
+only what every stream has whole (issue 21's fast merged lists)."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ext.framed as framed_c  # no importorskip: a missing compiled module must fail the run loudly
+import ext.framed_py as framed_py
+
+TWINS = [framed_c, framed_py]
+_key = st.text(alphabet=st.sampled_from(list("ab/-.z\u00e9\u4e2d")), min_size=1, max_size=6)
+
+
+def _streams(m, keys: list[str], k: int, owner: list[int]) -> list[bytes]:
+    out = []
+    for i in range(k):
+        mine = sorted(key for key, o in zip(keys, owner) if o == i)
+        body = m.frame_items(mine, [b'{"k":"%s"}' % key.encode() for key in mine])
+        out.append(m.frame_meta(b'{"resourceVersion":"7"}') + body + m.frame_meta(b""))
+    return out
+
+
+def _merge_in_chunks(m, streams: list[bytes], cuts: list[int], limit: int = 0):
+    """Feed each stream `cut` bytes at a time (after its metadata record), as ShardList.more does."""
+    bufs = [s[8 + 23:8 + 23] for s in streams]
+    sent = [8 + 23] * len(streams)
+    pos = [0] * len(streams)
+    got: list[bytes] = []
+    while True:
+        items, state, last = m.merge(bufs, pos, limit - len(got) if limit else 0)
+        got += items
+        if items:
+            assert last == items[-1][6:-2]
+        if state in (-1, -2):
+            return got, state, bufs, pos
+        assert state >= 0
+        i = state
+        assert sent[i] < len(streams[i]), "asked for more of a stream already whole"
+        n = max(1, cuts[i % len(cuts)])
+        bufs[i] = bufs[i][pos[i]:] + streams[i][sent[i]:sent[i] + n]
+        pos[i] = 0
+        sent[i] += n
+
+
+@settings(max_examples=300, deadline=None)
+@given(keys=st.lists(_key, unique=True, max_size=40), k=st.integers(1, 5), data=st.data(),
+       cuts=st.lists(st.integers(1, 60), min_size=1, max_size=5))
+def test_merge_is_the_sorted_union_however_the_bytes_arrive(keys, k, data, cuts):
+    owner = data.draw(st.lists(st.integers(0, k - 1), min_size=len(keys), max_size=len(keys)))
+    want = [b'{"k":"%s"}' % key.encode() for key in sorted(keys, key=lambda s: s.encode())]
+    for m in TWINS:
+        streams = _streams(m, keys, k, owner)
+        assert streams == _streams(framed_py, keys, k, owner)   # the twins frame the same bytes
+        got, state, bufs, pos = _merge_in_chunks(m, streams, cuts)
+        assert got == want and state == -1
+        for b, p in zip(bufs, pos):      # each stream stopped at its end record, not consumed
+            assert b[p:] == m.frame_meta(b"")
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=st.lists(_key, unique=True, min_size=1, max_size=30), k=st.integers(1, 4), limit=st.integers(1, 10),
+       data=st.data())
+def test_merge_stops_at_the_limit_and_says_so(keys, k, limit, data):
+    owner = data.draw(st.lists(st.integers(0, k - 1), min_size=len(keys), max_size=len(keys)))
+    want = [b'{"k":"%s"}' % key.encode() for key in sorted(keys, key=lambda s: s.encode())]
+    for m in TWINS:
+        streams = [s[31:] for s in _streams(m, keys, k, owner)]   # whole, metadata record taken
+        pos = [0] * k
+        items, state, last = m.merge(streams, pos, limit)
+        assert items == want[:limit]
+        assert state == (-2 if len(want) >= limit else -1)
+        rest, state2, _ = m.merge(streams, pos, 0)
+        assert items + rest == want and state2 == -1
+        # The joined form: the same items, comma-separated in one bytes, the same state and last key.
+        pos = [0] * k
+        joined, n, state3, last3 = m.merge_joined(streams, pos, limit)
+        assert (joined, n, state3, last3) == (b",".join(items), len(items), state, last)
+
+
+def test_utf8_byte_order_is_the_key_order():
+    """Keys compare as UTF-8 bytes, which is code point order: what Python's str order (the cache's) is."""
+    keys = ["a", "\u00e9", "\u4e2d", "z", "\U0001f600", "ab"]
+    assert sorted(keys) == sorted(keys, key=lambda s: s.encode())
+    for m in TWINS:
+        a = m.frame_items(["a", "z", "\u4e2d"], [b"1", b"2", b"3"]) + m.frame_meta(b"")
+        b = m.frame_items(["ab", "\u00e9", "\U0001f600"], [b"4", b"5", b"6"]) + m.frame_meta(b"")
+        items, state, last = m.merge([a, b], [0, 0], 0)
+        assert items == [b"1", b"4", b"2", b"5", b"3", b"6"] and state == -1 and last.decode() == "\U0001f600"
+
+
+@pytest.mark.parametrize("m", TWINS, ids=["compiled", "python"])
+def test_bad_calls_are_refused(m):
+    with pytest.raises(ValueError):
+        m.frame_items(["a"], [])
+    with pytest.raises(ValueError):
+        m.merge([b""], [0, 0], 0)
+    assert m.merge([], [], 0) == ([], -1, None)
+    assert m.merge_joined([], [], 0) == (b"", 0, -1, None)
+    assert m.merge([b"\x01\x00"], [0], 0) == ([], 0, None)   # a head not whole yet: stream 0 needs more

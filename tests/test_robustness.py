@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 from tests.robustness import checkers
-from tests.robustness.scenarios import SCENARIOS, compare_rss, explain, run_scenario, table
+from tests.robustness.scenarios import DEPLOYMENT_ONLY, SCENARIOS, compare_rss, explain, run_scenario, table
 from tests.robustness.traffic import CONFIGMAPS, KINDS, WIDGETS, History, Op, WatchChain
 from tests.robustness.truth import Recorder, TEvent
 
@@ -19,8 +19,10 @@ from tests.robustness.truth import Recorder, TEvent
 
 # Every scenario with the cache on ConfigMaps; etcd-kill also without the cache, on a custom resource and on a
 # resident shard (--residency: sharded requests in its range from its cache, the rest from etcd).
-SHORT = ([(name, True, CONFIGMAPS) for name in SCENARIOS]
-         + [("etcd-kill", False, CONFIGMAPS), ("etcd-kill", True, WIDGETS), ("etcd-kill", "resident", CONFIGMAPS)])
+SHORT = ([(name, True, CONFIGMAPS) for name in SCENARIOS if name not in DEPLOYMENT_ONLY]
+         + [("etcd-kill", False, CONFIGMAPS), ("etcd-kill", True, WIDGETS), ("etcd-kill", "resident", CONFIGMAPS)]
+         # python -m deployment (2 shards, 2 fronts): without a fault, and a front or a shard killed (issue 21)
+         + [(name, "deployment", CONFIGMAPS) for name in ("none", "front-kill", "shard-kill")])
 
 
 def _param(name, cache, kind):
@@ -31,7 +33,8 @@ def _param(name, cache, kind):
 def _run_short(job) -> dict:
     name, cache, plural = job
     return asyncio.run(run_scenario(name, seed=1, duration=5.0, rate=60.0, watch_cache=bool(cache),
-                                    kind=KINDS[plural], residency=cache == "resident"))
+                                    kind=KINDS[plural], residency=cache == "resident",
+                                    deployment=cache == "deployment"))
 
 
 @pytest.fixture(scope="module")

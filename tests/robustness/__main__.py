@@ -12,19 +12,23 @@ import json
 import os
 import sys
 
-from tests.robustness.scenarios import (SCENARIOS, compare_rss, explain, informer_limit, run_scenario, summary,
+from tests.robustness.scenarios import (DEPLOYMENT_ONLY, SCENARIOS, compare_rss, explain, informer_limit, run_scenario, summary,
                                         table)
 from tests.robustness.traffic import KINDS
 
-MODES = {"true": [(True, False)], "false": [(False, False)], "resident": [(True, True)],
-         "both": [(True, False), (False, False)], "all": [(True, False), (False, False), (True, True)]}
+# (watch cache, residency): residency True is one apiserver with --residency, "deployment" is python -m deployment
+# (2 resident shards, 2 fronts); the front-kill and shard-kill faults run only there, whatever the mode asked.
+DEPLOYMENT = (True, "deployment")
+MODES = {"true": [(True, False)], "false": [(False, False)], "resident": [(True, True)], "deployment": [DEPLOYMENT],
+         "both": [(True, False), (False, False)], "all": [(True, False), (False, False), (True, True), DEPLOYMENT]}
 ROTATE = [(True, False), (False, False), (True, True)]   # --watch-cache rotate: seed n runs ROTATE[n % 3]
 
 
 def _one(job: tuple) -> dict:
     name, seed, duration, rate, wc, res, kind, rss_every = job
-    return asyncio.run(run_scenario(name, seed=seed, duration=duration, rate=rate, watch_cache=wc, residency=res,
-                                    kind=KINDS[kind], rss_every=rss_every))
+    return asyncio.run(run_scenario(name, seed=seed, duration=duration, rate=rate, watch_cache=wc,
+                                    residency=res is True, deployment=res == "deployment", kind=KINDS[kind],
+                                    rss_every=rss_every))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=100.0, help="target requests per second, all clients together")
     ap.add_argument("--watch-cache", choices=list(MODES) + ["rotate"], default="true",
                     help="true: cache on; false: --watch-cache=false; resident: cache on with --residency (one of "
-                         "two shards); both: true and false; all: all three; rotate: one of the three per seed (seed mod 3)")
+                         "two shards); deployment: python -m deployment (2 shards, 2 fronts; front-kill and shard-kill "
+                         "always run there); both: true and false; all: all four; rotate: one of the first three per "
+                         "seed (seed mod 3)")
     ap.add_argument("--kind", choices=list(KINDS) + ["both", "rotate"], default="configmaps",
                     help="the resource written: ConfigMaps, or widgets (a custom resource; its CRD is created); both; "
                          "rotate: ConfigMaps for even seeds, widgets for odd ones")
@@ -83,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         jobs = [("none", s, a.soak, a.rate, wc, res, k, 10.0) for s in seeds for wc, res in modes(s) for k in kinds_of(s)]
     else:
         jobs = [(n, s, a.duration, a.rate, wc, res, k, 10.0) for s in seeds for n in names
-                for wc, res in modes(s) for k in kinds_of(s)]
+                for wc, res in ([DEPLOYMENT] if n in DEPLOYMENT_ONLY else modes(s)) for k in kinds_of(s)]
     results = []
 
     def report(r: dict) -> None:

@@ -3,14 +3,18 @@ their own process id, on loopback."""
 from __future__ import annotations
 
 import os
+import pathlib
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
 
+import requests
+
 from storage.embedded import EmbeddedEtcd
 from tests.helpers import ApiserverProcess, current_etcd_binary
+from tests.helpers.deployment import Deployment
 
 
 class Etcd:
@@ -218,9 +222,106 @@ class Apiserver:
     def exit_code(self) -> int | None:
         return self.proc.popen.poll() if self.proc.popen is not None else None
 
+    def rss_mib(self) -> float | None:
+        return rss_mib(self.proc.popen.pid) if self.alive() else None
+
     def stop(self) -> None:
         self.proc.stop(timeout=15, strict=False)
         shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+class DeploymentUnderTest:
+    """`python -m deployment` in place of one apiserver: K resident shards and N fronts on one port under their
+    supervisor, which restarts a child that dies (the front-kill and shard-kill faults kill one by its pid)."""
+
+    def __init__(self, etcd_endpoint: str, *args: str, shards: int = 2, fronts: int = 2):
+        self.tmp = pathlib.Path(tempfile.mkdtemp(prefix="robust-deployment-"))
+        self.dep = Deployment(self.tmp, "--shards", str(shards), "--fronts", str(fronts), "--etcd-servers",
+                              etcd_endpoint, "--etcd-prefix", "/registry", *args)
+        self.restarts = 0   # children this run killed (each restarted by the supervisor)
+
+    @property
+    def base(self) -> str:
+        return self.dep.base
+
+    @property
+    def log_path(self) -> str:
+        return os.path.join(self.dep.state, "logs")   # the children's logs, one file each
+
+    def start(self) -> "DeploymentUnderTest":
+        self.dep.start(timeout=120)
+        return self
+
+    def children(self) -> list[dict]:
+        return self.dep.report()["processes"]
+
+    def kill_child(self, role: str) -> dict:
+        """SIGKILL the first child of `role` ("front" or "shard"); returns its report entry (name, pid)."""
+        child = next(c for c in self.children() if c["role"] == role)
+        os.kill(child["pid"], signal.SIGKILL)
+        self.restarts += 1
+        return child
+
+    def wait_restarted(self, killed: dict, timeout: float) -> bool:
+        """The supervisor has started the killed child again and it answers /readyz."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                now = next(c for c in self.children() if c["name"] == killed["name"])
+                if now["pid"] and now["pid"] != killed["pid"] and \
+                        requests.get(now["url"] + "/readyz", timeout=2).status_code == 200:
+                    return True
+            except (requests.RequestException, StopIteration, ValueError):
+                pass
+            time.sleep(0.2)
+        return False
+
+    def wait_ready(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(self.dep.dbase + "/readyz", timeout=2).status_code == 200:
+                    return True
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        return False
+
+    def alive(self) -> bool:
+        return self.dep.proc is not None and self.dep.proc.poll() is None
+
+    def exit_code(self) -> int | None:
+        return self.dep.proc.poll() if self.dep.proc is not None else None
+
+    def rss_mib(self) -> float | None:
+        """The supervisor's and every child's resident set, summed."""
+        if not self.alive():
+            return None
+        pids = [self.dep.proc.pid]
+        try:
+            pids += [c["pid"] for c in self.children() if c["pid"]]
+        except (requests.RequestException, ValueError):
+            return None
+        got = [rss_mib(p) for p in pids]
+        return sum(g for g in got if g is not None)
+
+    def stop(self) -> None:
+        try:
+            self.dep.stop()
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def rss_mib(pid: int) -> float | None:
+    """A process's resident set (VmRSS), MiB."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
 
 
 def wait_until(pred, timeout: float, step: float = 0.1) -> bool:

@@ -18,7 +18,7 @@ from storage.etcd import EtcdClient
 from tests.robustness import checkers
 from tests.robustness.informer import Informer
 from tests.robustness.informer import build as informer_binary
-from tests.robustness.cluster import Apiserver, Etcd, EtcdCluster, Proxy
+from tests.robustness.cluster import Apiserver, DeploymentUnderTest, Etcd, EtcdCluster, Proxy
 from tests.robustness.traffic import CONFIGMAPS, NAMESPACE, SHARDS, History, Kind, Traffic
 from tests.robustness.truth import Recorder
 
@@ -300,6 +300,36 @@ async def fault_defrag(run: Run) -> None:
     run.fault_end = run.h.now()
 
 
+async def _kill_child(run: Run, role: str) -> None:
+    await sleep_until(run.h, run.fault_at)
+    a = run.h.now()
+    killed = await asyncio.to_thread(run.api.kill_child, role)
+    back = await asyncio.to_thread(run.api.wait_restarted, killed, 60.0)
+    run.fault_end = run.h.now()
+    run.notes_info["killed"] = killed["name"]
+    run.notes_info["restarted_after_s"] = round(run.fault_end - a, 2)
+    if not back:
+        run.notes.append(f"{killed['name']} not serving again 60 s after it was killed")
+    return a
+
+
+async def fault_front_kill(run: Run) -> None:
+    """(10) one front of a deployment SIGKILLed under traffic; its supervisor restarts it on the shared port
+    (SO_REUSEPORT: the other front takes the new connections meanwhile). Requests on the killed front's
+    connections go unanswered; the clients reconnect and resume their watches from the last resourceVersion
+    they saw, which the shards' windows still hold: no 410, no relist (checked after the run)."""
+    a = await _kill_child(run, "front")
+    run.no_answer_ok.append((a, run.h.now() + 1.0))
+
+
+async def fault_shard_kill(run: Run) -> None:
+    """(11) one resident shard of a deployment SIGKILLed under traffic, restarted by its supervisor (a warm
+    start from its snapshot). The fronts stay up: while the shard is away, what needs it (merged lists,
+    watches) is answered with a Status (504) or an ERROR event, never a dropped connection; writes and GETs
+    go to etcd and go on."""
+    await _kill_child(run, "shard")
+
+
 async def fault_compaction(run: Run) -> None:
     """(6) compaction every second, as kube's compactor does it (compact_rev_key, then Compact) at the
     revision seen one interval earlier, for the whole traffic."""
@@ -330,7 +360,11 @@ FAULTS = {
     "compaction": fault_compaction,
     "slow-watcher": fault_slow_watcher,
     "defrag": fault_defrag,
+    "front-kill": fault_front_kill,
+    "shard-kill": fault_shard_kill,
 }
+# Faults of a deployment's children: these run on `python -m deployment` (2 shards, 2 fronts), whatever the mode.
+DEPLOYMENT_ONLY = {"front-kill", "shard-kill"}
 # What a scenario needs beyond one apiserver over etcd: a proxy on the apiserver's etcd link, a second
 # apiserver over the same etcd (half the writers write through it, so writes go on while the first is down).
 SETUPS = {"etcd-blackhole": {"proxy": True}, "apiserver-kill-ha": {"second": True},
@@ -375,36 +409,29 @@ async def _create_crd(s: aiohttp.ClientSession, kind: Kind, apis: list[Apiserver
                 raise RuntimeError(f"{kind.plural} not served by {a.base} 10 s after its CRD")
 
 
-def rss_mib(pid: int) -> float | None:
-    """A process's resident set (VmRSS), MiB."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
-
-
 async def _sample_rss(api: "Apiserver", h: History, into: list, every: float) -> None:
     while True:
         if api.alive():
-            into.append((round(h.now(), 1), rss_mib(api.proc.popen.pid)))
+            into.append((round(h.now(), 1), api.rss_mib()))
         await asyncio.sleep(every)
 
 
 async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate: float = 100.0,
                        watch_cache: bool = True, kind: Kind = CONFIGMAPS, residency: bool = False,
-                       rss_every: float = 10.0) -> dict:
+                       deployment: bool = False, rss_every: float = 10.0) -> dict:
     """One scenario. `residency`: the apiserver keeps only SHARDS[0] (--residency), so sharded requests for
-    that range are served by its cache and everything else goes to etcd. RSS is sampled every `rss_every` s."""
+    that range are served by its cache and everything else goes to etcd. `deployment`: `python -m deployment`
+    (2 resident shards, 2 fronts on one port) in place of the apiserver. RSS is sampled every `rss_every` s
+    (a deployment's: its processes' summed)."""
     fault = FAULTS[name]
     spec = SETUPS.get(name, {})
     rng = random.Random(f"{name}/{seed}")
-    mode = "resident" if residency else ("cache" if watch_cache else "nocache")
+    deployment = deployment or name in DEPLOYMENT_ONLY
+    watch_cache = watch_cache or deployment
+    mode = "deployment" if deployment else "resident" if residency else ("cache" if watch_cache else "nocache")
     label = name + ("" if kind is CONFIGMAPS else f" {kind.plural}") + {"cache": "", "nocache": " (no cache)",
-                                                                          "resident": " (resident)"}[mode]
+                                                                          "resident": " (resident)",
+                                                                          "deployment": " (deployment)"}[mode]
     result: dict = {"scenario": label, "name": name, "mode": mode, "seed": seed, "duration": duration,
                     "rate": rate, "watch_cache": watch_cache, "residency": residency, "kind": kind.plural}
     await asyncio.to_thread(informer_binary)   # built (or waited for) before anything is timed
@@ -422,7 +449,8 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
             flags += ("--cache-compression-eager",)
         if residency:
             flags += ("--residency", SHARDS[0])
-        api = Apiserver(proxy.endpoint if proxy else etcd.endpoint, *flags)
+        api = (DeploymentUnderTest(etcd.endpoint, *flags) if deployment else
+               Apiserver(proxy.endpoint if proxy else etcd.endpoint, *flags))
         await asyncio.to_thread(api.start)
         if spec.get("second"):
             api2 = Apiserver(etcd.endpoint, *flags)
@@ -468,7 +496,7 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
             raise fault_task.exception()
         ready = await asyncio.to_thread(api.wait_ready, RECOVERY_LIMIT)
         sampler.cancel()
-        rss_end = rss_mib(api.proc.popen.pid) if api.alive() else None
+        rss_end = api.rss_mib()
         final_rev = await truth.catch_up()
         state, _ = await truth.etcd_state(final_rev)
         final = {"rev": final_rev, "state": state}
@@ -513,6 +541,14 @@ async def run_scenario(name: str, *, seed: int = 1, duration: float = 8.0, rate:
                                         [{"synced": last.get("synced"), "exited": last.get("exited"),
                                           "lastSyncRV": last.get("lastSyncRV")}]
                                         + checkers.diff_states(state, last.get("items") or {}, "etcd", "informer")))
+        if name == "front-kill":
+            # A front's clients resume their watches elsewhere from the shards' windows (issue 21): no 410.
+            relists = [c for c in h.chains if c.expired is not None]
+            if relists:
+                v.append(checkers.Violation("relist", f"{len(relists)} watch chain(s) got a 410 after a front was "
+                                                      f"killed: resumed by a relist, not from their RV",
+                                            [{"t": round(c.expired[0], 2), "from_rv": c.expired[1],
+                                              "message": c.expired[2]} for c in relists[:5]]))
         if not alive:
             v.append(checkers.Violation("crash", f"process gone: apiserver exit {api.exit_code()}, "
                                                  f"etcd alive {etcd.alive()}"))

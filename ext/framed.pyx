@@ -7,7 +7,7 @@ A shard asked for a framed list (``storage.interface.FRONT_FRAMED_HEADER``) answ
 request's prefix, UTF-8, what orders a list); last ``<0xFFFFFFFF><0>``. A front then merges K such streams
 without parsing JSON: it compares keys and slices items.
 
-``frame_meta(meta)``: the metadata record (``frame_meta(b"")`` is the end record).
+``frame_meta(meta)``: the metadata record (``frame_meta(b"")``, ``END_RECORD``, is the end record).
 
 ``frame_items(keys, items)``: the records of items (bytes) under keys (str), one bytes.
 
@@ -206,3 +206,6 @@ def merge_joined(list bufs not None, list pos not None, Py_ssize_t limit):
     finally:
         free(picks)
     return out, count, state, _last(bufs, ls, la, ln)
+
+
+END_RECORD = frame_meta(b"")   # what ends a framed list

@@ -21,6 +21,9 @@ def frame_meta(meta: bytes) -> bytes:
     return _HEAD.pack(END, len(meta)) + meta
 
 
+END_RECORD = frame_meta(b"")
+
+
 def merge(bufs: list, pos: list, limit: int) -> tuple[list[bytes], int, bytes | None]:
     if len(bufs) > 256 or len(pos) != len(bufs):
         raise ValueError("merge: at most 256 streams, one position each")

@@ -159,7 +159,7 @@ def take(lists: list[ShardList], limit: int) -> tuple[list[bytes], str | None]:
 
 _HEAD = struct.Struct("<II")
 _MARK = 0xFFFFFFFF
-_END = ext.framed.frame_meta(b"")
+_END = ext.framed.END_RECORD
 
 
 class ShardWatch:

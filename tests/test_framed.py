@@ -99,4 +99,5 @@ def test_bad_calls_are_refused(m):
         m.merge([b""], [0, 0], 0)
     assert m.merge([], [], 0) == ([], -1, None)
     assert m.merge_joined([], [], 0) == (b"", 0, -1, None)
+    assert m.END_RECORD == m.frame_meta(b"") == framed_py.END_RECORD
     assert m.merge([b"\x01\x00"], [0], 0) == ([], 0, None)   # a head not whole yet: stream 0 needs more

@@ -272,12 +272,9 @@ async def write_framed(request: web.Request, meta: Obj, keys: list[str], items: 
         if size >= 64 * 1024:
             await resp.write(framed.frame_items(keys[start:i + 1], items[start:i + 1]))
             start, size = i + 1, 0
-    await resp.write(framed.frame_items(keys[start:], items[start:]) + _FRAMED_END)
+    await resp.write(framed.frame_items(keys[start:], items[start:]) + framed.END_RECORD)
     await resp.write_eof()
     return resp
-
-
-_FRAMED_END = framed.frame_meta(b"")
 
 
 async def _stream_async(resp: web.StreamResponse, res: Resource, enc, meta: Callable[[], Obj],

@@ -300,7 +300,8 @@ async def fault_defrag(run: Run) -> None:
     run.fault_end = run.h.now()
 
 
-async def _kill_child(run: Run, role: str) -> None:
+async def _kill_child(run: Run, role: str) -> float:
+    """Kill the first child of `role` at the fault's moment and wait for it to serve again; returns the kill's time."""
     await sleep_until(run.h, run.fault_at)
     a = run.h.now()
     killed = await asyncio.to_thread(run.api.kill_child, role)

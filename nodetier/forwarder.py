@@ -7,7 +7,10 @@
   control plane's copy is at most ~31 s old against the 40 s Lease and the 50 s grace period of the node
   lifecycle controller), or at once when the Lease's next renewal is overdue (1.1 renewal periods since the
   last: its kubelet may have stopped, and its last renewal must not wait). At most `qps` forwards a second, the
-  stalest first, so a control plane back from an outage does not get every Lease at once.
+  longest due first, so a control plane back from an outage does not get every Lease at once. Each Lease's
+  next due time is computed when its state changes and kept in a heap: a tick costs what is due, not a scan
+  of every Lease (at 23,000 Leases the scan every 0.25 s was a quarter of the tier's CPU). A sweep every
+  SWEEP seconds re-schedules every Lease, in case a change was not seen.
 * **Watch.** Changes made at the control plane by someone else (an edit, a delete by the garbage collector)
   reach the tier through a watch of the namespace's Leases; a newer renewal the tier holds is kept and
   forwarded.
@@ -16,6 +19,8 @@
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import logging
 import time
 from collections import deque
@@ -31,6 +36,7 @@ log = logging.getLogger("nodetier")
 OVERDUE_SHARE = 1.1      # a renewal later than 1.1 periods after the last one is overdue
 TICK = 0.25              # how often the forwarder looks for due Leases
 RETRY_AFTER = 1.0        # after a failed forward
+SWEEP = 10.0             # every Lease re-scheduled (a safety net: each change schedules its Lease)
 EVENT_WINDOW = 60.0      # seconds of the tier's own history kept for its watchers (older: 410)
 
 
@@ -44,7 +50,11 @@ class Forwarder:
         self._retry_at: dict[str, float] = {}
         self._tasks: list[asyncio.Task] = []
         self._forwards: set[asyncio.Task] = set()
+        # (monotonic due time, tie-breaker, name); an entry whose time is not its Lease's `due_at` is stale
+        self._heap: list[tuple[float, int, str]] = []
+        self._seq = itertools.count()
         self.loaded = asyncio.Event()
+        leases.on_state = self.schedule
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._sync_forever()), asyncio.create_task(self._forward_forever()),
@@ -121,6 +131,10 @@ class Forwarder:
 
     # --- forward ----------------------------------------------------------------------------------
 
+    def _threshold(self, st: LeaseState) -> float:
+        p = st.renew_period
+        return min(self.interval, 3 * p) - p / 2
+
     def due(self, st: LeaseState, now: float, mono: float) -> bool:
         """A renewal newer than the control plane's copy goes when it is about `interval` newer than that copy
         (half a renewal period early: the renewal that arrives closest to the interval is the one sent, so at
@@ -130,31 +144,67 @@ class Forwarder:
         if not st.pending or st.in_flight:
             return False
         p = st.renew_period
-        threshold = min(self.interval, 3 * p) - p / 2
+        threshold = self._threshold(st)
         return (st.tier_renew - st.cp_renew >= threshold or now - st.cp_renew >= threshold + p
                 or mono - st.renewed_at >= OVERDUE_SHARE * p)
 
-    def on_renewal(self, name: str) -> None:
+    def next_due(self, st: LeaseState, now: float, mono: float) -> float | None:
+        """When (monotonic) `due` turns true for this state if nothing else changes: `mono` if it is due
+        now, None if nothing is pending or a forward is in flight (its end schedules the Lease again)."""
+        if not st.pending or st.in_flight:
+            return None
+        p = st.renew_period
+        threshold = self._threshold(st)
+        if st.tier_renew - st.cp_renew >= threshold:
+            return mono
+        return max(mono, min(mono + (st.cp_renew + threshold + p - now), st.renewed_at + OVERDUE_SHARE * p))
+
+    def schedule(self, name: str, not_before: float = 0.0) -> None:
+        """(Re)compute when the Lease is next due; called on every change of its state."""
         st = self.leases.states.get(name)
-        if st is not None and self.due(st, time.time(), time.monotonic()):
+        if st is None:
+            return
+        mono = time.monotonic()
+        at = self.next_due(st, time.time(), mono)
+        if at is None:
+            return
+        at = max(at, self._retry_at.get(name, 0.0), not_before)
+        if st.due_at is not None and st.due_at <= at:
+            return              # an earlier entry is queued: popped, it re-schedules if it is not due yet
+        st.due_at = at
+        heapq.heappush(self._heap, (at, next(self._seq), name))
+        if at <= mono:
             self._wake.set()
+
+    def on_renewal(self, name: str) -> None:
+        self.schedule(name)
 
     async def _forward_forever(self) -> None:
         await self.loaded.wait()
-        budget, last = 0.0, time.monotonic()
+        budget, last, swept = 0.0, time.monotonic(), 0.0
+        heap, states = self._heap, self.leases.states
         while True:
             await wait_event(self._wake, TICK)
             self._wake.clear()
             mono = time.monotonic()
             budget = min(self.qps, budget + (mono - last) * self.qps)   # a token bucket of one second
             last = mono
+            if mono - swept >= SWEEP:
+                swept = mono
+                for name in list(states):
+                    self.schedule(name)
             now = time.time()
-            due = [(st.cp_renew, name) for name, st in self.leases.states.items()
-                   if self.due(st, now, mono) and self._retry_at.get(name, 0) <= mono]
-            due.sort()
-            for _, name in due[:int(budget)]:
-                budget -= 1
-                self._spawn(name)
+            while heap and heap[0][0] <= mono and budget >= 1:
+                at, _, name = heapq.heappop(heap)
+                st = states.get(name)
+                if st is None or st.due_at != at:
+                    continue                                    # stale: re-scheduled or gone since
+                st.due_at = None
+                if self._retry_at.get(name, 0.0) <= mono and self.due(st, now, mono):
+                    budget -= 1
+                    self._spawn(name)
+                else:
+                    self.schedule(name, not_before=mono + TICK)
 
     def _spawn(self, name: str) -> None:
         st = self.leases.states[name]
@@ -197,6 +247,7 @@ class Forwarder:
             return False
         finally:
             st.in_flight = False
+            self.schedule(name)     # a renewal absorbed meanwhile, or a retry
 
     async def flush(self, timeout: float) -> int:
         """Forward every pending renewal now (at the rate limit), within `timeout` seconds; how many did not go."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextvars
 import datetime
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -24,7 +25,7 @@ from cache.delegator import CacheDelegator
 from cache.residency import Residency
 from machinery.resources import Resource
 from storage import errors as serr
-from storage.store import EtcdStore
+from storage.store import EtcdStore, decode_kv
 
 from . import metrics
 from .controlplane import ControlPlane, ControlPlaneError
@@ -35,6 +36,8 @@ Obj = dict[str, Any]
 # write the storage forwards at once.
 REQUEST_USER_AGENT: contextvars.ContextVar[str] = contextvars.ContextVar("nodetier_user_agent", default="")
 RENEW_SHARE = 0.25      # a kubelet renews every quarter of its lease's duration (nodelease.go)
+# metav1.MicroTime as Go marshals it (RFC3339 with microseconds, UTC): what kubelets and kwok send.
+MICRO_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
 
 
 def micro_time(s: str | None) -> float | None:
@@ -77,6 +80,7 @@ class LeaseState:
     renew_period: float = 10.0    # RENEW_SHARE x spec.leaseDurationSeconds
     user_agent: str = ""          # of the last renewal: the control plane names its managedFields manager by it
     in_flight: bool = False
+    due_at: float | None = None   # the forwarder's queued due time (monotonic), None when not queued
 
     @property
     def pending(self) -> bool:
@@ -110,6 +114,7 @@ class TierLeases(CacheDelegator):
         self.kv, self.cp, self.prefix = kv, cp, prefix
         self.states: dict[str, LeaseState] = {}
         self.on_renewal = on_renewal
+        self.on_state: Callable[[str], None] = _ignore   # any other change of a state (the forwarder schedules)
 
     def name_of(self, key: str) -> str:
         return key[len(self.prefix):]
@@ -125,11 +130,7 @@ class TierLeases(CacheDelegator):
         if st is not None and renewal_only(cur, obj):
             out, now = await self.store.try_update(key, obj, expected_rv)
             if out is not None:
-                st.renewed_at = time.monotonic()
-                st.tier_renew = renew_time(out)
-                st.user_agent = REQUEST_USER_AGENT.get()
-                st.set_period(out)
-                self.on_renewal(name)
+                self.renewed(name, st, out)
             return out, now
         # Any other change: the control plane first, with its own resourceVersion as the precondition.
         try:
@@ -148,6 +149,44 @@ class TierLeases(CacheDelegator):
         metrics.forwards.labels("change", "ok").inc()
         return await self.store_as(name, cp_obj, expected_rv), None
 
+    def renewed(self, name: str, st: LeaseState, out: Obj) -> None:
+        """A bare renewal was stored (`out`, the tier's new version)."""
+        st.renewed_at = time.monotonic()
+        st.tier_renew = renew_time(out)
+        st.user_agent = REQUEST_USER_AGENT.get()
+        st.set_period(out)
+        self.on_renewal(name)
+
+    async def fast_renewal(self, name: str, body: Obj) -> Obj | None:
+        """A renewal as kubelets send it (`nodetier.server.NodeTier.fast_renewal`): the body is the tier's
+        current copy, resourceVersion included, with a new `spec.renewTime` in metav1.MicroTime's own form.
+        Then what the general update path would store is exactly that copy with the new renewTime (the copy
+        already went through defaulting, validation and canonical ordering; a MicroTime in this form is
+        valid and kept as sent), so it is stored without that path. The stored object, or None when the
+        body is anything else (the general path then answers, its errors and 409 texts included)."""
+        st = self.states.get(name)
+        spec = body.get("spec")
+        if st is None or not isinstance(spec, dict):
+            return None
+        rt = spec.get("renewTime")
+        if not isinstance(rt, str) or not MICRO_TIME.fullmatch(rt):
+            return None
+        kv = self.kv.current((self.prefix + name).encode())
+        if kv is None:
+            return None
+        cur = decode_kv(kv)
+        cur_spec = cur.get("spec")
+        if not isinstance(cur_spec, dict) or "renewTime" not in cur_spec or cur_spec["renewTime"] == rt:
+            return None         # (a renewTime added to the spec, or a no-op: the general path's answers)
+        new = {**cur, "spec": {**cur_spec, "renewTime": rt}}
+        if new != body:
+            return None
+        out, _ = await self.store.try_update(self.prefix + name, new, kv.mod_revision)
+        if out is None:
+            return None
+        self.renewed(name, st, out)
+        return out
+
     async def store_as(self, name: str, cp_obj: Obj, expected_rv: int) -> Obj:
         """Store the control plane's answer to a forward as the tier's new version."""
         key = self.prefix + name
@@ -156,6 +195,7 @@ class TierLeases(CacheDelegator):
             out = await self.store.get(key)
         st = self.note_control_plane(name, cp_obj)
         st.tier_renew = renew_time(out)
+        self.on_state(name)
         return out
 
     def note_control_plane(self, name: str, cp_obj: Obj) -> LeaseState:
@@ -167,6 +207,7 @@ class TierLeases(CacheDelegator):
             st.cp_rv = rv
             st.cp_renew = renew_time(cp_obj)
             st.set_period(cp_obj)
+        self.on_state(name)
         return st
 
     async def adopt(self, name: str, cp_obj: Obj) -> Obj:
@@ -185,6 +226,7 @@ class TierLeases(CacheDelegator):
         if mine > st.cp_renew:
             new["spec"]["renewTime"] = cur["spec"]["renewTime"]
         st.tier_renew = max(mine, st.cp_renew)
+        self.on_state(name)
         if without_renewal(cur) == without_renewal(new) and (cur.get("spec") or {}).get("renewTime") == \
                 new["spec"].get("renewTime"):
             return cur
@@ -225,6 +267,10 @@ class TierLeases(CacheDelegator):
             if e.code is not serr.Code.KEY_NOT_FOUND:
                 raise
             return cur, self.kv.revision    # the control plane's DELETED event was here first (forget)
+
+
+def _ignore(_name: str) -> None:
+    return None
 
 
 def without_rv(obj: Obj) -> Obj:

@@ -109,6 +109,10 @@ class MemoryKV:
                 return kv
         return None
 
+    def current(self, key: bytes) -> KV | None:
+        """The key's newest version (None: absent or deleted), without an await."""
+        return self._at(key, 0)
+
     def _check_revision(self, revision: int) -> None:
         from storage import errors
         if revision and revision < self.compacted:

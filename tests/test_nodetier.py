@@ -175,6 +175,47 @@ def test_a_renewal_is_answered_by_the_tier_and_reaches_the_control_plane_within_
     assert t.get(f"{LEASES}/renew-1").json()["metadata"]["resourceVersion"] == out["metadata"]["resourceVersion"]
 
 
+def fast_renewals(t: Api) -> float:
+    text = t.get("/metrics").text
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith("nodetier_renewals_fast_path_total "))
+
+
+def test_a_fast_renewal_answers_and_stores_what_the_general_path_does(sides):
+    """A kubelet's renewal (its last answer with a new renewTime) skips the general update path
+    (NodeTier.fast_renewal); a query parameter sends the same renewal through the general path. The two
+    answers, the stored copies and the watch events differ only in renewTime and resourceVersion, byte for
+    byte; a renewal in another form, or with a stale version, is the general path's."""
+    cp, t = sides
+    made = create(t, "fast-1")
+    n0 = fast_renewals(t)
+    fast = t.put(f"{LEASES}/fast-1", {**made, "spec": {**made["spec"], "renewTime": now_micro(1)}})
+    assert fast.status_code == 200, fast.text
+    assert fast_renewals(t) == n0 + 1
+    f = fast.json()
+    general = t.put(f"{LEASES}/fast-1", {**f, "spec": {**f["spec"], "renewTime": now_micro(2)}},
+                    params={"fieldManager": "kubelet"})
+    assert general.status_code == 200, general.text
+    assert fast_renewals(t) == n0 + 1                                   # not the fast path
+    g = general.json()
+    assert fast.headers["Content-Type"] == general.headers["Content-Type"]
+    as_general = fast.content.replace(f["spec"]["renewTime"].encode(), g["spec"]["renewTime"].encode()) \
+        .replace(f'"resourceVersion":"{f["metadata"]["resourceVersion"]}"'.encode(),
+                 f'"resourceVersion":"{g["metadata"]["resourceVersion"]}"'.encode())
+    assert as_general == general.content
+    assert t.get(f"{LEASES}/fast-1").content == general.content       # what is stored
+    # the same renewal after the general one is fast again; its form decides, not the client
+    again = t.put(f"{LEASES}/fast-1", {**g, "spec": {**g["spec"], "renewTime": now_micro(3)}})
+    assert again.status_code == 200 and fast_renewals(t) == n0 + 2
+    # a renewTime in another valid form (no fraction) and a stale version: the general path's answers
+    other = t.put(f"{LEASES}/fast-1", {**again.json(), "spec": {**again.json()["spec"],
+                                                               "renewTime": "2030-01-01T00:00:00Z"}})
+    assert other.status_code == 200, other.text
+    stale = t.put(f"{LEASES}/fast-1", {**g, "spec": {**g["spec"], "renewTime": now_micro(4)}})
+    assert stale.status_code == 409 and stale.json()["reason"] == "Conflict", stale.text
+    assert fast_renewals(t) == n0 + 2
+
+
 def test_a_stale_precondition_is_upstreams_409(sides):
     _, t = sides
     made = create(t, "stale-1")

@@ -54,6 +54,7 @@ def _steps():
         ("k8sproto", lambda: build_repo_go.ensure("k8sproto")),
         ("protoref", lambda: build_repo_go.ensure("protoref")),
         ("fanout", lambda: build_repo_go.ensure("fanout")),
+        ("leasegen", lambda: build_repo_go.ensure("leasegen")),
     ]
 
 

@@ -45,6 +45,7 @@ PROGRAMS: dict[str, Program] = {
     "clientgo.test": Program("tests/clientgo", test=True),    # the client-go conformance tests
     "robustinformer": Program("tests/clientgo", "./robustinformer"),  # the robustness suite's informer
     "fanout": Program("bench/go/fanout"),                # watch fan-out at saturation (bench.vs_upstream)
+    "leasegen": Program("bench/go/leasegen"),            # kubelet-like Lease renewals (bench.nodes --generator)
 }
 
 

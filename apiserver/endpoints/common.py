@@ -50,6 +50,17 @@ class Context:
 # --- request bodies ----------------------------------------------------------------------------
 
 async def read_body(request: web.Request) -> bytes:
+    """The whole body, within MAX_BODY_BYTES (413 beyond); read once: a handler that looked at the body
+    before handing the request on (the node tier's fast renewals) leaves it here for the next."""
+    kept = request.get("body")
+    if kept is not None:
+        return kept
+    body = await _read_whole(request)
+    request["body"] = body
+    return body
+
+
+async def _read_whole(request: web.Request) -> bytes:
     if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
         raise errors.request_entity_too_large(f"limit is {MAX_BODY_BYTES}")
     # read() may return a part of the body: read until EOF (or just past the limit).

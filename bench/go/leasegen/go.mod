@@ -1,0 +1,3 @@
+module residency/leasegen
+
+go 1.26.0

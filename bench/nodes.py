@@ -26,13 +26,19 @@ is Ready and every Lease exists, and one lease period has passed, a window of --
 * after the window: Leases whose renewTime is older than their 40 s duration (expired: the node-lifecycle
   controller would mark the node NotReady) and older than 20 s (late: two missed renewals).
 
+`--generator leasegen` replaces kwok with bench/go/leasegen (issue 22 §5): Leases only, no Nodes, renewed exactly
+as the kubelet's lease controller renews them (see its source), from a compiled process, for counts kwok cannot
+drive on this machine. The window is then leasegen's own, and the row adds leasegen's view of it: renewals/s,
+the share renewed on time (within 1.1 periods of the node's previous renewal) and its round trips.
+
 A count is "sustained" when both p99 renewal latencies are under 1 s, Lease renewals run at >= 85 % of the
 expected N/10.2 per second (10 s plus kwok's jitter of up to 4 %; a window holds a whole number of renewal
 rounds, hence the margin) and no Lease expired. The largest sustained N is stated (`--search` keeps doubling N past the
 list until one is not sustained, up to --max-nodes).
 
     .venv/bin/python -m bench.nodes [--quick] [--nodes 1000,5000,10000] [--window 60] [--search]
-                                    [--configs kube,direct,tier] [--out bench/out/nodes.json] [--docs docs/nodes.json]
+                                    [--configs kube,direct,tier] [--generator kwok|leasegen]
+                                    [--out bench/out/nodes.json] [--docs docs/nodes.json]
 
 Progress on stderr, the table on stdout, every figure with the machine's load average to --out, and a copy
 to --docs (the committed figures). The machine has 2 cores, shared by etcd, the apiserver, kwok and this
@@ -81,7 +87,8 @@ def parse_metrics(text: str) -> dict[tuple[str, frozenset], float]:
     out = {}
     for fam in text_string_to_metric_families(text):
         if fam.name not in ("apiserver_request", "apiserver_request_duration_seconds",
-                            "apiserver_watch_cache_resource_version"):
+                            "apiserver_watch_cache_resource_version", "nodetier_renewals_absorbed",
+                            "nodetier_renewals_fast_path"):
             continue
         for s in fam.samples:
             out[(s.name, frozenset(s.labels.items()))] = s.value
@@ -230,6 +237,63 @@ async def create_nodes(s, base: str, n: int, clients: int = 16) -> float:
     return elapsed
 
 
+class LeaseGen:
+    """bench/go/leasegen (issue 22 §5): N Leases renewed as the kubelet's lease controller renews them (a PUT of
+    the last answer with a new renewTime, a GET and a retry on 409, every 10 s + up to 4 %), from a compiled
+    process, where kwok cannot drive that many nodes here. Leases only: no Nodes, no node status patches.
+    Its measuring window is its own (after the Leases exist and `warmup`); `window()` waits for its start,
+    `done()` for its end, `result()` gives its JSON (renewals, latencies, on-time share, its own CPU)."""
+
+    def __init__(self, binary: str, base: str, n: int, window: float, warmup: float, tls: tuple | None):
+        self.argv = [binary, "-server", base, "-nodes", str(n), "-lease-seconds", str(LEASE_SECONDS),
+                     "-duration", f"{window}s", "-warmup", f"{warmup}s"]
+        if tls:
+            ca, (cert, key) = tls
+            self.argv += ["-ca", ca, "-cert", cert, "-key", key]
+        self.proc: asyncio.subprocess.Process | None = None
+        self.err: list[str] = []
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    async def start(self) -> "LeaseGen":
+        self.proc = await asyncio.create_subprocess_exec(*self.argv, stdout=asyncio.subprocess.PIPE,
+                                                         stderr=asyncio.subprocess.PIPE)
+        return self
+
+    async def _until(self, text: str, timeout: float) -> None:
+        async def read():
+            while True:
+                line = (await self.proc.stderr.readline()).decode()
+                if not line:
+                    raise BenchError(f"leasegen exited: {''.join(self.err[-20:])}")
+                self.err.append(line)
+                if text in line:
+                    return
+        try:
+            async with asyncio.timeout(timeout):
+                await read()
+        except TimeoutError:
+            raise BenchError(f"leasegen: no {text!r} in {timeout:.0f} s: {''.join(self.err[-20:])}") from None
+
+    async def window(self, timeout: float) -> None:
+        await self._until("window starts", timeout)
+
+    async def done(self, timeout: float) -> None:
+        await self._until("window ends", timeout)
+
+    async def result(self) -> dict:
+        out, err = await self.proc.communicate()
+        if self.proc.returncode != 0:
+            raise BenchError(f"leasegen exited {self.proc.returncode}: {''.join(self.err[-20:])}{err.decode()[-2000:]}")
+        return orjson.loads(out.strip().splitlines()[-1])
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.kill()
+
+
 class KubeTarget:
     """kube-apiserver v1.37.2 (its own etcd prefix, protobuf storage as it defaults) where a run expects ours."""
 
@@ -250,6 +314,44 @@ class KubeTarget:
 
     def stop(self) -> None:
         self.kube.stop()
+
+
+async def start_kwok(s, n: int, config: str, p: argparse.Namespace, srv, front: str, tier: bool):
+    """kwok with N nodes created through the control plane, every node Ready with its Lease, then one lease
+    period (behind the tier: its forward interval) to settle. (kwok, seconds creating, seconds settling)"""
+    t_kwok = time.perf_counter()
+    kwok = KwokProcess(front, lease_seconds=LEASE_SECONDS, options={
+        "nodeLeaseParallelism": p.lease_parallelism, "nodePlayStageParallelism": 16},
+        ca=getattr(srv, "ca", None), cert=getattr(srv, "cert", None)).start()
+    log(f"N={n} {config}: creating {n} kwok nodes over at least one renewal period (kwok running)")
+    create_s = await create_nodes(s, srv.base, n)
+    deadline = time.monotonic() + p.settle_timeout
+    while True:
+        if not kwok.alive():
+            raise BenchError(f"kwok exited: {kwok.log()[-2000:]}")
+        ready, leases = await count_ready(s, front)
+        if ready >= n and leases >= n:
+            break
+        if time.monotonic() > deadline:
+            raise BenchError(f"N={n}: {ready} Ready nodes and {leases} Leases after {p.settle_timeout} s")
+        await asyncio.sleep(3.0 if n >= 2000 else 0.5)
+    settle_s = time.perf_counter() - t_kwok
+    log(f"N={n} {config}: all Ready with Leases {settle_s:.1f} s after kwok started; one lease period to settle")
+    # Behind the tier, the forwarder's steady state: every Lease forwarded once since its creation.
+    await asyncio.sleep((TIER_FORWARD_INTERVAL if tier else RENEW_SECONDS) + 2)
+    return kwok, create_s, settle_s
+
+
+async def start_leasegen(n: int, config: str, p: argparse.Namespace, srv, front: str, tier: bool):
+    """leasegen with N Leases; returns once its window starts (the Leases exist, then the same settling as
+    kwok's). (leasegen, None, seconds until its window)"""
+    t_gen = time.perf_counter()
+    warmup = (TIER_FORWARD_INTERVAL if tier else RENEW_SECONDS) + 2
+    gen = await LeaseGen(p.leasegen, front, n, p.window, warmup,
+                         (srv.ca, srv.cert) if config == "kube" else None).start()
+    log(f"N={n} {config}: leasegen renewing {n} Leases; its window starts {warmup:.0f} s after they exist")
+    await gen.window(p.settle_timeout)
+    return gen, None, time.perf_counter() - t_gen
 
 
 async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -> dict:
@@ -280,28 +382,10 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
             await wait_all_ready_async([tier], 60)
             front = tier.base
         async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=600)) as s:
-            t_kwok = time.perf_counter()
-            kwok = KwokProcess(front, lease_seconds=LEASE_SECONDS, options={
-                "nodeLeaseParallelism": p.lease_parallelism, "nodePlayStageParallelism": 16},
-                ca=getattr(srv, "ca", None), cert=getattr(srv, "cert", None)).start()
-            log(f"N={n} {config}: creating {n} kwok nodes over at least one renewal period (kwok running)")
-            create_s = await create_nodes(s, srv.base, n)
-            deadline = time.monotonic() + p.settle_timeout
-            while True:
-                if not kwok.alive():
-                    raise BenchError(f"kwok exited: {kwok.log()[-2000:]}")
-                ready, leases = await count_ready(s, front)
-                if ready >= n and leases >= n:
-                    break
-                if time.monotonic() > deadline:
-                    raise BenchError(f"N={n}: {ready} Ready nodes and {leases} Leases after {p.settle_timeout} s")
-                await asyncio.sleep(3.0 if n >= 2000 else 0.5)
-            settle_s = time.perf_counter() - t_kwok
-            log(f"N={n} {config}: all Ready with Leases {settle_s:.1f} s after kwok started; one lease period "
-                "to settle")
-            # Behind the tier, the forwarder's steady state: every Lease forwarded once since its creation.
-            await asyncio.sleep((TIER_FORWARD_INTERVAL if tier else RENEW_SECONDS) + 2)
-
+            if p.generator == "leasegen":
+                kwok, create_s, settle_s = await start_leasegen(n, config, p, srv, front, tier is not None)
+            else:
+                kwok, create_s, settle_s = await start_kwok(s, n, config, p, srv, front, tier is not None)
             m0, c0 = await metrics(s, front), await metrics(s, srv.base)
             cpu0, kcpu0, ecpu0 = srv.cpu_s(), proc_cpu_s(kwok.pid), proc_cpu_s(etcd._proc.pid)
             tcpu0 = proc_cpu_s(tier.pid) if tier else 0.0
@@ -311,11 +395,16 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
             t0 = time.perf_counter()
             stop = asyncio.Event()
             ptask = asyncio.create_task(probe(s, front, stop))
-            await asyncio.sleep(p.window)
+            if isinstance(kwok, LeaseGen):
+                await kwok.done(p.window + 60)
+            else:
+                await asyncio.sleep(p.window)
             stop.set()
             lat = await ptask
             el = time.perf_counter() - t0
-            cpu1, kcpu1, ecpu1 = srv.cpu_s(), proc_cpu_s(kwok.pid), proc_cpu_s(etcd._proc.pid)
+            # (leasegen may have exited at its window's end: it reports its own CPU)
+            kcpu1 = kcpu0 if isinstance(kwok, LeaseGen) else proc_cpu_s(kwok.pid)
+            cpu1, ecpu1 = srv.cpu_s(), proc_cpu_s(etcd._proc.pid)
             tcpu1 = proc_cpu_s(tier.pid) if tier else 0.0
             lcpu1 = proc_cpu_s(lease_db._proc.pid) if lease_db else 0.0
             lrev1 = await etcd_rev(lease_db.endpoint) if lease_db else 0
@@ -330,6 +419,7 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
             rss = proc_mem_mib(srv.pid)["VmRSS"]
             tier_rss = proc_mem_mib(tier.pid)["VmRSS"] if tier else None
             stale = await lease_staleness(s, srv.base)    # the control plane's copies: what a controller sees
+            gen = await kwok.result() if isinstance(kwok, LeaseGen) else None
             srv.alive()
             if tier:
                 tier.alive()
@@ -365,6 +455,9 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
         "lease_conflicts_per_s": lease_conflicts / el,
         "apiserver_cpu_cores": cores, "apiserver_cpu_cores_per_1000_nodes": cores / (n / 1000.0),
         "tier_cpu_cores": (tcpu1 - tcpu0) / el if tier else None,
+        # the share of the tier's absorbed renewals answered on its fast path (nodetier.server.fast_renewal)
+        "tier_fast_path_share": delta_sum(m0, m1, "nodetier_renewals_fast_path_total")
+        / max(1.0, delta_sum(m0, m1, "nodetier_renewals_absorbed_total")) if tier else None,
         "etcd_cpu_cores": (ecpu1 - ecpu0) / el,
         "lease_etcd_cpu_cores": (lcpu1 - lcpu0) / el if lease_db else None,
         "lease_etcd_writes_per_s": (lrev1 - lrev0) / el if lease_db else None,
@@ -372,7 +465,14 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
         "control_plane_writes_per_renewal": cp_lease_puts / lease_puts if lease_puts else None,
         "control_plane_cpu_s_per_renewal": ((cpu1 - cpu0) + (ecpu1 - ecpu0) + (lcpu1 - lcpu0)) / lease_puts
         if lease_puts else None,
-        "kwok_cpu_cores": (kcpu1 - kcpu0) / el, "etcd_writes_per_s": (rev1 - rev0) / el,
+        "generator": p.generator,
+        "kwok_cpu_cores": (kcpu1 - kcpu0) / el if gen is None else None,
+        "leasegen_cpu_cores": gen["cpu_s"] / gen["window_s"] if gen is not None else None,
+        # leasegen's own view of its window: renewals answered 200, the share within 1.1 periods of the node's
+        # previous one, its PUTs' round trips (409s included), conflicts and other errors
+        **({f"leasegen_{k}": gen[k] for k in ("renewals_per_s", "expected_per_s", "on_time", "p50_ms", "p99_ms",
+                                               "max_ms", "conflicts", "errors")} if gen else {}),
+        "etcd_writes_per_s": (rev1 - rev0) / el,
         "lease_put_p50_server_s": histogram_quantile(m0, m1, 0.50, verb="PUT", resource="leases"),
         "lease_put_p99_server_s": p99_server,
         "lease_put_p50_probe_s": quantile(lat, 0.50), "lease_put_p99_probe_s": p99_probe,
@@ -429,7 +529,8 @@ def table(runs: list[dict]) -> str:
             ("expired", lambda r: str(r["leases_expired"])),
             ("oldest renewTime", lambda r: "-" if r.get("leases_age_max_s") is None else f"{r['leases_age_max_s']:.0f} s"),
             ("cache lag (revs)", lambda r: str(r["lease_cache_lag_revisions"])),
-            ("kwok cores", lambda r: f"{r['kwok_cpu_cores']:.2f}"),
+            ("driver", lambda r: r.get("generator", "kwok")),
+            ("driver cores", lambda r: f"{r.get('kwok_cpu_cores') or r.get('leasegen_cpu_cores') or 0:.2f}"),
             ("RSS MiB", lambda r: f"{r['apiserver_rss_mib']:.0f}"),
             ("sustained", lambda r: "yes" if r["sustained"] else "NO")]
     rows = [[c[0] for c in cols]] + [[f(r) for _, f in cols] for r in runs]
@@ -470,6 +571,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "tier (kwok on python -m nodetier in front of it), lease-etcd (direct, Leases on a no-fsync "
                          "tmpfs etcd of their own, as --embedded-lease-etcd); default kube,direct,tier, each count "
                          "in each (--quick: direct,tier)")
+    ap.add_argument("--generator", choices=("kwok", "leasegen"), default="kwok",
+                    help="what renews the Leases: kwok's nodes (default), or bench/go/leasegen, a compiled generator "
+                         "renewing Leases only (no Nodes), exactly as the kubelet's lease controller does, for counts "
+                         "kwok cannot drive here")
     ap.add_argument("--lease-parallelism", type=int, default=128,
                     help="kwok's nodeLeaseParallelism: renewals in flight at once (default 128, under the server's "
                          "200 mutating requests in flight; kwok's own default 4 caps renewals at 4 / latency, where "
@@ -487,7 +592,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if not p.configs or set(p.configs) - {"kube", "direct", "tier", "lease-etcd"}:
         ap.error("--configs: kube, direct, tier, lease-etcd")
     if p.docs is None and not p.quick:
-        p.docs = "docs/nodes.json"
+        p.docs = "docs/nodes.json" if p.generator == "kwok" else "docs/nodes_leasegen.json"
     return p
 
 
@@ -507,13 +612,17 @@ async def run(p: argparse.Namespace, etcd) -> list[dict]:
 def main(argv=None) -> int:
     p = parse_args(argv)
     t_start = time.perf_counter()
-    log("ensuring kwok (tools/build_kwok.py) and a current etcd (tools/build_etcd.py)")
+    log("ensuring kwok (tools/build_kwok.py), leasegen (tools/build_repo_go.py) and a current etcd "
+        "(tools/build_etcd.py)")
+    from tests.helpers.etcd import load_tool
     from tests.helpers.kwok import kwok_binary
-    kwok_bin = kwok_binary()
+    kwok_bin = kwok_binary() if p.generator == "kwok" else None
+    p.leasegen = load_tool("build_repo_go").ensure("leasegen") if p.generator == "leasegen" else None
     etcd = current_etcd()
     with etcd:
         log(f"etcd at {etcd.endpoint} ({etcd.binary})")
-        vers = versions(etcd.endpoint, git=True, etcd_binary=etcd.binary, kwok_binary=kwok_bin, kwok="v0.8.0")
+        vers = versions(etcd.endpoint, git=True, etcd_binary=etcd.binary,
+                        **({"kwok_binary": kwok_bin, "kwok": "v0.8.0"} if kwok_bin else {"leasegen": p.leasegen}))
         try:
             runs = asyncio.run(run(p, etcd))
         except BenchError as e:
@@ -521,7 +630,7 @@ def main(argv=None) -> int:
             return 2
     verdict = {c: largest_sustained([r for r in runs if r["config"] == c]) for c in p.configs}
     doc = {"benchmark": "nodes", "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-           "params": {k: v for k, v in vars(p).items() if k not in ("out", "docs")},
+           "params": {k: v for k, v in vars(p).items() if k not in ("out", "docs", "leasegen")},
            "measured": "per configuration (kube, direct, tier, lease-etcd: see the module docstring) one server "
                        "(watch cache on) over a current etcd, kwok v0.8.0 with upstream's "
                        "stages and 40 s node leases, a probe renewing its own Lease 5/s; all on this machine; "

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from bench.nodes import FIGURES
-from tests.helpers.gobin import ready_binaries
+from tests.helpers.gobin import go_program, ready_binaries
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -55,6 +55,30 @@ def test_nodes_quick(tmp_path):
     assert tier["control_plane_writes_per_renewal"] <= 0.6, tier
     assert tier["tier_cpu_cores"] > 0 and tier["tier_rss_mib"] > 0
     assert doc["versions"].get("etcd") and doc["versions"].get("python")
+
+
+def test_nodes_leasegen_quick(tmp_path):
+    """bench/go/leasegen in place of kwok (issue 22 §5): 200 Leases renewed as kubelets renew them, direct and
+    behind the tier; the tier answers them on its fast path and forwards about one in three."""
+    go_program("leasegen")        # built (or waited for) before the time limit counts
+    out = tmp_path / "nodes.json"
+    _run(["bench.nodes", "--generator", "leasegen", "--nodes", "200", "--window", "12", "--configs", "direct,tier",
+          "--out", str(out)], 300)
+    doc = json.loads(out.read_text())
+    assert [(run["config"], run["nodes"], run["generator"]) for run in doc["runs"]] == \
+        [("direct", 200, "leasegen"), ("tier", 200, "leasegen")]
+    for run in doc["runs"]:
+        expected = 200 / 10.2
+        assert 0.6 * expected <= run["lease_renewals_per_s"] <= 1.5 * expected, run   # the server's count
+        assert 0.6 * expected <= run["leasegen_renewals_per_s"] <= 1.5 * expected, run  # leasegen's own
+        assert run["leasegen_on_time"] >= 0.9 and run["leasegen_conflicts"] == 0 and not run["leasegen_errors"], run
+        assert 0 < run["leasegen_p50_ms"] <= run["leasegen_p99_ms"] <= run["leasegen_max_ms"], run
+        assert run["leasegen_cpu_cores"] > 0 and run["kwok_cpu_cores"] is None, run
+        assert run["leases_leases"] == 200 and run["leases_expired"] == 0 and run["write_errors"] == 0, run
+    direct, tier = doc["runs"]
+    assert direct["control_plane_writes_per_renewal"] >= 0.95, direct
+    assert tier["control_plane_writes_per_renewal"] <= 0.6, tier
+    assert tier["tier_fast_path_share"] >= 0.99, tier      # leasegen's renewals are the kubelet's form
 
 
 def test_residency_kwok_quick(tmp_path):

@@ -340,6 +340,7 @@ func main() {
 	cpu0 := cpuSeconds()
 	w0 := time.Now()
 	measuring.Store(true)
+	fmt.Fprintln(os.Stderr, "leasegen: window starts")
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		must(err)
@@ -351,6 +352,7 @@ func main() {
 		pprof.StopCPUProfile()
 	}
 	measuring.Store(false)
+	fmt.Fprintln(os.Stderr, "leasegen: window ends")
 	window := time.Since(w0).Seconds()
 	cpu := cpuSeconds() - cpu0
 	close(stop)

@@ -39,7 +39,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "plane's copy (at most 3 renewal periods), and at once when the next renewal is overdue "
                         "(default 30s: every third renewal of a 40 s Lease)")
     p.add_argument("--forward-qps", type=float, default=500.0,
-                   help="at most this many forwards a second (after an outage too)")
+                   help="at most this many forwards a second (after an outage too), or half the renewals absorbed "
+                        "a second where that is more (the steady state forwards a third of them)")
     p.add_argument("-v", "--v", dest="verbosity", type=int, default=0)
     a = p.parse_args(argv)
     if bool(a.control_plane) == bool(a.kubeconfig):

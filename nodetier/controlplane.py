@@ -10,12 +10,14 @@ import ssl
 import tempfile
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import aiohttp
 from aiohttp import web
 
 from machinery import errors, jsonenc
+
+from .h1 import H1Client, H1Error
 
 Obj = dict[str, Any]
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
@@ -99,6 +101,7 @@ class ControlPlane:
         self.base = identity.server.rstrip("/")
         self.session: aiohttp.ClientSession | None = None     # as the tier (its certificate)
         self.bare: aiohttp.ClientSession | None = None        # as nobody: the client's own token, if any
+        self.calls: H1Client | None = None                    # the tier's own calls (`call`), as the tier
 
     async def start(self) -> None:
         def session(with_cert: bool) -> aiohttp.ClientSession:
@@ -108,11 +111,14 @@ class ControlPlane:
                                                                         limit=0),
                                          auto_decompress=False, skip_auto_headers=("User-Agent",))
         self.session, self.bare = session(True), session(False)
+        self.calls = H1Client(self.base, self.identity.ssl_context(True))
 
     async def close(self) -> None:
         for s in (self.session, self.bare):
             if s is not None:
                 await s.close()
+        if self.calls is not None:
+            await self.calls.close()
 
     def _headers(self, user_agent: str = "") -> dict[str, str]:
         h = {"Accept": "application/json", "Content-Type": "application/json",
@@ -124,25 +130,25 @@ class ControlPlane:
     async def call(self, method: str, path: str, body: Obj | None = None, *, user_agent: str = "",
                    params: dict[str, str] | None = None, timeout: float = 10.0) -> Obj:
         """One request with the tier's identity; the decoded answer, or ControlPlaneError."""
-        assert self.session is not None
+        assert self.calls is not None
+        if params:
+            path += "?" + urlencode(params)
         try:
-            async with self.session.request(method, self.base + path, params=params,
-                                            data=jsonenc.dumps(body) if body is not None else None,
-                                            headers=self._headers(user_agent),
-                                            timeout=aiohttp.ClientTimeout(total=timeout)) as r:
-                raw = await r.read()
-                if r.headers.get("Content-Encoding") == "gzip":
-                    import gzip
-                    raw = gzip.decompress(raw)
-                try:
-                    doc = jsonenc.loads(raw) if raw else {}
-                except ValueError:
-                    doc = None
-                if r.status >= 300:
-                    raise ControlPlaneError(r.status, doc, raw[:200].decode("utf-8", "replace"))
-                return doc
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
-            raise ControlPlaneError(0, None, repr(e)) from None
+            status, headers, raw = await self.calls.request(method, path, self._headers(user_agent),
+                                                            jsonenc.dumps(body) if body is not None else None,
+                                                            timeout=timeout)
+        except H1Error as e:
+            raise ControlPlaneError(0, None, str(e)) from None
+        if headers.get("content-encoding") == "gzip":
+            import gzip
+            raw = gzip.decompress(raw)
+        try:
+            doc = jsonenc.loads(raw) if raw else {}
+        except ValueError:
+            doc = None
+        if status >= 300:
+            raise ControlPlaneError(status, doc, raw[:200].decode("utf-8", "replace"))
+        return doc
 
     def lease_path(self, name: str | None = None) -> str:
         p = LEASES.format(ns=self.namespace)

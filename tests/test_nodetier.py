@@ -19,7 +19,10 @@ from nodetier.leases import renewal_only
 from nodetier.memkv import MemoryKV
 from storage import errors as serr
 from storage.etcd import WatchCompacted, WatchEvent, WatchProgress
+from storage.embedded import free_port
 from tests.helpers import Api, start_apiserver
+from tests.helpers.kube import make_pki
+from tests.helpers.kwok import write_kubeconfig
 from tests.helpers.nodetier import NodeTierProcess
 
 NS = "kube-node-lease"
@@ -422,3 +425,30 @@ def test_a_killed_tier_restarted_forwards_at_once_and_its_clients_recover_with_o
         again = renew(b, fresh, offset=1)
         assert wait_until(lambda: cp.get(f"{LEASES}/killed-1").json()["spec"]["renewTime"]
                           == again["spec"]["renewTime"], 2), "not forwarded at once"
+
+
+def test_a_tier_given_a_kubeconfig_calls_an_https_control_plane_as_itself(current_etcd, tmp_path):
+    """The tier's own calls (nodetier/h1.py: the create it hands on, the renewals it forwards) go over TLS with
+    the kubeconfig's CA and client certificate, to a control plane that refuses anonymous requests (RBAC)."""
+    d = str(tmp_path)
+    make_pki(d)
+    sport = free_port()
+    srv = start_apiserver(current_etcd.endpoint, f"/registry/nodetier-tls-{uuid.uuid4().hex[:8]}",
+                          "--secure-port", str(sport), "--tls-cert-file", f"{d}/serving.crt",
+                          "--tls-private-key-file", f"{d}/serving.key", "--client-ca-file", f"{d}/ca.crt",
+                          "--authorization-mode", "RBAC")
+    try:
+        https = f"https://127.0.0.1:{sport}"
+        admin = (f"{d}/admin.crt", f"{d}/admin.key")
+        assert Api(https, verify=f"{d}/ca.crt").get(LEASES).status_code == 403       # anonymous is refused
+        cp = Api(https, cert=admin, verify=f"{d}/ca.crt")
+        kubeconfig = write_kubeconfig(f"{d}/tier.kubeconfig", https, ca=f"{d}/ca.crt", cert=admin)
+        with NodeTierProcess("", "--forward-interval", "2", kubeconfig=kubeconfig) as tier:
+            t = Api(tier.base)
+            made = create(t, "tls-1")
+            assert cp.get(f"{LEASES}/tls-1").json()["metadata"]["uid"] == made["metadata"]["uid"]
+            out = renew(t, made, offset=0.5)
+            assert wait_until(lambda: cp.get(f"{LEASES}/tls-1").json()["spec"]["renewTime"]
+                              == out["spec"]["renewTime"], 5), "the renewal was not forwarded over TLS"
+    finally:
+        srv.stop()

@@ -178,9 +178,10 @@ async def lease_staleness(s, base: str) -> dict:
             "age_max_s": max(ages) if ages else None, "age_p99_s": quantile(ages, 0.99) if ages else None}
 
 
-async def probe(s, base: str, stop: asyncio.Event) -> list[float]:
+async def probe(s, base: str, stop: asyncio.Event) -> tuple[list[float], int]:
     """Renew a Lease of our own PROBE_RATE times a second (PUT of the last returned object, as kwok's lease
-    controller does); the round-trip seconds of each renewal."""
+    controller does); the round-trip seconds of each renewal, and how many answers were 429 (too many requests
+    in flight: retried after Retry-After, as client-go does)."""
     url = base + LEASES
     body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
             "metadata": {"name": "bench-probe", "namespace": NODE_LEASE_NAMESPACE},
@@ -192,6 +193,7 @@ async def probe(s, base: str, stop: asyncio.Event) -> list[float]:
     lat: list[float] = []
     t0 = time.perf_counter()
     i = 0
+    throttled = 0
     while not stop.is_set():
         due = t0 + i / PROBE_RATE
         i += 1
@@ -207,9 +209,12 @@ async def probe(s, base: str, stop: asyncio.Event) -> list[float]:
                 cur = orjson.loads(b)
             elif r.status == 409:
                 cur = await get_json(s, url + "/bench-probe")
+            elif r.status == 429:
+                throttled += 1
+                await asyncio.sleep(float(r.headers.get("Retry-After") or 1))
             else:
                 raise BenchError(f"probe renewal: HTTP {r.status}: {b[:300]!r}")
-    return lat
+    return lat, throttled
 
 
 async def create_nodes(s, base: str, n: int, clients: int = 16) -> float:
@@ -400,7 +405,7 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
             else:
                 await asyncio.sleep(p.window)
             stop.set()
-            lat = await ptask
+            lat, probe_429 = await ptask
             el = time.perf_counter() - t0
             # (leasegen may have exited at its window's end: it reports its own CPU)
             kcpu1 = kcpu0 if isinstance(kwok, LeaseGen) else proc_cpu_s(kwok.pid)
@@ -476,7 +481,7 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
         "lease_put_p50_server_s": histogram_quantile(m0, m1, 0.50, verb="PUT", resource="leases"),
         "lease_put_p99_server_s": p99_server,
         "lease_put_p50_probe_s": quantile(lat, 0.50), "lease_put_p99_probe_s": p99_probe,
-        "lease_put_max_probe_s": max(lat) if lat else None, "probe_renewals": probe_n,
+        "lease_put_max_probe_s": max(lat) if lat else None, "probe_renewals": probe_n, "probe_429": probe_429,
         "apiserver_rss_mib": rss, "tier_rss_mib": tier_rss,
         "lease_cache_lag_revisions": max(0, (lrev1 if lease_db else rev1) - cache_rv), **{f"leases_{k}": v for k, v in stale.items()},
         "loadavg_after": list(os.getloadavg()),

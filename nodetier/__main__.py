@@ -16,6 +16,7 @@ from apiserver.flags import _address, _bool, _duration, _port
 
 from .controlplane import Identity
 from .server import NodeTier
+from .split import NodeRanges
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -41,6 +42,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--forward-qps", type=float, default=500.0,
                    help="at most this many forwards a second (after an outage too), or half the renewals absorbed "
                         "a second where that is more (the steady state forwards a third of them)")
+    p.add_argument("--tiers", default="", help="several tiers splitting the nodes: every tier's URL, this one "
+                   "included, comma-separated, the same list and order for each; tier i holds the Leases whose "
+                   "name's FNV-1a 64 hash lies in the i-th of as many equal ranges, and sends a request for "
+                   "another tier's Lease to it")
+    p.add_argument("--tier-index", type=int, default=0, help="this tier's place in --tiers (from 0)")
     p.add_argument("-v", "--v", dest="verbosity", type=int, default=0)
     a = p.parse_args(argv)
     if bool(a.control_plane) == bool(a.kubeconfig):
@@ -51,6 +57,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("nothing to serve: both --port and --secure-port are 0")
     if a.forward_interval <= 0 or a.forward_qps <= 0:
         p.error("--forward-interval and --forward-qps must be positive")
+    try:
+        a.ranges = NodeRanges([t for t in a.tiers.split(",") if t], a.tier_index)
+    except ValueError as e:
+        p.error(f"--tier-index: {e}")
     try:
         a.identity = Identity.from_kubeconfig(a.kubeconfig) if a.kubeconfig else Identity(a.control_plane)
     except (OSError, ValueError, KeyError) as e:
@@ -65,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     tier = NodeTier(a.identity, forward_interval=a.forward_interval, forward_qps=a.forward_qps,
                     token_auth_file=a.token_auth_file, client_ca_file=a.client_ca_file,
-                    anonymous_auth=a.anonymous_auth)
+                    anonymous_auth=a.anonymous_auth, ranges=a.ranges)
     import uvloop
     try:
         uvloop.run(_serve(tier, a))
@@ -81,7 +91,7 @@ async def _serve(tier: NodeTier, a) -> None:
         loop.add_signal_handler(sig, stop.set)
     runner, urls = await start_sites(tier.app(), a)
     print(f"nodetier ready: {' '.join(urls)} control-plane={a.identity.server} "
-          f"forward-interval={a.forward_interval:g}s", file=sys.stderr, flush=True)
+          f"forward-interval={a.forward_interval:g}s holds={a.ranges.describe()}", file=sys.stderr, flush=True)
     await stop.wait()
     print("shutting down", file=sys.stderr, flush=True)
     faulthandler.dump_traceback_later(SHUTDOWN_DUMP_AFTER + 5, exit=False)   # (+ the flush of pending renewals)

@@ -18,6 +18,7 @@ from aiohttp import web
 from machinery import errors, jsonenc
 
 from .h1 import H1Client, H1Error
+from .split import HOP_HEADER
 
 Obj = dict[str, Any]
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
@@ -188,7 +189,7 @@ class ControlPlane:
 
     # --- the proxy: everything the tier does not absorb -------------------------------------------
 
-    async def proxy(self, request: web.Request, as_tier: bool) -> web.StreamResponse:
+    async def proxy(self, request: web.Request, as_tier: bool, base: str = "") -> web.StreamResponse:
         """The request as the client sent it (headers, Authorization included, and body streamed), its answer
         streamed back as it arrives: watches, long lists and gzip bodies pass through untouched.
 
@@ -196,21 +197,27 @@ class ControlPlane:
         trusted local component like the apiserver's unsecured port) the tier's own credentials, unless the
         client sent a token of its own; otherwise only what the client sent (its bearer token, or nothing:
         anonymous), never the tier's identity. (Carrying a client-certificate user's identity would take
-        impersonation headers; not built.)"""
+        impersonation headers; not built.) `base` sends it to another tier instead (the owner of a Lease
+        outside this tier's range), with the same credentials rule."""
         assert self.session is not None and self.bare is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         if as_tier and "Authorization" not in headers and self.identity.token:
             headers["Authorization"] = f"Bearer {self.identity.token}"
         if request.content_length is not None:
             headers["Content-Length"] = str(request.content_length)
-        body = request.content if request.body_exists else None
+        kept = request.get("body")           # read already (by read_body): what was read goes on
+        body = kept if kept is not None else request.content if request.body_exists else None
+        if kept is not None:
+            headers["Content-Length"] = str(len(kept))
+        if base:
+            headers[HOP_HEADER] = "1"
         try:
-            upstream = await (self.session if as_tier else self.bare).request(request.method, self.base + request.path_qs, headers=headers,
+            upstream = await (self.session if as_tier else self.bare).request(request.method, (base or self.base) + request.path_qs, headers=headers,
                                                   data=body, allow_redirects=False,
                                                   timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
-            raise errors.StatusError(503, "ServiceUnavailable",
-                                     f"the control plane is unavailable: {e!r}", {}) from None
+            what = f"the node tier at {base}" if base else "the control plane"
+            raise errors.StatusError(503, "ServiceUnavailable", f"{what} is unavailable: {e!r}", {}) from None
         try:
             resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
             for k, v in upstream.headers.items():

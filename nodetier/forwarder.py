@@ -8,10 +8,11 @@
   lifecycle controller), or at once when the Lease's next renewal is overdue (1.1 renewal periods since the
   last: its kubelet may have stopped, and its last renewal must not wait). At most `qps` forwards a second, or
   half the rate of renewals absorbed over the last RATE_WINDOW seconds where that is more (the steady state
-  needs a third of it: a fixed 500 a second held back every Lease beyond 15,000 nodes), the longest due first, so a control plane back from an outage does not get every Lease at once. Each Lease's
-  next due time is computed when its state changes and kept in a heap: a tick costs what is due, not a scan
-  of every Lease (at 23,000 Leases the scan every 0.25 s was a quarter of the tier's CPU). A sweep every
-  SWEEP seconds re-schedules every Lease, in case a change was not seen.
+  needs a third of it: a fixed 500 a second held back every Lease beyond 15,000 nodes), the longest due
+  first, so a control plane back from an outage does not get every Lease at once. Each Lease's next due time
+  is computed when its state changes and kept in a heap: a tick costs what is due, not a scan of every Lease
+  (at 23,000 Leases the scan every 0.25 s was a quarter of the tier's CPU). A sweep every SWEEP seconds
+  re-schedules every Lease, in case a change was not seen.
 * **Watch.** Changes made at the control plane by someone else (an edit, a delete by the garbage collector)
   reach the tier through a watch of the namespace's Leases; a newer renewal the tier holds is kept and
   forwarded.
@@ -25,6 +26,7 @@ import itertools
 import logging
 import time
 from collections import deque
+from typing import Callable
 
 from machinery.aio import wait_event
 
@@ -45,8 +47,9 @@ EVENT_WINDOW = 60.0      # seconds of the tier's own history kept for its watche
 
 class Forwarder:
     def __init__(self, leases: TierLeases, cp: ControlPlane, *, interval: float = 30.0, qps: float = 500.0,
-                 concurrency: int = 64):
+                 concurrency: int = 64, owns: Callable[[str], bool] = lambda _name: True):
         self.leases, self.cp = leases, cp
+        self.owns = owns            # this tier's Leases (nodetier.split): the others are other tiers' to hold
         self.interval, self.qps = interval, qps
         self._sem = asyncio.Semaphore(concurrency)
         self._wake = asyncio.Event()
@@ -80,12 +83,14 @@ class Forwarder:
         names = set()
         for obj in items:
             name = obj["metadata"]["name"]
+            if not self.owns(name):
+                continue
             names.add(name)
             await self.leases.adopt(name, obj)
         for name in [n for n in self.leases.states if n not in names]:
             await self.leases.forget(name)
         self.loaded.set()
-        log.info("loaded %d leases from the control plane at resourceVersion %d", len(items), rv)
+        log.info("loaded %d of %d leases from the control plane at resourceVersion %d", len(names), len(items), rv)
         return rv
 
     async def _sync_forever(self) -> None:
@@ -112,6 +117,8 @@ class Forwarder:
         if typ == "BOOKMARK":
             return new_rv
         name = obj["metadata"]["name"]
+        if not self.owns(name):
+            return new_rv
         if typ == "DELETED":
             await self.leases.forget(name)
             return new_rv

@@ -93,6 +93,8 @@ class H1Client:
             if not e.partial:
                 raise _NothingRead() from None
             raise
+        except ConnectionError:         # reset before a byte of the answer: as an end before it
+            raise _NothingRead() from None
         lines = block.decode("latin-1").split("\r\n")
         version, status_text = lines[0].split(" ", 1) if " " in lines[0] else (lines[0], "")
         status = int(status_text[:3])

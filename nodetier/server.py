@@ -32,6 +32,7 @@ from .forwarder import Forwarder
 from . import metrics
 from .leases import REQUEST_USER_AGENT, TierLeases
 from .memkv import MemoryKV
+from .split import HOP_HEADER, NodeRanges
 
 log = logging.getLogger("nodetier")
 
@@ -47,14 +48,17 @@ _FAST_BODY_MAX = 64 * 1024
 
 class NodeTier:
     def __init__(self, identity: Identity, *, forward_interval: float = 30.0, forward_qps: float = 500.0,
-                 token_auth_file: str = "", client_ca_file: str = "", anonymous_auth: bool | None = None):
+                 token_auth_file: str = "", client_ca_file: str = "", anonymous_auth: bool | None = None,
+                 ranges: NodeRanges | None = None):
         self.registry = Registry()
         self.res = self.registry.lookup("coordination.k8s.io", "v1", "leases")
         self.cp = ControlPlane(identity, NAMESPACE)
         self.kv = MemoryKV()
         prefix = self.res.prefix("/registry", NAMESPACE)
         self.leases = TierLeases(self.res, self.kv, prefix, self.cp, on_renewal=self._renewed)
-        self.forwarder = Forwarder(self.leases, self.cp, interval=forward_interval, qps=forward_qps)
+        self.ranges = ranges or NodeRanges()
+        self.forwarder = Forwarder(self.leases, self.cp, interval=forward_interval, qps=forward_qps,
+                                   owns=self.ranges.owns)
         self.ctx = Context(registry=self.registry, etcd_prefix="/registry", storage=lambda _r: self.leases,
                            after_write=_nothing, watch_list_enabled=False)
         self.auth_config = SimpleNamespace(token_auth_file=token_auth_file, client_ca_file=client_ca_file,
@@ -89,6 +93,10 @@ class NodeTier:
             return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
         if parts[:6] != COLLECTION or len(parts) > 7 or not self._absorbs(request, parts):
             return await self.cp.proxy(request, as_tier=not self.authenticates)
+        if self.ranges.split:
+            routed = await self._route(request, parts)
+            if routed is not None:
+                return routed
         if not self.forwarder.loaded.is_set():
             raise errors.StatusError(429, "TooManyRequests", "the node tier is loading its Leases", {
                 "retryAfterSeconds": 1}) from None
@@ -115,6 +123,30 @@ class NodeTier:
             return await handler(self.ctx, request, scope)
         finally:
             REQUEST_USER_AGENT.reset(token)
+
+    async def _route(self, request: web.Request, parts: list[str]) -> web.StreamResponse | None:
+        """With several tiers (nodetier.split): a Lease another tier owns is that tier's (a create is routed by
+        the name in its body); a list or watch of the namespace is the control plane's, which holds every
+        Lease (renewTimes up to a forward interval old, its own resourceVersions), where a tier holds only
+        its range. None: this tier serves the request."""
+        as_tier = not self.authenticates
+        if len(parts) == 6:
+            if request.method == "GET":
+                return await self.cp.proxy(request, as_tier=as_tier)
+            if request.method != "POST":
+                return None
+            md = (await decode_body(request, self.res)).get("metadata")     # (the body stays readable)
+            name = md.get("name") if isinstance(md, dict) else None
+            if not isinstance(name, str) or not name:
+                return None                     # the create's own validation answers
+        else:
+            name = parts[6]
+        if self.ranges.owns(name):
+            return None
+        if HOP_HEADER in request.headers:
+            raise errors.StatusError(500, "InternalError", f"the node tiers disagree on who holds lease {name!r}: "
+                                     f"this one holds {self.ranges.describe()}", {})
+        return await self.cp.proxy(request, as_tier=as_tier, base=self.ranges.url_of(name))
 
     async def fast_renewal(self, request: web.Request, name: str) -> web.Response | None:
         """A kubelet's renewal (a PUT of the Lease the tier last answered with a new renewTime: every ~10 s

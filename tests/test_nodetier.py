@@ -17,6 +17,7 @@ import pytest
 
 from nodetier.leases import renewal_only
 from nodetier.memkv import MemoryKV
+from nodetier.split import NodeRanges
 from storage import errors as serr
 from storage.etcd import WatchCompacted, WatchEvent, WatchProgress
 from storage.embedded import free_port
@@ -452,3 +453,40 @@ def test_a_tier_given_a_kubeconfig_calls_an_https_control_plane_as_itself(curren
                               == out["spec"]["renewTime"], 5), "the renewal was not forwarded over TLS"
     finally:
         srv.stop()
+
+
+def gauge(t: Api, name: str) -> float:
+    return next(float(line.split()[-1]) for line in t.get("/metrics").text.splitlines()
+                if line.startswith(name + " "))
+
+
+def test_two_tiers_split_the_nodes_and_send_each_other_the_leases_they_do_not_hold(control_plane):
+    """nodetier.split: tier i holds the Leases whose name hashes into its range; a request for another tier's
+    Lease (a create through its body's name) goes to that tier, so either tier answers with the one copy
+    (the same resourceVersion); each holds only its own; a list of the namespace is the control plane's."""
+    cp = Api(control_plane.base)
+    t0, t1 = NodeTierProcess(control_plane.base), NodeTierProcess(control_plane.base)
+    urls = [t0.base, t1.base]
+    for i, t in enumerate((t0, t1)):
+        t.argv += ["--tiers", ",".join(urls), "--tier-index", str(i), "--forward-interval", str(INTERVAL)]
+    ranges = NodeRanges(urls)
+    names = [f"split-{i}" for i in range(12)]
+    assert {ranges.owner(n) for n in names} == {0, 1}
+    with t0, t1:
+        a, b = Api(t0.base), Api(t1.base)
+        for n in names:
+            create(a, n)                                    # every create through tier 0
+        renewed = {}
+        for n in names:
+            got_a, got_b = a.get(f"{LEASES}/{n}").json(), b.get(f"{LEASES}/{n}").json()
+            assert got_a == got_b, n                        # one copy: its owner's
+            renewed[n] = renew(b, got_a, offset=0.5)        # every renewal through tier 1
+            assert a.get(f"{LEASES}/{n}").json() == renewed[n]
+        held = [gauge(a, "nodetier_leases"), gauge(b, "nodetier_leases")]
+        at_cp = {it["metadata"]["name"] for it in cp.get(LEASES).json()["items"]}
+        assert sum(held) == len(at_cp), (held, len(at_cp))  # each Lease held once, by one tier
+        assert all(h >= sum(ranges.owner(n) == i for n in names) for i, h in enumerate(held)), held
+        listed = {it["metadata"]["name"] for it in a.get(LEASES).json()["items"]}
+        assert listed == at_cp                              # the control plane's list
+        assert wait_until(lambda: all(cp.get(f"{LEASES}/{n}").json()["spec"]["renewTime"] == r["spec"]["renewTime"]
+                                      for n, r in renewed.items()), INTERVAL + 4), "not forwarded by the owners"

@@ -45,7 +45,10 @@ import (
 	"time"
 )
 
-const maxUpdateRetries = 5
+const (
+	maxUpdateRetries   = 5
+	maxThrottleRetries = 10
+)
 
 type config struct {
 	base, ns, prefix, token string
@@ -96,14 +99,14 @@ func (s *stats) failed(what string) {
 
 func microTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000000Z07:00") }
 
-func (c *config) do(method, url string, body []byte) (int, []byte, error) {
+func (c *config) once(method, url string, body []byte) (int, []byte, time.Duration, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequest(method, url, rd)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, 0, err
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", "leasegen")
@@ -115,11 +118,28 @@ func (c *config) do(method, url string, body []byte) (int, []byte, error) {
 	}
 	resp, err := c.client.Do(req)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, 0, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, b, err
+	retryAfter := time.Second
+	if n, e := strconv.Atoi(resp.Header.Get("Retry-After")); e == nil && n > 0 {
+		retryAfter = time.Duration(n) * time.Second
+	}
+	return resp.StatusCode, b, retryAfter, err
+}
+
+// do: one request, retried after the server's Retry-After on 429 (too many requests in flight), at most
+// maxThrottleRetries times, as client-go's rest client does; each 429 is counted.
+func (c *config) do(method, url string, body []byte, s *stats) (int, []byte, error) {
+	for i := 0; ; i++ {
+		st, b, retryAfter, err := c.once(method, url, body)
+		if err != nil || st != 429 || i >= maxThrottleRetries {
+			return st, b, err
+		}
+		s.failed("429")
+		time.Sleep(retryAfter)
+	}
 }
 
 func (c *config) leaseURL(name string) string {
@@ -127,9 +147,9 @@ func (c *config) leaseURL(name string) string {
 }
 
 // ensure: GET the Lease, create it when missing (backoffEnsureLease).
-func (c *config) ensure(name string) ([]byte, error) {
+func (c *config) ensure(name string, s *stats) ([]byte, error) {
 	for attempt := 0; ; attempt++ {
-		st, b, err := c.do("GET", c.leaseURL(name), nil)
+		st, b, err := c.do("GET", c.leaseURL(name), nil, s)
 		if err == nil && st == 200 {
 			return b, nil
 		}
@@ -139,7 +159,7 @@ func (c *config) ensure(name string) ([]byte, error) {
 				"spec": map[string]any{"holderIdentity": name, "leaseDurationSeconds": c.leaseSeconds,
 					"renewTime": microTime(time.Now())}}
 			body, _ := json.Marshal(lease)
-			st, b, err = c.do("POST", c.base+"/apis/coordination.k8s.io/v1/namespaces/"+c.ns+"/leases", body)
+			st, b, err = c.do("POST", c.base+"/apis/coordination.k8s.io/v1/namespaces/"+c.ns+"/leases", body, s)
 			if err == nil && st == 201 {
 				return b, nil
 			}
@@ -172,7 +192,7 @@ func (c *config) node(name string, lease []byte, phase time.Duration, s *stats, 
 		for i := 0; i < maxUpdateRetries; i++ {
 			body := withRenewTime(base, microTime(time.Now()))
 			t0 := time.Now()
-			st, b, err := c.do("PUT", c.leaseURL(name), body)
+			st, b, err := c.do("PUT", c.leaseURL(name), body, s)
 			now := time.Now()
 			if err != nil {
 				s.failed("transport")
@@ -185,7 +205,7 @@ func (c *config) node(name string, lease []byte, phase time.Duration, s *stats, 
 				break
 			}
 			if st == 409 { // the server's copy moved on: GET it and retry
-				if l, err := c.ensure(name); err == nil {
+				if l, err := c.ensure(name, s); err == nil {
 					base = l
 				}
 			}
@@ -279,7 +299,8 @@ func main() {
 	leaseSeconds := flag.Int("lease-seconds", 40, "leaseDurationSeconds; the renew interval is a quarter of it")
 	warmup := flag.Duration("warmup", 0, "time after every Lease exists before the window (default one interval)")
 	duration := flag.Duration("duration", 60*time.Second, "the measured window")
-	conns := flag.Int("conns", 256, "HTTP/1.1 keep-alive connections shared by the nodes")
+	conns := flag.Int("conns", 128, "HTTP/1.1 keep-alive connections shared by the nodes: requests in flight at "+
+		"most (128, as bench.nodes gives kwok's nodeLeaseParallelism, under the apiserver's 200 mutating in flight)")
 	setup := flag.Int("setup-parallelism", 64, "Leases ensured at once before the run")
 	cpuprofile := flag.String("cpuprofile", "", "write the window's CPU profile here")
 	flag.Parse()
@@ -310,7 +331,7 @@ func main() {
 		go func() {
 			defer setupWG.Done()
 			for i := range work {
-				l, err := c.ensure(names[i])
+				l, err := c.ensure(names[i], s)
 				if err != nil {
 					failures.Add(1)
 					fmt.Fprintln(os.Stderr, "leasegen: ensure", names[i]+":", err)

@@ -60,6 +60,7 @@ import orjson
 
 from bench.harness import (JSON_CT, Apiserver, BenchError, check, current_etcd, get_json, log, proc_cpu_s,
                            proc_mem_mib, run_pool, ssl_context, versions, wait_all_ready_async, write_json)
+from tests.helpers.apiserver import ApiserverError
 from tests.helpers.kube import KubeApiserver
 from tests.helpers.kwok import NODE_LEASE_NAMESPACE, KwokProcess, kwok_node
 from tests.helpers.nodetier import NodeTierProcess
@@ -432,7 +433,7 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
         if kwok is not None:
             kwok.stop()
         if tier is not None:
-            tier.stop()
+            tier.stop(strict=False)     # (a hung shutdown must not hide the run's own error)
         srv.stop()
         if lease_db is not None:
             lease_db.stop()
@@ -605,7 +606,12 @@ async def run(p: argparse.Namespace, etcd) -> list[dict]:
     runs = []
     for n in p.nodes:
         for config in p.configs:
-            runs.append(await measure(n, etcd, p, config))
+            try:
+                runs.append(await measure(n, etcd, p, config))
+            except (BenchError, ApiserverError, OSError) as e:   # the others still run; the row says why
+                log(f"N={n} {config}: failed: {e}")
+                runs.append({"config": config, "nodes": n, "generator": p.generator, "failed": str(e)[-2000:],
+                             "sustained": False})
     if p.search:
         n = max(p.nodes)
         while runs[-1]["sustained"] and n * 2 <= p.max_nodes:
@@ -643,17 +649,23 @@ def main(argv=None) -> int:
                        "from its revision",
            "sustained_means": "p99 Lease renewal < 1 s (server and probe), renewals >= 85 % of N/10.2 per s, no "
                               "Lease older than its 40 s duration after the window",
-           "versions": vers, "runs": runs, "figures": {f"{r['config']}_n{r['nodes']}_{k}": r[k] for r in runs for k in FIGURES},
+           "versions": vers, "runs": runs,
+           "figures": {f"{r['config']}_n{r['nodes']}_{k}": r[k] for r in runs if "failed" not in r for k in FIGURES},
            "largest_sustained": verdict, "elapsed_s": time.perf_counter() - t_start}
     write_json(p.out, doc)
     if p.docs:
         os.makedirs(os.path.dirname(os.path.abspath(p.docs)), exist_ok=True)
         shutil.copyfile(p.out, p.docs)
-    print(table(runs))
+    measured = [r for r in runs if "failed" not in r]
+    print(table(measured))
+    for r in runs:
+        if "failed" in r:
+            print(f"N={r['nodes']:,} {r['config']}: FAILED: {r['failed'][-300:]}")
     for c, v in verdict.items():
         print(f"\nlargest node count sustained here, {c}: {v['text']}")
     print(f"(load average after the run: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
-          f"median apiserver cores per 1k nodes {statistics.median(r['apiserver_cpu_cores_per_1000_nodes'] for r in runs):.3f})")
+          f"median apiserver cores per 1k nodes "
+          f"{statistics.median(r['apiserver_cpu_cores_per_1000_nodes'] for r in measured or [{'apiserver_cpu_cores_per_1000_nodes': 0}]):.3f})")
     log(f"wrote {p.out}" + (f" and {p.docs}" if p.docs else "") + f" in {time.perf_counter() - t_start:.0f} s")
     return 0
 

@@ -268,16 +268,21 @@ class Forwarder:
             self.schedule(name)     # a renewal absorbed meanwhile, or a retry
 
     async def flush(self, timeout: float) -> int:
-        """Forward every pending renewal now (at the rate limit), within `timeout` seconds; how many did not go."""
-        deadline = time.monotonic() + timeout
-        await asyncio.gather(*self._forwards, return_exceptions=True)
-        pending = sorted((st.cp_renew, n) for n, st in self.leases.states.items() if st.pending)
-        for i in range(0, len(pending), max(1, int(self.qps))):
-            if time.monotonic() > deadline:
-                break
-            t0 = time.monotonic()
-            await asyncio.gather(*(self.forward(n) for _, n in pending[i:i + max(1, int(self.qps))]))
-            await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - t0)))
+        """Forward every pending renewal now (at the rate limit), within `timeout` seconds (what is still in
+        flight then is cancelled: a control plane too slow to take them must not hold the tier's exit); how
+        many did not go."""
+        pending: list[tuple[float, str]] = []
+        try:
+            async with asyncio.timeout(timeout):
+                await asyncio.gather(*self._forwards, return_exceptions=True)
+                pending = sorted((st.cp_renew, n) for n, st in self.leases.states.items() if st.pending)
+                step = max(1, int(self.qps))
+                for i in range(0, len(pending), step):
+                    t0 = time.monotonic()
+                    await asyncio.gather(*(self.forward(n) for _, n in pending[i:i + step]))
+                    await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - t0)))
+        except TimeoutError:
+            pass
         left = sum(1 for st in self.leases.states.values() if st.pending)
         log.info("stop: %d lease renewals forwarded, %d not", len(pending) - left, left)
         return left

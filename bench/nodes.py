@@ -430,13 +430,15 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
             if tier:
                 tier.alive()
     finally:
-        if kwok is not None:
-            kwok.stop()
-        if tier is not None:
-            tier.stop(strict=False)     # (a hung shutdown must not hide the run's own error)
-        srv.stop()
-        if lease_db is not None:
-            lease_db.stop()
+        try:
+            if kwok is not None:
+                kwok.stop()
+            if tier is not None:
+                tier.stop(strict=False)     # (a hung shutdown must not hide the run's own error)
+        finally:                            # (nor leave the apiserver running: it did once, for an hour)
+            srv.stop()
+            if lease_db is not None:
+                lease_db.stop()
     writes = sum(delta_sum(m0, m1, "apiserver_request_total", verb=v) for v in WRITE_VERBS)
     probe_n = len(lat)
     # Renewals absorbed: the PUTs answered 200 (a 409 is a renewal that did not happen: kwok retries it later).

@@ -365,7 +365,7 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
     apiserver) or "tier" (on a node tier, `python -m nodetier` with its defaults, in front of this apiserver)."""
     etcd_ep = etcd.endpoint
     prefix = f"/registry-nodes-{os.getpid()}-{config}-{n}"
-    kwok = tier = lease_db = None
+    driver = tier = lease_db = None
     if config == "kube":
         srv = KubeTarget(KubeApiserver(etcd_ep, prefix=prefix, protobuf=True, sharding_gate=False))
     else:
@@ -389,11 +389,11 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
             front = tier.base
         async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=600)) as s:
             if p.generator == "leasegen":
-                kwok, create_s, settle_s = await start_leasegen(n, config, p, srv, front, tier is not None)
+                driver, create_s, settle_s = await start_leasegen(n, config, p, srv, front, tier is not None)
             else:
-                kwok, create_s, settle_s = await start_kwok(s, n, config, p, srv, front, tier is not None)
+                driver, create_s, settle_s = await start_kwok(s, n, config, p, srv, front, tier is not None)
             m0, c0 = await metrics(s, front), await metrics(s, srv.base)
-            cpu0, kcpu0, ecpu0 = srv.cpu_s(), proc_cpu_s(kwok.pid), proc_cpu_s(etcd._proc.pid)
+            cpu0, kcpu0, ecpu0 = srv.cpu_s(), proc_cpu_s(driver.pid), proc_cpu_s(etcd._proc.pid)
             tcpu0 = proc_cpu_s(tier.pid) if tier else 0.0
             lcpu0 = proc_cpu_s(lease_db._proc.pid) if lease_db else 0.0
             lrev0 = await etcd_rev(lease_db.endpoint) if lease_db else 0
@@ -401,15 +401,15 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
             t0 = time.perf_counter()
             stop = asyncio.Event()
             ptask = asyncio.create_task(probe(s, front, stop))
-            if isinstance(kwok, LeaseGen):
-                await kwok.done(p.window + 60)
+            if isinstance(driver, LeaseGen):
+                await driver.done(p.window + 60)
             else:
                 await asyncio.sleep(p.window)
             stop.set()
             lat, probe_429 = await ptask
             el = time.perf_counter() - t0
             # (leasegen may have exited at its window's end: it reports its own CPU)
-            kcpu1 = kcpu0 if isinstance(kwok, LeaseGen) else proc_cpu_s(kwok.pid)
+            kcpu1 = kcpu0 if isinstance(driver, LeaseGen) else proc_cpu_s(driver.pid)
             cpu1, ecpu1 = srv.cpu_s(), proc_cpu_s(etcd._proc.pid)
             tcpu1 = proc_cpu_s(tier.pid) if tier else 0.0
             lcpu1 = proc_cpu_s(lease_db._proc.pid) if lease_db else 0.0
@@ -425,14 +425,14 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
             rss = proc_mem_mib(srv.pid)["VmRSS"]
             tier_rss = proc_mem_mib(tier.pid)["VmRSS"] if tier else None
             stale = await lease_staleness(s, srv.base)    # the control plane's copies: what a controller sees
-            gen = await kwok.result() if isinstance(kwok, LeaseGen) else None
+            gen = await driver.result() if isinstance(driver, LeaseGen) else None
             srv.alive()
             if tier:
                 tier.alive()
     finally:
         try:
-            if kwok is not None:
-                kwok.stop()
+            if driver is not None:
+                driver.stop()
             if tier is not None:
                 tier.stop(strict=False)     # (a hung shutdown must not hide the run's own error)
         finally:                            # (nor leave the apiserver running: it did once, for an hour)

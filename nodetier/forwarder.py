@@ -152,16 +152,12 @@ class Forwarder:
         a 10.2 s period and 30 s every third one is, and the control plane's copy is never more than ~31 s
         old), or when the control plane's copy is already older than that (a kubelet renewing late), or when
         the next renewal is overdue. The interval is at most three renewal periods (30 s of a 40 s Lease)."""
-        if not st.pending or st.in_flight:
-            return False
-        p = st.renew_period
-        threshold = self._threshold(st)
-        return (st.tier_renew - st.cp_renew >= threshold or now - st.cp_renew >= threshold + p
-                or mono - st.renewed_at >= OVERDUE_SHARE * p)
+        at = self.next_due(st, now, mono)
+        return at is not None and at <= mono
 
     def next_due(self, st: LeaseState, now: float, mono: float) -> float | None:
-        """When (monotonic) `due` turns true for this state if nothing else changes: `mono` if it is due
-        now, None if nothing is pending or a forward is in flight (its end schedules the Lease again)."""
+        """When (monotonic) the Lease is due if nothing else changes (the rules of `due`): `mono` if it is
+        due now, None if nothing is pending or a forward is in flight (its end schedules the Lease again)."""
         if not st.pending or st.in_flight:
             return None
         p = st.renew_period

@@ -1,5 +1,6 @@
 """The request middleware: errors become Status responses (never a stack trace), and every request
-is counted in `apiserver_request_total` / `apiserver_request_duration_seconds`."""
+is counted in `apiserver_request_total` / `apiserver_request_duration_seconds` and (but watches and dryRun
+requests) `apiserver_request_sli_duration_seconds`."""
 from __future__ import annotations
 
 import asyncio
@@ -52,15 +53,39 @@ async def status_and_metrics(request: web.Request, handler) -> web.StreamRespons
 
 def observe(request: web.Request, code: int, seconds: float) -> None:
     scope: RequestScope | None = request.get("scope")
+    dry = dry_run_label(request.query.getall("dryRun", []))
     if scope is None:
-        labels = (request.method.lower(), "", "", "", "", "", "", "apiserver")
+        verb = request.method.lower()
+        labels = (verb, dry, "", "", "", "", "", "apiserver")
     else:
         r = scope.resource
-        verb = metric_verb(request.method, scope.name is None, is_watch(request))
-        sc = "resource" if scope.name else ("namespace" if scope.namespace else "cluster")
-        labels = (verb, "", r.group, r.version, r.plural, scope.subresource, sc, "apiserver")
+        verb = metric_verb(request.method, scope.name is None, is_watch(request) or legacy_watch(request))
+        # Upstream CleanScope: a named object, or any create (POST), is "resource".
+        sc = "resource" if scope.name or request.method == "POST" else (
+            "namespace" if scope.namespace else "cluster")
+        labels = (verb, dry, r.group, r.version, r.plural, scope.subresource, sc, "apiserver")
     metrics.apiserver_request_total.labels(*labels, str(code)).inc()
     metrics.apiserver_request_duration_seconds.labels(*labels).observe(seconds)
+    # Upstream's SLI is the request duration minus mutating/validating webhook time and the APF queue wait;
+    # this server has neither webhooks nor APF queueing, so the SLI value is the request duration itself.
+    # Like upstream, never for a watch (WithLatencyTrackers skips the watch verb) nor a dryRun request
+    # (any dryRun query value, "invalid" too: kubernetes#131092).
+    if verb != "WATCH" and not dry:
+        metrics.apiserver_request_sli_duration_seconds.labels(labels[0], *labels[2:]).observe(seconds)
+
+
+def dry_run_label(values: list[str]) -> str:
+    """Upstream cleanDryRun: "" without dryRun, "invalid" if any value is not "All", else the sorted set joined."""
+    if any(v != "All" for v in values):
+        return "invalid"
+    return ",".join(sorted(set(values)))
+
+
+def legacy_watch(request: web.Request) -> bool:
+    """A GET of a deprecated /watch/ path (/api/v1/watch/..., /apis/<group>/<version>/watch/...): a WATCH."""
+    parts = request.path.split("/")  # ["", "api", "v1", "watch", ...] or ["", "apis", g, v, "watch", ...]
+    return request.method == "GET" and ((len(parts) > 3 and parts[1] == "api" and parts[3] == "watch") or (
+        len(parts) > 4 and parts[1] == "apis" and parts[4] == "watch"))
 
 
 def metric_verb(method: str, collection: bool, watch: bool) -> str:

@@ -571,6 +571,71 @@ def test_metrics_have_upstream_names(api, namespace):
     assert 'verb="LIST"' in text and 'resource="configmaps"' in text
 
 
+def metric_samples(api) -> tuple[dict, dict]:
+    """/metrics as ({(sample name, frozenset(labels)): value}, {family: help}); the stability marker
+    kube-apiserver puts before a help text ("[ALPHA] ") is dropped."""
+    from prometheus_client.parser import text_string_to_metric_families
+    samples, helps = {}, {}
+    for fam in text_string_to_metric_families(api.get("/metrics").text):
+        helps[fam.name] = fam.documentation.split("] ", 1)[1] if fam.documentation.startswith("[") else \
+            fam.documentation
+        for s in fam.samples:
+            samples[(s.name, frozenset(s.labels.items()))] = s.value
+    return samples, helps
+
+
+SLI_BUCKETS = [0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 45, 60, float("inf")]
+
+
+def test_request_sli_duration_seconds(api, namespace):
+    """apiserver_request_sli_duration_seconds as kube-apiserver v1.37.2 exposes it (k8s.io/apiserver
+    pkg/endpoints/metrics): apiserver_request_duration_seconds' labels but dry_run, its own buckets, observed
+    for a GET and a LIST but never for a WATCH (?watch=1 or a legacy /watch/ path) nor a dryRun request."""
+    ns = f"/api/v1/namespaces/{namespace}/configmaps"
+    assert api.post(ns, cm("sli")).status_code == 201
+    sli = "apiserver_request_sli_duration_seconds"
+    base = {"group": "", "version": "v1", "resource": "configmaps", "subresource": "", "component": "apiserver"}
+    key = lambda name, **labels: (name, frozenset({**base, **labels}.items()))  # noqa: E731
+    get_count = key(sli + "_count", verb="GET", scope="resource")
+    list_count = key(sli + "_count", verb="LIST", scope="namespace")
+    post_count = key(sli + "_count", verb="POST", scope="resource")
+    watches = key("apiserver_request_duration_seconds_count", verb="WATCH", scope="namespace", dry_run="")
+    dry_posts = key("apiserver_request_duration_seconds_count", verb="POST", scope="resource", dry_run="All")
+    before, _ = metric_samples(api)
+
+    assert api.get(f"{ns}/sli").status_code == 200
+    assert api.get(ns).status_code == 200
+    assert api.get(ns, params={"watch": "1", "timeoutSeconds": "1"}).status_code == 200
+    legacy = f"/api/v1/watch/namespaces/{namespace}/configmaps"  # the deprecated /watch/ path: a WATCH too
+    assert api.get(legacy, params={"timeoutSeconds": "1"}).status_code == 200
+    assert api.post(ns, cm("dry"), params={"dryRun": "All"}).status_code == 201
+
+    delta = lambda k: after.get(k, 0) - before.get(k, 0)  # noqa: E731
+    deadline = time.monotonic() + 5  # a request is counted once its handler returns, maybe after the reply
+    while True:
+        after, helps = metric_samples(api)
+        if (delta(get_count) >= 1 and delta(list_count) >= 1 and delta(watches) >= 2 and delta(dry_posts) >= 1
+                or time.monotonic() > deadline):
+            break
+        time.sleep(0.1)
+    assert delta(get_count) >= 1 and delta(list_count) >= 1, (delta(get_count), delta(list_count))
+    assert delta(watches) >= 2 and delta(dry_posts) == 1, (delta(watches), delta(dry_posts))  # counted there
+    assert delta(post_count) == 0  # the dryRun POST is not in the SLI
+    assert helps[sli] == ("Response latency distribution (not counting webhook duration and priority & fairness "
+                          "queue wait times) in seconds for each verb, group, version, resource, subresource, "
+                          "scope and component.")
+    series = [dict(labels) for (name, labels) in after if name.startswith(sli + "_")]
+    label_names = {"verb", "group", "version", "resource", "subresource", "scope", "component"}
+    assert series and all(set(s) - {"le"} == label_names for s in series)
+    assert not [s for s in series if s["verb"] == "WATCH"]
+    for verb, scope in (("GET", "resource"), ("LIST", "namespace")):
+        want = {**base, "verb": verb, "scope": scope}
+        les = sorted(float(s["le"]) for s in series if "le" in s and {**s, "le": None} == {**want, "le": None})
+        assert les == SLI_BUCKETS, (verb, les)  # compared as numbers: Go writes le="1", Python le="1.0"
+        count = after[key(sli + "_count", verb=verb, scope=scope)]
+        assert after[key(sli + "_bucket", verb=verb, scope=scope, le="+Inf")] == count
+
+
 def test_version(api):
     v = api.get("/version").json()
     assert v["major"] == "1" and "gitVersion" in v

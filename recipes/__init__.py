@@ -1,0 +1,1 @@
+"""Recipes: scale-tested configurations, executable."""

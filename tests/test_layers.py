@@ -2,7 +2,8 @@
 
 Layers, low to high: ext < machinery < storage < cache < front < apiserver < nodetier < shardslice (front: the
 storage contract answered by K residency shards; nodetier: the node-facing tier, the apiserver's endpoints
-over Leases held in memory; shardslice: the sharded slice's controllers and launcher: nothing imports it; bench/ and tests/ sit on top and are not checked). Every
+over Leases held in memory; shardslice: the sharded slice's controllers and launcher; recipes: the configurations that assemble all of
+them and the runner that starts and judges them: nothing imports it; bench/ and tests/ sit on top and are not checked). Every
 ``.py`` file under those packages is parsed with ``ast`` (Cython ``.pyx`` modules are modules too; their ``import``/``cimport`` lines are scanned); every import
 statement counts, wherever it is (module level, inside a function, under ``if TYPE_CHECKING``).
 Relative imports are resolved against the importing module's package. An import names one module:
@@ -16,7 +17,7 @@ import ast
 import re
 from pathlib import Path
 
-LAYERS = ("ext", "machinery", "storage", "cache", "front", "apiserver", "nodetier", "deployment", "shardslice")
+LAYERS = ("ext", "machinery", "storage", "cache", "front", "apiserver", "nodetier", "deployment", "shardslice", "recipes")
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -4,29 +4,15 @@ A bare `storage.embedded.EmbeddedEtcd()` runs whichever `find_etcd` picks (ETCD_
 from __future__ import annotations
 
 import asyncio
-import functools
-import importlib.util
 import os
-import sys
-from types import ModuleType
 
+from recipes.binaries import load_tool  # noqa: F401  (re-exported)
 from storage.embedded import EmbeddedEtcd, distro_etcd_binary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@functools.cache
-def load_tool(name: str) -> ModuleType:
-    """tools/<name>.py, loaded from its file: `tools` is not a package, and a top-level `tools` from
-    some installed distribution could shadow it as a namespace package."""
-    spec = importlib.util.spec_from_file_location(f"_{name}", os.path.join(ROOT, "tools", f"{name}.py"))
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # a dataclass in the tool looks its module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def build_etcd_module() -> ModuleType:
+def build_etcd_module():
     return load_tool("build_etcd")
 
 

@@ -1,0 +1,100 @@
+"""`python -m recipes list | run NAME | index | manifests NAME`.
+
+    python -m recipes list
+    python -m recipes run NAME [--scale small|full|N] [--implementation ours|kube] [--window S] [--out FILE]
+                               [--find-capacity [--max-steps K]] [--keep-logs]
+    python -m recipes index --nodes N [--writes-per-second W] [--state-gb G]
+
+`run` starts every process of the recipe on loopback (building the stock binaries it needs with tools/build_*.py
+the first time), drives its workload, prints each SLI against its SLO, the load offered and achieved, the
+resources each process used and which saturated first, writes JSON (--out), and stops everything it started.
+Exit status: 0 when the run completed (whatever the verdict; --strict: only when it passed), 1 when it could not
+run.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+
+from . import spec
+
+
+def cmd_list(_a) -> int:
+    from .index import measured
+    caps = measured()
+    print(f"{'recipe':<20} {'rung':<5} {'axis':<6} {'seams':<7} {'runs on':<10} {'size':<22} processes")
+    for r in spec.load_all():
+        procs = ", ".join(f"{p.kind}" + (f" x{p.count}" if p.count > 1 else "")
+                          + (f" ({p.options.get('shards')} shards, {p.options.get('fronts')} fronts)"
+                             if p.kind == "deployment" else "") for p in r.processes)
+        stores = f"etcd x{len(r.stores)}"
+        size = f"{r.size_name} {r.sizes['small']:g}/{r.sizes['full']:g}"
+        print(f"{r.name:<20} {r.rung or '-':<5} {r.axis:<6} {','.join(map(str, r.seams)) or '-':<7} "
+              f"{'+'.join(r.implementations):<10} {size:<22} {stores}, {procs}")
+        for impl, c in sorted(caps.get(r.name, {}).items()):
+            print(f"{'':<20} measured on {impl}: capacity {c['capacity']} {r.size_name} ({c['limited_by'] or ''})")
+    return 0
+
+
+def cmd_run(a) -> int:
+    from .processes import StartError
+    from .runner import find_capacity, report, run
+    try:
+        recipe = spec.load(a.name)
+    except spec.RecipeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    try:
+        if a.find_capacity:
+            res = asyncio.run(find_capacity(recipe, implementation=a.implementation, max_steps=a.max_steps,
+                                            start=float(a.scale) if a.scale not in ("small", "full") else None,
+                                            window_s=a.window, out=a.out))
+            print(f"capacity of {recipe.name} on {a.implementation}: {res['capacity']} {recipe.size_name} "
+                  f"(first failure at {res['first_failure']}; limited by {res['limited_by']})")
+            return 0
+        doc = asyncio.run(run(recipe, implementation=a.implementation, scale=a.scale, window_s=a.window, out=a.out,
+                              keep_logs=a.keep_logs))
+    except (StartError, spec.RecipeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(report(doc))
+    if a.out:
+        print(f"JSON: {a.out}")
+    return 0 if (doc["verdict"]["pass"] or not a.strict) else 2
+
+
+def cmd_index(a) -> int:
+    from .index import answer
+    print(json.dumps(answer(a.nodes, a.writes_per_second, a.state_gb), indent=2) if a.json
+          else answer(a.nodes, a.writes_per_second, a.state_gb)["text"])
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m recipes", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("list", help="every recipe, its rung or axis, seams, processes, sizes and measured capacity")
+    r = sub.add_parser("run", help="run a recipe on loopback and judge it against its SLOs")
+    r.add_argument("name")
+    r.add_argument("--scale", default="small", help="small, full, or the size itself (the recipe's unit)")
+    r.add_argument("--implementation", default="ours", choices=spec.IMPLEMENTATIONS)
+    r.add_argument("--window", type=float, default=None, help="measured window in seconds (default: the recipe's)")
+    r.add_argument("--out", default=None, help="write the run's JSON here")
+    r.add_argument("--keep-logs", action="store_true")
+    r.add_argument("--strict", action="store_true", help="exit 2 when the verdict is FAIL")
+    r.add_argument("--find-capacity", action="store_true",
+                   help="double then bisect the size for the largest that passes every SLO")
+    r.add_argument("--max-steps", type=int, default=6)
+    i = sub.add_parser("index", help="which recipe carries a cluster of this shape, from the measured capacities")
+    i.add_argument("--nodes", type=int, default=0)
+    i.add_argument("--writes-per-second", type=float, default=0.0)
+    i.add_argument("--state-gb", type=float, default=0.0)
+    i.add_argument("--json", action="store_true")
+    a = p.parse_args(argv)
+    return {"list": cmd_list, "run": cmd_run, "index": cmd_index}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -4,6 +4,7 @@
     python -m recipes run NAME [--scale small|full|N] [--implementation ours|kube] [--window S] [--out FILE]
                                [--find-capacity [--max-steps K]] [--keep-logs]
     python -m recipes index --nodes N [--writes-per-second W] [--state-gb G]
+    python -m recipes manifests NAME [--image IMAGE] [--namespace NS] [--out DIR|-]
 
 `run` starts every process of the recipe on loopback (building the stock binaries it needs with tools/build_*.py
 the first time), drives its workload, prints each SLI against its SLO, the load offered and achieved, the
@@ -72,6 +73,17 @@ def cmd_index(a) -> int:
     return 0
 
 
+def cmd_manifests(a) -> int:
+    from .manifests import render, write
+    try:
+        recipe = spec.load(a.name)
+    except spec.RecipeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    write(render(recipe, image=a.image, namespace=a.namespace, scale=a.scale), a.out)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m recipes", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -92,8 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     i.add_argument("--writes-per-second", type=float, default=0.0)
     i.add_argument("--state-gb", type=float, default=0.0)
     i.add_argument("--json", action="store_true")
+    m = sub.add_parser("manifests", help="the recipe as Kubernetes manifests, to run its processes as pods")
+    m.add_argument("name")
+    m.add_argument("--image", default="residency-apiserver:dev",
+                   help="the image with this project installed (python -m apiserver etc.)")
+    m.add_argument("--namespace", default="residency")
+    m.add_argument("--scale", default="small", help="sizes the recipe's counts depend on (small, full or N)")
+    m.add_argument("--out", default="-", help="a directory (one file per object) or - for one YAML stream")
     a = p.parse_args(argv)
-    return {"list": cmd_list, "run": cmd_run, "index": cmd_index}[a.cmd](a)
+    return {"list": cmd_list, "run": cmd_run, "index": cmd_index, "manifests": cmd_manifests}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import uuid
 
 from . import slo
 from .client import AsyncClient, Recorder, metrics_text
-from .processes import cpu_seconds, memory_kib, smaps_pss_kib, status_kib
+from .processes import cpu_seconds, memory_kib
 from .spec import Recipe
 from .topology import ROOT, Topology
 from .workloads import make
@@ -88,7 +88,7 @@ async def run(recipe: Recipe, *, implementation: str = "ours", scale: str = "sma
         # the set-up's own calls are not part of the window
         rec.samples.clear()
         rec.errors.clear()
-        cpu0 = {m: cpu_seconds(m[1]) for c in topo.children for m in c.members()}
+        cpu0 = {m: cpu_seconds(m[1]) for _, m in members_of(topo)}
         self_cpu0 = cpu_seconds(os.getpid())
         t0 = time.monotonic()
         scrapes = [(t0, await scrape_slis(client, topo))]
@@ -109,7 +109,7 @@ async def run(recipe: Recipe, *, implementation: str = "ours", scale: str = "sma
         bt.cancel()
         t1 = time.monotonic()
         scrapes.append((t1, await scrape_slis(client, topo)))
-        members = [(c, m) for c in topo.children for m in c.members()]
+        members = members_of(topo)
         cpu1 = {m: cpu_seconds(m[1]) for _, m in members}
         self_cpu = cpu_seconds(os.getpid()) - self_cpu0
         mem = {m: memory_kib(m[1]) for _, m in members}
@@ -143,12 +143,18 @@ async def run(recipe: Recipe, *, implementation: str = "ours", scale: str = "sma
     return doc
 
 
+def members_of(topo: Topology) -> list[tuple]:
+    """(kind or Child, (label, pid, is Python)) for every process of the run: the children, then the stores."""
+    out = [(c, m) for c in topo.children for m in c.members()]
+    out += [("etcd", (f"etcd-{n}", e._proc.pid, False)) for n, e in topo.stores.items() if e._proc]
+    return out
+
+
 def resources(topo: Topology, members, cpu0: dict, cpu1: dict, mem: dict, window: float,
               driver_cpu: float) -> dict:
-    """Per process (a deployment's supervisor, shards and fronts one by one): cores used over the window, busy
-    share of its capacity (one core for a Python process, the machine for a Go one), PSS and peak RSS; the etcd
-    stores (memory only: they run outside the window's accounting of children); totals; which process
-    saturated first."""
+    """Per process (a deployment's supervisor, shards and fronts one by one; each etcd store): cores used over
+    the window, busy share of its capacity (one core for a Python process, the machine for a Go one), PSS and
+    peak RSS; totals; which process saturated first."""
     cores = os.cpu_count() or 1
     procs = {}
     for c, m in members:
@@ -158,15 +164,9 @@ def resources(topo: Topology, members, cpu0: dict, cpu1: dict, mem: dict, window
         used = (cpu1.get(m, 0.0) - cpu0[m]) / max(window, 1e-9)
         cap = 1.0 if python else float(cores)
         mm = mem.get(m, {})
-        procs[label] = {"kind": c.kind, "pid": pid, "cores": round(used, 3), "busy": round(used / cap, 3),
+        procs[label] = {"kind": c if isinstance(c, str) else c.kind, "pid": pid, "cores": round(used, 3), "busy": round(used / cap, 3),
                         "capacity_cores": cap, "pss_mib": round(mm.get("pss_kib", 0) / 1024, 1),
                         "peak_rss_mib": round(mm.get("hwm_kib", 0) / 1024, 1)}
-    for name, e in topo.stores.items():
-        pid = e._proc.pid if e._proc else None
-        if pid:
-            procs[f"etcd-{name}"] = {"kind": "etcd", "pid": pid, "cores": None, "busy": None,
-                                     "capacity_cores": float(cores), "pss_mib": round(smaps_pss_kib(pid) / 1024, 1),
-                                     "peak_rss_mib": round(status_kib(pid).get("VmHWM", 0) / 1024, 1)}
     driver = {"cores": round(driver_cpu / max(window, 1e-9), 3)}
     driver["busy"] = driver["cores"]
     busiest = max(((n, p) for n, p in procs.items() if p["busy"] is not None), key=lambda x: x[1]["busy"],
@@ -250,17 +250,23 @@ async def find_capacity(recipe: Recipe, *, implementation: str = "ours", start: 
     passed, failed = None, None
     steps = []
     for _ in range(max_steps):
-        doc = await run(recipe, implementation=implementation, scale=str(size),
-                        window_s=window_s or recipe.window("full"), say=say)
+        try:
+            doc = await run(recipe, implementation=implementation, scale=str(size),
+                            window_s=window_s or recipe.window("full"), say=say)
+        except Exception as e:  # noqa: BLE001  (a size the recipe could not even set up is a failure)
+            say(f"  size {size:g} could not run: {e}")
+            doc = {"verdict": {"pass": False, "limited_by": f"the run failed: {str(e)[:500]}"},
+                   "load": {}, "resources": {"total": {}}, "slis": {}, "error": str(e)[:2000]}
+        else:
+            say(report(doc))
         steps.append({"size": size, "pass": doc["verdict"]["pass"], "verdict": doc["verdict"],
                       "load": doc["load"], "resources": doc["resources"]["total"], "slis": {
                           n: s["verdict"] for n, s in doc["slis"].items()}, "doc": doc})
-        say(report(doc))
         if doc["verdict"]["pass"]:
             passed = size
         else:
             failed = size
-            if doc["verdict"]["limited_by"] and doc["verdict"]["limited_by"].startswith("the load generator"):
+            if (doc["verdict"]["limited_by"] or "").startswith("the load generator"):
                 break
         if failed is None:
             size *= 2
@@ -271,6 +277,7 @@ async def find_capacity(recipe: Recipe, *, implementation: str = "ours", start: 
             size = round((lo + failed) / 2)
     last_fail = next((s for s in reversed(steps) if not s["pass"]), None)
     res = {"recipe": recipe.name, "implementation": implementation, "size_name": recipe.size_name,
+           "window_s": window_s or recipe.window("full"), "machine": machine(),
            "capacity": passed, "first_failure": failed,
            "limited_by": last_fail["verdict"]["limited_by"] if last_fail else "not reached in the steps allowed",
            "steps": steps}

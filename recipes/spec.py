@@ -77,8 +77,9 @@ WORKLOADS: dict[str, frozenset[str]] = {
     "churn": frozenset({"rate", "lifetime_s", "namespaces", "watchers"}),
     # realistic ConfigMaps loaded first, then read: GETs, namespace lists and cluster lists, a few updates
     "state": frozenset({"objects", "namespaces", "get_qps", "list_qps", "cluster_list_every_s", "update_qps"}),
-    # Deployments whose Pods kube-controller-manager creates, kube-scheduler binds and kwok runs
-    "pods": frozenset({"deployments", "replicas", "namespaces"}),
+    # Deployments whose Pods kube-controller-manager creates, kube-scheduler binds and kwok runs, at a steady
+    # `pods_per_second` (upstream's steady state is at most 20 pod changes a second)
+    "pods": frozenset({"pods_per_second", "replicas", "namespaces"}),
 }
 
 

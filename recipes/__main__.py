@@ -76,11 +76,11 @@ def cmd_index(a) -> int:
 def cmd_manifests(a) -> int:
     from .manifests import render, write
     try:
-        recipe = spec.load(a.name)
+        objects = render(spec.load(a.name), image=a.image, namespace=a.namespace, scale=a.scale)
     except spec.RecipeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    write(render(recipe, image=a.image, namespace=a.namespace, scale=a.scale), a.out)
+    write(objects, a.out)
     return 0
 
 

@@ -49,7 +49,7 @@ def _doc(**over) -> dict:
     ({"workload": [{"kind": "nodes", "nodes": "lots"}]}, "must be a number, 'size' or '<x>*size'"),
     ({"workload": [{"kind": "nodes", "nodez": 3}]}, "unknown keys ['nodez']"),
     ({"processes": [{"kind": "apiserver"}]}, "needs a kwok process"),
-    ({"workload": [{"kind": "pods", "deployments": 1}]}, "needs kube-scheduler and kube-controller-manager"),
+    ({"workload": [{"kind": "pods", "pods_per_second": 1}]}, "needs kube-scheduler and kube-controller-manager"),
     ({"colour": "blue"}, "unknown keys ['colour']"),
 ])
 def test_bad_recipes_are_refused_with_the_key_named(over, message):

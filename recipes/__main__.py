@@ -39,6 +39,25 @@ def cmd_list(_a) -> int:
     return 0
 
 
+def interruptible(coro):
+    """Run `coro` with SIGTERM and SIGINT cancelling it, so the runner's own clean-up stops every process it
+    started (they run in sessions of their own and would outlive it), whether or not the shell that started
+    the runner ignores SIGINT (as it does for a background job)."""
+    import signal
+
+    async def main():
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)
+        return await coro
+    try:
+        return asyncio.run(main())
+    except asyncio.CancelledError:
+        print("interrupted: every process the run started is stopped", file=sys.stderr)
+        raise SystemExit(130)
+
+
 def cmd_run(a) -> int:
     from .processes import StartError
     from .runner import find_capacity, report, run
@@ -49,13 +68,13 @@ def cmd_run(a) -> int:
         return 1
     try:
         if a.find_capacity:
-            res = asyncio.run(find_capacity(recipe, implementation=a.implementation, max_steps=a.max_steps,
+            res = interruptible(find_capacity(recipe, implementation=a.implementation, max_steps=a.max_steps,
                                             start=float(a.scale) if a.scale not in ("small", "full") else None,
                                             window_s=a.window, out=a.out))
             print(f"capacity of {recipe.name} on {a.implementation}: {res['capacity']} {recipe.size_name} "
                   f"(first failure at {res['first_failure']}; limited by {res['limited_by']})")
             return 0
-        doc = asyncio.run(run(recipe, implementation=a.implementation, scale=a.scale, window_s=a.window, out=a.out,
+        doc = interruptible(run(recipe, implementation=a.implementation, scale=a.scale, window_s=a.window, out=a.out,
                               keep_logs=a.keep_logs))
     except (StartError, spec.RecipeError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -142,10 +142,13 @@ class Nodes(Workload):
 
     async def prepare(self) -> None:
         t0 = time.monotonic()
-        # spread over one renewal period, so that the renewals are spread as a cluster's kubelets' are
+        # spread over one renewal period, so that the renewals are spread as a cluster's kubelets' are (each
+        # node at its own point of the period, measured from t0: a relative sleep would add up per worker)
 
         async def create(i):
-            await asyncio.sleep(i * RENEW_SECONDS / max(self.n, 1))
+            due = t0 + i * RENEW_SECONDS / max(self.n, 1)
+            if due > time.monotonic():
+                await asyncio.sleep(due - time.monotonic())
             node = kwok_node(self.names[i], self.kwoks[i % len(self.kwoks)])
             code, body = await self.client.call("POST", "/api/v1/nodes", body=orjson.dumps(node),
                                                 resource="nodes", verb="POST", scope="resource", ok=(201,))

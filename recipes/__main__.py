@@ -3,6 +3,7 @@
     python -m recipes list
     python -m recipes run NAME [--scale small|full|N] [--implementation ours|kube] [--window S] [--out FILE]
                                [--find-capacity [--max-steps K]] [--keep-logs]
+    python -m recipes up NAME [--implementation ours|kube] [--dir DIR]
     python -m recipes index --nodes N [--writes-per-second W] [--state-gb G]
     python -m recipes manifests NAME [--image IMAGE] [--namespace NS] [--out DIR|-]
 
@@ -85,6 +86,47 @@ def cmd_run(a) -> int:
     return 0 if (doc["verdict"]["pass"] or not a.strict) else 2
 
 
+def cmd_up(a) -> int:
+    """Start a recipe's processes and keep them running until SIGTERM or Ctrl-C (no workload): the one launcher
+    of a local topology."""
+    import os
+    import tempfile
+    import time
+
+    from .processes import StartError
+    from .topology import Topology
+    try:
+        recipe = spec.load(a.name)
+    except spec.RecipeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    run_dir = a.dir or tempfile.mkdtemp(prefix=f"recipe-{recipe.name}-")
+    os.makedirs(run_dir, exist_ok=True)
+    print(f"recipe {recipe.name} ({recipe.title}) on {a.implementation}; logs in {run_dir}", flush=True)
+    topo = Topology(recipe, a.implementation, run_dir, say=lambda m: print(m, flush=True))
+
+    async def serve():
+        await asyncio.to_thread(topo.start)
+        kc = topo.api.kubeconfig(os.path.join(run_dir, "kubeconfig"))
+        print(f"ready: {topo.api.url} (kubeconfig {kc})" + (f"; nodes' server {topo.node_server.url}"
+                                                            if topo.node_server is not topo.api else ""), flush=True)
+        while True:
+            topo.check_alive()
+            await asyncio.sleep(1.0)
+    try:
+        interruptible(serve())
+    except SystemExit:   # SIGTERM or Ctrl-C: the normal way to stop it
+        pass
+    except StartError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        t0 = time.monotonic()
+        topo.stop()
+        print(f"stopped every process in {time.monotonic() - t0:.1f} s", flush=True)
+    return 0
+
+
 def cmd_index(a) -> int:
     from .index import answer
     print(json.dumps(answer(a.nodes, a.writes_per_second, a.state_gb), indent=2) if a.json
@@ -118,6 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--find-capacity", action="store_true",
                    help="double then bisect the size for the largest that passes every SLO")
     r.add_argument("--max-steps", type=int, default=6)
+    u = sub.add_parser("up", help="start a recipe's processes and keep them running (no workload) until SIGTERM")
+    u.add_argument("name")
+    u.add_argument("--implementation", default="ours", choices=spec.IMPLEMENTATIONS)
+    u.add_argument("--dir", default=None, help="where logs and data go (default: a new temporary directory)")
     i = sub.add_parser("index", help="which recipe carries a cluster of this shape, from the measured capacities")
     i.add_argument("--nodes", type=int, default=0)
     i.add_argument("--writes-per-second", type=float, default=0.0)
@@ -131,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--scale", default="small", help="sizes the recipe's counts depend on (small, full or N)")
     m.add_argument("--out", default="-", help="a directory (one file per object) or - for one YAML stream")
     a = p.parse_args(argv)
-    return {"list": cmd_list, "run": cmd_run, "index": cmd_index, "manifests": cmd_manifests}[a.cmd](a)
+    return {"list": cmd_list, "run": cmd_run, "up": cmd_up, "index": cmd_index, "manifests": cmd_manifests}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
     python -m recipes run NAME [--scale small|full|N] [--implementation ours|kube] [--window S] [--out FILE]
                                [--find-capacity [--max-steps K]] [--keep-logs]
     python -m recipes up NAME [--implementation ours|kube] [--dir DIR]
+    python -m recipes ladder
     python -m recipes index --nodes N [--writes-per-second W] [--state-gb G]
     python -m recipes manifests NAME [--image IMAGE] [--namespace NS] [--out DIR|-]
 
@@ -127,6 +128,12 @@ def cmd_up(a) -> int:
     return 0
 
 
+def cmd_ladder(_a) -> int:
+    from .index import ladder
+    print(ladder())
+    return 0
+
+
 def cmd_index(a) -> int:
     from .index import answer
     print(json.dumps(answer(a.nodes, a.writes_per_second, a.state_gb), indent=2) if a.json
@@ -164,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("name")
     u.add_argument("--implementation", default="ours", choices=spec.IMPLEMENTATIONS)
     u.add_argument("--dir", default=None, help="where logs and data go (default: a new temporary directory)")
+    sub.add_parser("ladder", help="the measured capacities and each process kind's cost, as Markdown tables")
     i = sub.add_parser("index", help="which recipe carries a cluster of this shape, from the measured capacities")
     i.add_argument("--nodes", type=int, default=0)
     i.add_argument("--writes-per-second", type=float, default=0.0)
@@ -177,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--scale", default="small", help="sizes the recipe's counts depend on (small, full or N)")
     m.add_argument("--out", default="-", help="a directory (one file per object) or - for one YAML stream")
     a = p.parse_args(argv)
-    return {"list": cmd_list, "run": cmd_run, "up": cmd_up, "index": cmd_index, "manifests": cmd_manifests}[a.cmd](a)
+    return {"list": cmd_list, "run": cmd_run, "up": cmd_up, "ladder": cmd_ladder, "index": cmd_index, "manifests": cmd_manifests}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -88,3 +88,44 @@ def _procs(r: spec.Recipe) -> int:
         else:
             n += p.count
     return n
+
+
+def ladder(directory: str = MEASURED) -> str:
+    """The README's table, from the measured capacities: per recipe and implementation the largest size that
+    passed every SLO and check with its load achieved, the first size that did not and why, and the resources
+    at that capacity; then each process kind's cost there (cores and MiB PSS, per 1,000 of the recipe's unit)."""
+    caps = measured(directory)
+    rows = ["| recipe | rung / axis | runs on | capacity here | first failure | limited by | processes | cores | "
+            "PSS (MiB) |", "|---|---|---|---|---|---|---|---|---|"]
+    costs = ["| recipe | runs on | process kind | count | cores | PSS (MiB) | cores per 1,000 | MiB per 1,000 |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in spec.load_all():
+        for impl, c in sorted(caps.get(r.name, {}).items()):
+            place = f"rung {r.rung}" if r.rung else f"{r.axis} axis"
+            cap = "none passed" if c["capacity"] is None else f"{c['capacity']:g} {r.size_name}"
+            fail = "-" if c["first_failure"] is None else f"{c['first_failure']:g}"
+            rows.append(f"| {r.name} | {place} | {impl} | {cap} | {fail} | {c['limited_by'] or '-'} | "
+                        f"{_procs(r)} | {c.get('cores', '-')} | {c.get('pss_mib', '-')} |")
+            for kind, k in kind_costs(directory, r.name, impl).items():
+                per = 1000.0 / c["capacity"] if c["capacity"] else 0.0
+                costs.append(f"| {r.name} | {impl} | {kind} | {k['count']} | {k['cores']:.2f} | {k['pss_mib']:.0f} | "
+                             f"{k['cores'] * per:.3f} | {k['pss_mib'] * per:.0f} |")
+    return "\n".join(rows) + "\n\n" + "\n".join(costs)
+
+
+def kind_costs(directory: str, recipe: str, impl: str) -> dict[str, dict]:
+    """Each process kind's cores and PSS in the run at the measured capacity (summed over its processes)."""
+    path = os.path.join(directory, f"capacity-{recipe}-{impl}.json")
+    with open(path) as f:
+        doc = json.load(f)
+    best = next((s for s in doc["steps"] if s["size"] == doc["capacity"]), None)
+    out: dict[str, dict] = {}
+    if not best:
+        return out
+    for name, p in best["doc"]["resources"]["processes"].items():
+        kind = p["kind"] if "/" not in name else name.split("/")[1].rstrip("0123456789").rstrip("-")
+        k = out.setdefault(kind, {"count": 0, "cores": 0.0, "pss_mib": 0.0})
+        k["count"] += 1
+        k["cores"] += p["cores"] or 0.0
+        k["pss_mib"] += p["pss_mib"]
+    return out

@@ -118,7 +118,10 @@ def test_evaluate_fails_an_slo_in_its_worst_window_only():
 
 def test_index_answers_from_measured_capacities_and_says_when_beyond(tmp_path):
     step = {"size": 400, "pass": True, "resources": {"cores": 1.2, "pss_mib": 900.0},
-            "doc": {"load": {"nodes": {"offered": 40, "achieved": 40}}}}
+            "doc": {"load": {"nodes": {"offered": 40, "achieved": 40}}, "resources": {"processes": {
+                "apiserver-0": {"kind": "apiserver", "cores": 0.4, "pss_mib": 100.0},
+                "apiserver-1": {"kind": "apiserver", "cores": 0.5, "pss_mib": 110.0},
+                "etcd-main": {"kind": "etcd", "cores": 0.3, "pss_mib": 60.0}}}}}
     (tmp_path / "capacity-node-plane-ours.json").write_text(json.dumps({
         "recipe": "node-plane", "implementation": "ours", "size_name": "nodes", "capacity": 400,
         "first_failure": 800, "limited_by": "process apiserver-0 (busy 97%)", "steps": [step]}))
@@ -129,6 +132,9 @@ def test_index_answers_from_measured_capacities_and_says_when_beyond(tmp_path):
     assert "beyond what was measured" in b["text"]
     c = index.answer(writes_per_second=50, directory=str(tmp_path))
     assert c["picks"]["writes"] == {"recipe": None, "measured": False}
+    table = index.ladder(str(tmp_path))
+    assert "| node-plane | rung 3 | ours | 400 nodes | 800 | process apiserver-0 (busy 97%) |" in table
+    assert "| node-plane | ours | apiserver | 2 | 0.90 | 210 | 2.250 | 525 |" in table
 
 
 def test_cli_list_and_errors():

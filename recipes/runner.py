@@ -193,8 +193,11 @@ def verdict(doc: dict) -> dict:
             by_how_much[n] = f"p99 {worst:.3f} s against {s['bound_s']} s ({worst / s['bound_s']:.2f}x)"
     limited_by = None
     if short or failed_slos:
-        if res["saturated"]:
-            limited_by = f"process {res['saturated']} (busy {res['processes'][res['saturated']]['busy']:.0%})"
+        sat = res["processes"].get(res["saturated"] or "", {})
+        if sat.get("kind") == "kwok":   # kwok is the nodes' load generator, not part of the recipe's control plane
+            limited_by = f"the load generator (kwok, busy {sat['busy']:.0%})"
+        elif res["saturated"]:
+            limited_by = f"process {res['saturated']} (busy {sat['busy']:.0%})"
         elif res["driver_saturated"]:
             limited_by = "the load generator (the runner's own process is saturated)"
         else:

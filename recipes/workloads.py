@@ -12,6 +12,7 @@ Objects carry the label `recipes.residency.io/run=<run id>`, so a check counts o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import random
 import time
@@ -103,6 +104,34 @@ class Workload:
 
     def load(self) -> dict:
         return {}
+
+    async def watch(self, collection: str, resource: str, started: asyncio.Event):
+        """This run's objects' events on a watch of `collection` (label-selected, from a list's resourceVersion),
+        as (monotonic time, wall time, event) on arrival; bookmarks skipped, an ERROR event raised."""
+        sel = f"labelSelector={RUN_LABEL}%3D{self.run_id}"
+        code, body = await self.client.call("GET", f"{collection}?{sel}&limit=1", resource=resource, verb="LIST",
+                                            scope="cluster")
+        if code != 200:
+            raise RuntimeError(f"list {collection}: HTTP {code}: {body[:300]!r}")
+        rv = orjson.loads(body)["metadata"]["resourceVersion"]
+        url = self.topo.api.url + f"{collection}?watch=1&{sel}&resourceVersion={rv}&allowWatchBookmarks=true"
+        async with self.client.session.get(url, timeout=None) as r:
+            if r.status != 200:
+                raise RuntimeError(f"watch {collection}: HTTP {r.status}: {(await r.read())[:300]!r}")
+            started.set()
+            buf = b""
+            async for chunk in r.content.iter_any():
+                t, wall = time.monotonic(), time.time()
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    if not line.strip():
+                        continue
+                    ev = orjson.loads(line)
+                    if ev["type"] == "ERROR":
+                        raise RuntimeError(f"watch {collection}: ERROR {ev['object']}")
+                    if ev["type"] != "BOOKMARK":
+                        yield t, wall, ev
 
     async def list_items(self, path: str) -> list[dict]:
         code, body = await self.client.call("GET", path + ("&" if "?" in path else "?") + "resourceVersion=0",
@@ -320,35 +349,17 @@ class Churn(Workload):
                 await asyncio.sleep(0.2)
 
     async def _watch(self, started: asyncio.Event, stop: asyncio.Event) -> None:
-        sel = f"labelSelector={RUN_LABEL}%3D{self.run_id}"
-        code, body = await self.client.call("GET", widgets.collection() + f"?{sel}&limit=1", resource="widgets",
-                                            verb="LIST", scope="cluster")
-        rv = orjson.loads(body)["metadata"]["resourceVersion"]
         last_rv: dict[str, int] = {}
-        url = self.topo.api.url + widgets.collection() + f"?watch=1&{sel}&resourceVersion={rv}&allowWatchBookmarks=true"
-        async with self.client.session.get(url, timeout=None) as r:
-            started.set()
-            buf = b""
-            async for chunk in r.content.iter_any():
-                t = time.monotonic()
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    if not line.strip():
-                        continue
-                    ev = orjson.loads(line)
-                    if ev["type"] == "BOOKMARK":
-                        continue
-                    if ev["type"] == "ERROR":
-                        raise RuntimeError(f"watch ERROR: {ev['object']}")
-                    md = ev["object"]["metadata"]
-                    name, erv = md["name"], int(md["resourceVersion"])
-                    if erv <= last_rv.get(name, 0):
-                        self.rv_order_ok = False
-                    last_rv[name] = erv
-                    self.seen.setdefault(name, []).append(ev["type"])
-                    if ev["type"] == "ADDED" and name in self.acked:
-                        self.extra.setdefault("watch-latency", []).append((t, max(0.0, t - self.acked[name])))
+        async with contextlib.aclosing(self.watch(widgets.collection(), "widgets", started)) as events:
+            async for t, _, ev in events:
+                md = ev["object"]["metadata"]
+                name, erv = md["name"], int(md["resourceVersion"])
+                if erv <= last_rv.get(name, 0):
+                    self.rv_order_ok = False
+                last_rv[name] = erv
+                self.seen.setdefault(name, []).append(ev["type"])
+                if ev["type"] == "ADDED" and name in self.acked:
+                    self.extra.setdefault("watch-latency", []).append((t, max(0.0, t - self.acked[name])))
                 if stop.is_set() and self._drained():
                     return
 
@@ -580,35 +591,20 @@ class Pods(Workload):
                                                                 "effect": "NoSchedule"}]}}}}
 
     async def _watch(self, started: asyncio.Event) -> None:
-        sel = f"labelSelector={RUN_LABEL}%3D{self.run_id}"
-        code, body = await self.client.call("GET", f"/api/v1/pods?{sel}&limit=1", resource="pods", verb="LIST",
-                                            scope="cluster")
-        rv = orjson.loads(body)["metadata"]["resourceVersion"]
-        url = self.topo.api.url + f"/api/v1/pods?watch=1&{sel}&resourceVersion={rv}"
-        async with self.client.session.get(url, timeout=None) as r:
-            started.set()
-            buf = b""
-            async for chunk in r.content.iter_any():
-                wall = time.time()
-                t = time.monotonic()
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    if not line.strip():
-                        continue
-                    ev = orjson.loads(line)
-                    if ev["type"] not in ("ADDED", "MODIFIED"):
-                        continue
-                    pod = ev["object"]
-                    uid = pod["metadata"]["uid"]
-                    self.pods[uid] = pod
-                    cs = (pod.get("status") or {}).get("containerStatuses") or []
-                    spec_n = len((pod.get("spec") or {}).get("containers") or [])
-                    if uid not in self.started and cs and len(cs) == spec_n and all(
-                            c.get("started") or "running" in (c.get("state") or {}) for c in cs):
-                        secs = wall - parse_time(pod["metadata"]["creationTimestamp"])
-                        self.started[uid] = secs
-                        self.extra.setdefault("pod-startup", []).append((t, secs))
+        async with contextlib.aclosing(self.watch("/api/v1/pods", "pods", started)) as events:
+            async for t, wall, ev in events:
+                if ev["type"] not in ("ADDED", "MODIFIED"):
+                    continue
+                pod = ev["object"]
+                uid = pod["metadata"]["uid"]
+                self.pods[uid] = pod
+                cs = (pod.get("status") or {}).get("containerStatuses") or []
+                spec_n = len((pod.get("spec") or {}).get("containers") or [])
+                if uid not in self.started and cs and len(cs) == spec_n and all(
+                        c.get("started") or "running" in (c.get("state") or {}) for c in cs):
+                    secs = wall - parse_time(pod["metadata"]["creationTimestamp"])
+                    self.started[uid] = secs
+                    self.extra.setdefault("pod-startup", []).append((t, secs))
 
     async def run(self, stop: asyncio.Event) -> None:
         started = asyncio.Event()

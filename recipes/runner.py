@@ -116,6 +116,9 @@ async def run(recipe: Recipe, *, implementation: str = "ours", scale: str = "sma
         await asyncio.gather(*runs)
         topo.check_alive()
         doc["checks"] = {p.kind: await p.check() for p in parts}
+        server_errors = {k: n for k, n in rec.errors.items() if int(k.rsplit(" ", 1)[1]) >= 500}
+        doc["checks"]["client"] = {"no call answered 5xx": {
+            "ok": not server_errors, "detail": ", ".join(f"{k}: {n}" for k, n in server_errors.items()) or "none"}}
         extra: dict = {}
         for p in parts:
             for k, v in p.extra.items():

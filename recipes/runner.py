@@ -204,7 +204,11 @@ def verdict(doc: dict) -> dict:
         elif res["driver_saturated"]:
             limited_by = "the load generator (the runner's own process is saturated)"
         else:
-            limited_by = "no process saturated: the machine's cores are shared by every process"
+            cores = os.cpu_count() or 1
+            used = res["total"]["cores"] + res["driver"]["cores"]
+            limited_by = (f"the machine: {used:.2f} of {cores} cores busy, no single process saturated"
+                          if used >= SATURATED * cores else
+                          f"no process and not the machine ({used:.2f} of {cores} cores busy): latency, not CPU")
     return {"pass": not failed_slos and not failed_checks and not short and not unmeasured,
             "slos_failed": by_how_much or {n: "fail" for n in failed_slos}, "slis_not_measured": unmeasured,
             "checks_failed": failed_checks, "load_not_achieved": list(short), "limited_by": limited_by}

@@ -44,6 +44,24 @@ async def scrape_slis(client: AsyncClient, topo: Topology) -> dict:
     return out
 
 
+def versions(topo: Topology) -> dict:
+    """What ran: each etcd store's version and the control plane's /version."""
+    import urllib.request
+    out = {}
+    for name, e in topo.stores.items():
+        try:
+            with urllib.request.urlopen(e.endpoint + "/version", timeout=5) as r:
+                out[f"etcd-{name}"] = json.loads(r.read()).get("etcdserver")
+        except OSError as err:
+            out[f"etcd-{name}"] = f"unavailable: {err}"
+    try:
+        with urllib.request.urlopen(topo.api.url + "/version", timeout=5, context=topo.api.ssl()) as r:
+            out["apiserver"] = json.loads(r.read()).get("gitVersion")
+    except OSError as err:
+        out["apiserver"] = f"unavailable: {err}"
+    return out
+
+
 def machine() -> dict:
     try:
         with open("/proc/cpuinfo") as f:
@@ -77,6 +95,7 @@ async def run(recipe: Recipe, *, implementation: str = "ours", scale: str = "sma
         await asyncio.to_thread(topo.start)
         doc["start_s"] = round(time.monotonic() - t_start, 1)
         say(f"  every process ready in {doc['start_s']} s; control plane at {topo.api.url}")
+        doc["versions"] = versions(topo)
         rec = Recorder()
         client = AsyncClient(topo.api, rec)
         parts = [make(p, size, topo, client, run_id, window, say=say) for p in recipe.workload]

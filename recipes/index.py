@@ -33,8 +33,8 @@ def measured(directory: str = MEASURED) -> dict[str, dict[str, dict]]:
             entry["cores"] = best["resources"]["cores"]
             entry["pss_mib"] = best["resources"]["pss_mib"]
             state = best["doc"]["load"].get("state")
-            if state and state.get("objects"):
-                entry["bytes_per_object"] = best["doc"].get("state_bytes_per_object")
+            if state and state.get("bytes_per_object"):
+                entry["bytes_per_object"] = state["bytes_per_object"]
         out.setdefault(doc["recipe"], {})[doc["implementation"]] = entry
     return out
 
@@ -59,8 +59,9 @@ def answer(nodes: int = 0, writes_per_second: float = 0.0, state_gb: float = 0.0
                     continue
                 cap = c["capacity"]
                 if axis == "state":
-                    bpo = c.get("bytes_per_object") or 1024.0
-                    cap = cap * bpo / 1e9
+                    if not c.get("bytes_per_object"):
+                        continue
+                    cap = cap * c["bytes_per_object"] / 1e9   # objects -> GB at the measured JSON size
                 cands.append((cap, r.rung, name, impl, c))
         fitting = sorted((x for x in cands if x[0] >= want), key=lambda x: (x[1] or 99, x[4].get("cores") or 0))
         if fitting:

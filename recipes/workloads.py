@@ -468,6 +468,7 @@ class State(Workload):
         self.objs: list[tuple[str, str]] = []   # (namespace, name)
         self.done = {"GET": 0, "LIST": 0, "PUT": 0}
         self.load_s = 0.0
+        self.bytes = 0
 
     def make(self, i: int) -> dict:
         src = corpus.configmap(i)
@@ -494,6 +495,7 @@ class State(Workload):
             if code != 201:
                 raise RuntimeError(f"load configmap {i}: HTTP {code}: {body[:300]!r}")
             self.objs.append((obj["metadata"]["namespace"], obj["metadata"]["name"]))
+            self.bytes += len(body)   # the object as the server stored it (uid, timestamps, managedFields)
         await asyncio.gather(*(create(i) for i in range(self.n)))
         self.load_s = time.monotonic() - t0
         self.say(f"  {self.n} ConfigMaps loaded in {self.load_s:.1f} s")
@@ -549,7 +551,8 @@ class State(Workload):
             1.0 / float(self.v("cluster_list_every_s", 10)) + 2 * float(self.v("update_qps", 2))
         return {"unit": "reads and writes/s", "offered": round(offered, 2),
                 "achieved": round((self.done["GET"] + self.done["LIST"] + 2 * self.done["PUT"]) / w, 2),
-                "objects": self.n, "load_s": round(self.load_s, 1)}
+                "objects": self.n, "load_s": round(self.load_s, 1),
+                "bytes_per_object": round(self.bytes / max(self.n, 1))}
 
 
 # --- pods -------------------------------------------------------------------------------------------------

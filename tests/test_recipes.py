@@ -148,3 +148,14 @@ def test_cli_list_and_errors():
     p = subprocess.run([sys.executable, "-m", "recipes", "run", "node-plane", "--implementation", "kube"], cwd=ROOT,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 1 and "does not run on 'kube'" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_index_converts_state_gb_at_the_measured_object_size(tmp_path):
+    step = {"size": 40000, "pass": True, "resources": {"cores": 0.8, "pss_mib": 700.0},
+            "doc": {"load": {"state": {"objects": 40000, "bytes_per_object": 1500}}, "resources": {"processes": {}}}}
+    (tmp_path / "capacity-state-bound-ours.json").write_text(json.dumps({
+        "recipe": "state-bound", "implementation": "ours", "size_name": "objects", "capacity": 40000,
+        "first_failure": 80000, "limited_by": "the machine", "steps": [step]}))
+    assert index.answer(state_gb=0.05, directory=str(tmp_path))["picks"]["state"]["recipe"] == "state-bound"
+    far = index.answer(state_gb=0.1, directory=str(tmp_path))["picks"]["state"]
+    assert far["recipe"] is None and far["largest_measured"] == pytest.approx(0.06)

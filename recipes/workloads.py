@@ -236,6 +236,9 @@ class Nodes(Workload):
                 if not chunk.done():
                     chunk.cancel()
                     return
+                if not chunk.result():   # the server ended the watch: the count so far stands
+                    reader.cancel()
+                    return
                 buf += chunk.result()
                 while b"\n" in buf:
                     line, buf = buf.split(b"\n", 1)

@@ -104,6 +104,8 @@ def ladder(directory: str = MEASURED) -> str:
         for impl, c in sorted(caps.get(r.name, {}).items()):
             place = f"rung {r.rung}" if r.rung else f"{r.axis} axis"
             cap = "none passed" if c["capacity"] is None else f"{c['capacity']:g} {r.size_name}"
+            if c["capacity"] is not None and c["first_failure"] is None:
+                cap = "at least " + cap   # every size tried passed: a lower bound
             fail = "-" if c["first_failure"] is None else f"{c['first_failure']:g}"
             rows.append(f"| {r.name} | {place} | {impl} | {cap} | {fail} | {c['limited_by'] or '-'} | "
                         f"{_procs(r)} | {c.get('cores', '-')} | {c.get('pss_mib', '-')} |")

@@ -82,12 +82,14 @@ def answer(nodes: int = 0, writes_per_second: float = 0.0, state_gb: float = 0.0
 
 
 def _procs(r: spec.Recipe) -> int:
+    """Processes a recipe runs: etcd stores, apiservers (and their balancer), a deployment's supervisor, shards
+    and fronts, tiers, controllers, kwok."""
     n = len(r.stores)
     for p in r.processes:
         if p.kind == "deployment":
             n += 1 + int(p.options.get("shards", 1)) + int(p.options.get("fronts", 2))
         else:
-            n += p.count
+            n += p.count + (p.kind == "apiserver" and p.count > 1)   # N apiservers: the balancer in front
     return n
 
 

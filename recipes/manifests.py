@@ -135,13 +135,8 @@ class _Renderer:
         return self.svc(f"etcd-{s.name}", ETCD_PORT, f"etcd-{s.name}-0")
 
     def etcd_flags(self) -> list[str]:
-        """recipes/topology.py's Topology.etcd_flags, with the stores' DNS names."""
-        main = next(s for s in self.r.stores if s.default)
-        flags = [f"--etcd-servers={self.etcd_url(main)}"]
-        over = [f"{res}#{self.etcd_url(s)}" for s in self.r.overrides() for res in s.resources]
-        if over:
-            flags.append(f"--etcd-servers-overrides={','.join(over)}")
-        return flags
+        """The runner's flags (Recipe.etcd_flags), with the stores' DNS names."""
+        return self.r.etcd_flags(self.etcd_url)
 
     @property
     def api_url(self) -> str:

@@ -164,6 +164,16 @@ class Recipe:
     def overrides(self) -> list[Store]:
         return [s for s in self.stores if not s.default]
 
+    def etcd_flags(self, url) -> list[str]:
+        """An apiserver's --etcd-servers and --etcd-servers-overrides, given each store's client URL
+        (`url(store)`: a loopback port, or a Service's DNS name in the manifests)."""
+        main = next(s for s in self.stores if s.default)
+        flags = [f"--etcd-servers={url(main)}"]
+        over = [f"{r}#{url(s)}" for s in self.overrides() for r in s.resources]
+        if over:
+            flags.append(f"--etcd-servers-overrides={','.join(over)}")
+        return flags
+
 
 def names() -> list[str]:
     return sorted(f[:-5] for f in os.listdir(CATALOG) if f.endswith(".toml"))

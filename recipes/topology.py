@@ -102,12 +102,7 @@ class Topology:
             self.stores[s.name] = e.start()
 
     def etcd_flags(self) -> list[str]:
-        main = next(s for s in self.recipe.stores if s.default)
-        flags = [f"--etcd-servers={self.stores[main.name].endpoint}"]
-        over = [f"{r}#{self.stores[s.name].endpoint}" for s in self.recipe.overrides() for r in s.resources]
-        if over:
-            flags.append(f"--etcd-servers-overrides={','.join(over)}")
-        return flags
+        return self.recipe.etcd_flags(lambda s: self.stores[s.name].endpoint)
 
     def _start_control_plane(self) -> None:
         p = self.recipe.process("deployment") or self.recipe.process("apiserver")

@@ -32,9 +32,8 @@ async def scrape_slis(client: AsyncClient, topo: Topology) -> dict:
     """The SLI histograms of every server the clients reach: each apiserver (a deployment's fronts, from its
     aggregated /metrics), and the Lease renewals the node tiers answer themselves."""
     out: dict = {}
-    dep = getattr(topo, "deployment_metrics", None)
-    if dep:
-        out = slo.sli_buckets(await metrics_text(client, dep), process_prefix="front")
+    if topo.deployment_metrics:
+        out = slo.sli_buckets(await metrics_text(client, topo.deployment_metrics), process_prefix="front")
     else:
         for a in topo.apiservers:
             out = slo.merge(out, slo.sli_buckets(await metrics_text(client, a.url)))

@@ -50,6 +50,7 @@ class Topology:
         self.apiservers: list[Endpoint] = []  # each apiserver (or front port) that serves /metrics
         self.tiers: list[Endpoint] = []
         self.controller_urls: list[str] = []  # sharded controllers' HTTP ports
+        self.deployment_metrics: str | None = None   # a deployment's own port: every child's /metrics
         self.pki: str | None = None
         self._taken: set[int] = set()
 
@@ -177,7 +178,7 @@ class Topology:
         self._ready_all([self._child("deployment", argv, ready=lambda: http_ok(url + "/readyz")
                                      and http_ok(f"http://127.0.0.1:{dport}/readyz"), kind="deployment")])
         self.apiservers.append(Endpoint(url))
-        # the deployment's own port gathers every child's /metrics (label process="...")
+        # its own port gathers every child's /metrics (label process="...")
         self.deployment_metrics = f"http://127.0.0.1:{dport}"
 
     def _start_node_tiers(self) -> None:

@@ -11,7 +11,6 @@ import os
 import ssl
 import subprocess
 import time
-import urllib.error
 import urllib.request
 from typing import Callable
 
@@ -26,7 +25,7 @@ def http_ok(url: str, ctx: ssl.SSLContext | None = None, timeout: float = 2.0) -
     try:
         with urllib.request.urlopen(url, timeout=timeout, context=ctx) as r:
             return r.status == 200
-    except (OSError, urllib.error.HTTPError):
+    except OSError:   # refused, timed out, or an HTTP error status (HTTPError is an OSError)
         return False
 
 

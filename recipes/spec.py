@@ -156,7 +156,7 @@ class Recipe:
         return n
 
     def window(self, scale: str) -> float:
-        return self.window_s.get(scale, self.window_s["full"] if scale != "small" else self.window_s["small"])
+        return self.window_s.get(scale, self.window_s["full"])   # a numeric scale gets the full run's window
 
     def process(self, kind: str) -> Process | None:
         return next((p for p in self.processes if p.kind == kind), None)

@@ -574,7 +574,6 @@ class Pods(Workload):
         self.rate = float(self.v("pods_per_second", 5)) / self.replicas   # Deployments a second
         self.ns = [f"pods-{i}" for i in range(int(self.v("namespaces", 2)))]
         self.started: dict[str, float] = {}   # pod uid -> startup seconds
-        self.pods: dict[str, dict] = {}       # pod uid -> last seen
         self.made = self.tried = 0
 
     async def prepare(self) -> None:
@@ -603,7 +602,6 @@ class Pods(Workload):
                     continue
                 pod = ev["object"]
                 uid = pod["metadata"]["uid"]
-                self.pods[uid] = pod
                 cs = (pod.get("status") or {}).get("containerStatuses") or []
                 spec_n = len((pod.get("spec") or {}).get("containers") or [])
                 if uid not in self.started and cs and len(cs) == spec_n and all(

@@ -89,7 +89,7 @@ def parse_metrics(text: str) -> dict[tuple[str, frozenset], float]:
     for fam in text_string_to_metric_families(text):
         if fam.name not in ("apiserver_request", "apiserver_request_duration_seconds",
                             "apiserver_watch_cache_resource_version", "nodetier_renewals_absorbed",
-                            "nodetier_renewals_fast_path"):
+                            "nodetier_renewals_fast_path", "nodetier_control_plane_renewal_age_seconds"):
             continue
         for s in fam.samples:
             out[(s.name, frozenset(s.labels.items()))] = s.value
@@ -106,13 +106,14 @@ def delta_sum(a: dict, b: dict, name: str, **labels: str) -> float:
     return sum(v - a.get(k, 0.0) for k, v in b.items() if k[0] == name and want <= k[1])
 
 
-def histogram_quantile(a: dict, b: dict, q: float, **labels: str) -> float | None:
-    """The q-quantile of the observations between snapshots a and b of apiserver_request_duration_seconds
-    (bucket deltas; linear interpolation inside the bucket, as Prometheus' histogram_quantile)."""
+def histogram_quantile(a: dict, b: dict, q: float, name: str = "apiserver_request_duration_seconds",
+                       **labels: str) -> float | None:
+    """The q-quantile of the observations between snapshots a and b of the histogram `name` (bucket deltas;
+    linear interpolation inside the bucket, as Prometheus' histogram_quantile)."""
     want = set(labels.items())
     buckets: dict[float, float] = {}
     for k, v in b.items():
-        if k[0] == "apiserver_request_duration_seconds_bucket" and want <= k[1]:
+        if k[0] == name + "_bucket" and want <= k[1]:
             le = float(dict(k[1])["le"])
             buckets[le] = buckets.get(le, 0.0) + v - a.get(k, 0.0)
     if not buckets:
@@ -131,6 +132,16 @@ def histogram_quantile(a: dict, b: dict, q: float, **labels: str) -> float | Non
             return prev_bound + (le - prev_bound) * ((rank - prev_count) / inside if inside else 1.0)
         prev_bound, prev_count = le, buckets[le]
     return bounds[-1]
+
+
+def histogram_max(a: dict, b: dict, name: str) -> float | None:
+    """The upper bound of the bucket that holds the largest observation of histogram `name` between snapshots
+    a and b (the smallest bound whose cumulative count reached the total; inf if only +Inf did)."""
+    cum = {float(dict(k[1])["le"]): v - a.get(k, 0.0) for k, v in b.items() if k[0] == name + "_bucket"}
+    total = cum.get(float("inf"), 0.0)
+    if total <= 0:
+        return None
+    return min(le for le, c in cum.items() if c >= total)
 
 
 def quantile(xs: list[float], q: float) -> float | None:
@@ -370,7 +381,8 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
         srv = KubeTarget(KubeApiserver(etcd_ep, prefix=prefix, protobuf=True, sharding_gate=False))
     else:
         extra: tuple[str, ...] = ()
-        if config == "lease-etcd":   # what --embedded-lease-etcd starts: no fsync, tmpfs, compacted every minute
+        if config in ("lease-etcd", "tier-lease-etcd"):   # what --embedded-lease-etcd starts: no fsync, tmpfs,
+            # compacted every minute
             from storage.embedded import lease_etcd
             lease_db = lease_etcd(etcd.binary)
             extra = ("--etcd-servers-overrides", f"coordination.k8s.io/leases#{lease_db.endpoint}")
@@ -382,7 +394,7 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
         else:
             await wait_all_ready_async([srv], 120)
         front = srv.base
-        if config == "tier":
+        if config in ("tier", "tier-lease-etcd"):
             tier = NodeTierProcess(srv.base, name=f"nodetier-{n}", log_name=f"bench-nodetier-{n}",
                                    ready_timeout=60).start()
             await wait_all_ready_async([tier], 60)
@@ -466,12 +478,21 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
         # the share of the tier's absorbed renewals answered on its fast path (nodetier.server.fast_renewal)
         "tier_fast_path_share": delta_sum(m0, m1, "nodetier_renewals_fast_path_total")
         / max(1.0, delta_sum(m0, m1, "nodetier_renewals_absorbed_total")) if tier else None,
+        # the control plane's copy of a Lease: how old its renewTime was when a forward replaced it (the oldest
+        # renewal a reader of the control plane saw during the window), p99 and the highest bucket reached
+        "tier_cp_age_p99_s": histogram_quantile(m0, m1, 0.99, "nodetier_control_plane_renewal_age_seconds")
+        if tier else None,
+        "tier_cp_age_max_bucket_s": histogram_max(m0, m1, "nodetier_control_plane_renewal_age_seconds")
+        if tier else None,
         "etcd_cpu_cores": (ecpu1 - ecpu0) / el,
         "lease_etcd_cpu_cores": (lcpu1 - lcpu0) / el if lease_db else None,
         "lease_etcd_writes_per_s": (lrev1 - lrev0) / el if lease_db else None,
         "control_plane_writes_per_s": cp_writes / el, "control_plane_lease_puts_per_s": cp_lease_puts / el,
         "control_plane_writes_per_renewal": cp_lease_puts / lease_puts if lease_puts else None,
         "control_plane_cpu_s_per_renewal": ((cpu1 - cpu0) + (ecpu1 - ecpu0) + (lcpu1 - lcpu0)) / lease_puts
+        if lease_puts else None,
+        # the issue's "control plane (apiserver + main etcd)": the Lease etcd, where there is one, left out
+        "apiserver_main_etcd_cpu_s_per_renewal": ((cpu1 - cpu0) + (ecpu1 - ecpu0)) / lease_puts
         if lease_puts else None,
         "generator": p.generator,
         "kwok_cpu_cores": (kcpu1 - kcpu0) / el if gen is None else None,
@@ -499,7 +520,9 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
            if lease_db else "")
         + f", etcd {out['etcd_writes_per_s']:.0f} writes/s ({out['etcd_cpu_cores']:.2f} cores), control-plane "
         f"Lease writes {out['control_plane_lease_puts_per_s']:.0f}/s, p99 renewal {fmt_s(p99_server)} server / "
-        f"{fmt_s(p99_probe)} probe, expired leases {stale['expired']}: "
+        f"{fmt_s(p99_probe)} probe, expired leases {stale['expired']}"
+        + (f", control plane's renewTime age at forward p99 {out['tier_cp_age_p99_s'] or 0:.1f} s (max bucket "
+           f"{out['tier_cp_age_max_bucket_s']} s)" if tier else "") + ": "
         f"{'sustained' if out['sustained'] else 'NOT sustained'}")
     return out
 
@@ -536,6 +559,8 @@ def table(runs: list[dict]) -> str:
             ("p99 renewal probe", lambda r: fmt_s(r["lease_put_p99_probe_s"])),
             ("expired", lambda r: str(r["leases_expired"])),
             ("oldest renewTime", lambda r: "-" if r.get("leases_age_max_s") is None else f"{r['leases_age_max_s']:.0f} s"),
+            ("CP age p99 / max bucket", lambda r: "-" if r.get("tier_cp_age_p99_s") is None
+             else f"{r['tier_cp_age_p99_s']:.1f} / {r['tier_cp_age_max_bucket_s']:.0f} s"),
             ("cache lag (revs)", lambda r: str(r["lease_cache_lag_revisions"])),
             ("driver", lambda r: r.get("generator", "kwok")),
             ("driver cores", lambda r: f"{r.get('kwok_cpu_cores') or r.get('leasegen_cpu_cores') or 0:.2f}"),
@@ -577,7 +602,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--configs", default="kube,direct,tier",
                     help="comma-separated: kube (kwok on kube-apiserver v1.37.2), direct (kwok on this apiserver), "
                          "tier (kwok on python -m nodetier in front of it), lease-etcd (direct, Leases on a no-fsync "
-                         "tmpfs etcd of their own, as --embedded-lease-etcd); default kube,direct,tier, each count "
+                         "tmpfs etcd of their own, as --embedded-lease-etcd), tier-lease-etcd (the node plane: the tier "
+                         "in front of the apiserver with the Lease etcd); default kube,direct,tier, each count "
                          "in each (--quick: direct,tier)")
     ap.add_argument("--generator", choices=("kwok", "leasegen"), default="kwok",
                     help="what renews the Leases: kwok's nodes (default), or bench/go/leasegen, a compiled generator "
@@ -597,8 +623,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     if p.quick and "--configs" not in " ".join(argv or sys.argv):
         p.configs = "direct,tier"
     p.configs = [c for c in p.configs.split(",") if c]
-    if not p.configs or set(p.configs) - {"kube", "direct", "tier", "lease-etcd"}:
-        ap.error("--configs: kube, direct, tier, lease-etcd")
+    if not p.configs or set(p.configs) - {"kube", "direct", "tier", "lease-etcd", "tier-lease-etcd"}:
+        ap.error("--configs: kube, direct, tier, lease-etcd, tier-lease-etcd")
     if p.docs is None and not p.quick:
         p.docs = "docs/nodes.json" if p.generator == "kwok" else "docs/nodes_leasegen.json"
     return p

@@ -7,9 +7,10 @@
   control plane's copy is at most ~31 s old against the 40 s Lease and the 50 s grace period of the node
   lifecycle controller), or at once when the Lease's next renewal is overdue (1.1 renewal periods since the
   last: its kubelet may have stopped, and its last renewal must not wait). At most `qps` forwards a second, or
-  half the rate of renewals absorbed over the last RATE_WINDOW seconds where that is more (the steady state
-  needs a third of it: a fixed 500 a second held back every Lease beyond 15,000 nodes), the longest due
-  first, so a control plane back from an outage does not get every Lease at once. Each Lease's next due time
+  the rate of renewals absorbed over the last RATE_WINDOW seconds where that is more (the steady state needs a
+  third of it on average, but all of it while Leases whose forwards fell into step are due together: a fixed
+  500 a second held back every Lease beyond 15,000 nodes, half the rate aged some copies to 40 s), the longest
+  due first, so a control plane back from an outage does not get every Lease at once. Each Lease's next due time
   is computed when its state changes and kept in a heap: a tick costs what is due, not a scan of every Lease
   (at 23,000 Leases the scan every 0.25 s was a quarter of the tier's CPU). A sweep every SWEEP seconds
   re-schedules every Lease, in case a change was not seen.
@@ -41,7 +42,9 @@ TICK = 0.25              # how often the forwarder looks for due Leases
 RETRY_AFTER = 1.0        # after a failed forward
 SWEEP = 10.0             # every Lease re-scheduled (a safety net: each change schedules its Lease)
 RATE_WINDOW = 10.0       # seconds over which the renewal rate that scales the forward budget is counted
-RATE_SHARE = 0.5         # forwards a second may reach this share of that rate (a third is the steady state)
+RATE_SHARE = 1.0         # forwards a second may reach this share of that rate: a forward follows a renewal, so
+                         # the steady state never waits, however the Leases' forward phases bunch up (at half the
+                         # rate, Leases created together bunched up and the control plane's copies aged to 40 s)
 EVENT_WINDOW = 60.0      # seconds of the tier's own history kept for its watchers (older: 410)
 
 
@@ -232,11 +235,14 @@ class Forwarder:
         st = self.leases.states.get(name)
         if st is None:
             return False
+        replaced = st.cp_renew
         try:
             async with self._sem:
                 obj = await self.leases.store.get(self.leases.prefix + name)
                 cp_obj = await self.cp.call("PUT", self.cp.lease_path(name), for_control_plane(obj, st.cp_rv),
                                             user_agent=st.user_agent)
+            if replaced:
+                metrics.control_plane_age.observe(time.time() - replaced)
             self.leases.note_control_plane(name, cp_obj)
             metrics.forwards.labels("renewal", "ok").inc()
             self._retry_at.pop(name, None)

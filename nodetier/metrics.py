@@ -1,5 +1,5 @@
 """The tier's own figures on its /metrics."""
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 renewals_absorbed = Counter("nodetier_renewals_absorbed_total", "Lease renewals answered by the tier alone")
 renewals_fast = Counter("nodetier_renewals_fast_path_total", "Lease renewals absorbed on the fast path (the "
@@ -8,3 +8,9 @@ forwards = Counter("nodetier_forwards_total", "Lease writes the tier sent to the
                    ["why", "result"])   # why: renewal (the forwarder) or change (at once, in the client's request)
 leases_held = Gauge("nodetier_leases", "Leases the tier holds")
 leases_pending = Gauge("nodetier_leases_pending", "Leases whose newest renewal the control plane has not seen")
+# The oldest renewTime a reader of the control plane saw: the age of the control plane's copy when a forward of
+# the tier replaced it (the node lifecycle controller adds its poll to this; the issue's margin is 40 s).
+control_plane_age = Histogram(
+    "nodetier_control_plane_renewal_age_seconds",
+    "Age of the control plane's spec.renewTime of a Lease when the tier's forward replaced it",
+    buckets=(5, 10, 15, 20, 25, 28, 30, 31, 32, 33, 34, 35, 36, 37, 38, 40, 45, 50, 60, 90, 120))

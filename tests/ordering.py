@@ -34,7 +34,7 @@ _MODULE_STAGE = {
     "test_warm_restart_crd": 3,
     # 4: kwok; 5: kube-scheduler, kube-controller-manager; 6: the protobuf references
     "test_kwok": 4, "test_bench_kwok_smoke": 4,
-    "test_kube_scheduler": 5, "test_kube_controller_manager": 5,
+    "test_kube_scheduler": 5, "test_kube_controller_manager": 5, "test_robustness_nodeplane": 5,
     "test_recipes_churn": 1, "test_recipes_state": 1, "test_recipes_manifests": 2, "test_recipes_node": 5,
     "test_protobuf": 6,
 }
@@ -45,7 +45,7 @@ _MODULE_SECONDS = {
     "test_residency_bench": 61, "test_authn": 56, "test_front_reshard": 52, "test_watch_cache": 46,
     "test_http_discovery": 40, "test_slice": 40, "test_http_subresources": 39, "test_kubectl_workloads": 37,
     "test_front_conformance": 70, "test_hostile_input": 31, "test_front_feed": 135, "test_deployment": 45,
-    "test_recipes_churn": 50, "test_recipes_state": 45, "test_recipes_node": 60,
+    "test_recipes_churn": 50, "test_recipes_state": 45, "test_recipes_node": 60, "test_robustness_nodeplane": 160,
 }
 PORTS_LO, PORTS_HI = 10000, 32767  # below the kernel's ephemeral range (net.ipv4.ip_local_port_range)
 

@@ -14,6 +14,7 @@ import sys
 
 from tests.robustness.scenarios import (DEPLOYMENT_ONLY, SCENARIOS, compare_rss, explain, informer_limit, run_scenario, summary,
                                         table)
+from tests.robustness.nodeplane import NODE_SCENARIOS, run_node_scenario
 from tests.robustness.traffic import KINDS
 
 # (watch cache, residency): residency True is one apiserver with --residency, "deployment" is python -m deployment
@@ -26,6 +27,8 @@ ROTATE = [(True, False), (False, False), (True, True)]   # --watch-cache rotate:
 
 def _one(job: tuple) -> dict:
     name, seed, duration, rate, wc, res, kind, rss_every = job
+    if name in NODE_SCENARIOS:      # the node plane (tests/robustness/nodeplane.py): its own processes and traffic
+        return asyncio.run(run_node_scenario(name, seed=seed, duration=max(duration, 40.0)))
     return asyncio.run(run_scenario(name, seed=seed, duration=duration, rate=rate, watch_cache=wc,
                                     residency=res is True, deployment=res == "deployment", kind=KINDS[kind],
                                     rss_every=rss_every))
@@ -33,8 +36,10 @@ def _one(job: tuple) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.robustness", description=__doc__)
-    ap.add_argument("--scenario", action="append", choices=SCENARIOS + ["all"],
-                    help="a scenario (repeatable); default: all")
+    ap.add_argument("--scenario", action="append", choices=SCENARIOS + NODE_SCENARIOS + ["all"],
+                    help="a scenario (repeatable); default: all. The node plane's (" + ", ".join(NODE_SCENARIOS)
+                         + ": kubelets through the node tier, Leases on their own etcd, kube-controller-manager "
+                         "judging; at least 40 s each) run once per seed, whatever the mode and kind")
     ap.add_argument("--seed", type=int, default=1, help="first seed (the fault's moment and the traffic)")
     ap.add_argument("--seeds", type=int, default=1, help="how many seeds from --seed on")
     ap.add_argument("--seed-range", help="A-B: seeds A to B (instead of --seed/--seeds)")
@@ -73,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(summary(results))
         return 0 if all(r["passed"] for r in results) else 1
-    names = SCENARIOS if not a.scenario or "all" in a.scenario else a.scenario
+    names = SCENARIOS + NODE_SCENARIOS if not a.scenario or "all" in a.scenario else a.scenario
     if a.seed_range:
         lo, _, hi = a.seed_range.partition("-")
         seeds = list(range(int(lo), int(hi or lo) + 1))
@@ -88,8 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.soak:
         jobs = [("none", s, a.soak, a.rate, wc, res, k, 10.0) for s in seeds for wc, res in modes(s) for k in kinds_of(s)]
     else:
-        jobs = [(n, s, a.duration, a.rate, wc, res, k, 10.0) for s in seeds for n in names
+        jobs = [(n, s, a.duration, a.rate, wc, res, k, 10.0) for s in seeds for n in names if n not in NODE_SCENARIOS
                 for wc, res in ([DEPLOYMENT] if n in DEPLOYMENT_ONLY else modes(s)) for k in kinds_of(s)]
+        jobs += [(n, s, a.duration, a.rate, True, "node-plane", "configmaps", 10.0) for s in seeds for n in names
+                 if n in NODE_SCENARIOS]
     results = []
 
     def report(r: dict) -> None:

@@ -20,9 +20,12 @@ from tests.helpers.deployment import Deployment
 class Etcd:
     """One etcd member on a fixed data directory and fixed ports, so it can be killed and restarted."""
 
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="robust-etcd-")
-        self.member = EmbeddedEtcd(data_dir=self.dir, binary=current_etcd_binary())
+    def __init__(self, lease: bool = False):
+        """`lease`: as `--embedded-lease-etcd` starts it (storage.embedded.lease_etcd): no fsync, data on tmpfs."""
+        shm = "/dev/shm" if lease and os.access("/dev/shm", os.W_OK) else None
+        self.dir = tempfile.mkdtemp(prefix="robust-etcd-", dir=shm)
+        extra = ["--unsafe-no-fsync"] if lease else []
+        self.member = EmbeddedEtcd(data_dir=self.dir, binary=current_etcd_binary(), extra_args=extra)
         self.paused = False
 
     @property

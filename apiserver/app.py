@@ -24,6 +24,7 @@ from storage.store import EtcdStore
 
 from . import filters
 from .auth import authz
+from .auth import impersonation
 from .auth.authn import authentication
 from .controllers import Controllers
 from .endpoints.common import Context
@@ -292,6 +293,9 @@ class APIServer:
             # the path checks too: upstream answers an unauthenticated request 401 whatever its path names
             # (only Go's HTTP server refuses a malformed escape before it).
             authentication(c),
+            # Impersonation after authentication, before the in-flight limit and authorization (upstream's
+            # chain: WithImpersonation between WithAuthentication and WithMaxInFlightLimit/WithAuthorization).
+            impersonation.middleware(self.authorizer),
             filters.max_in_flight(c.max_requests_inflight, c.max_mutating_requests_inflight),
             # Authorization right after authentication, on the path as the client sent it (upstream: a
             # refused request is 403 whatever names its path holds).

@@ -25,10 +25,10 @@ from tests.helpers.etcd import load_tool
 
 RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
 TOKENS = {"admin": "admin-token", "alice": "alice-token", "bob": "bob-token", "vera": "vera-token",
-          "mallory": "mallory-token", "wanda": "wanda-token"}
+          "mallory": "mallory-token", "wanda": "wanda-token", "ivan": "ivan-token"}
 TOKEN_FILE = "\n".join([
     'admin-token,admin,1,"system:masters"', "alice-token,alice,2", 'bob-token,bob,3,"dev,qa"',
-    "vera-token,vera,4", "mallory-token,mallory,5", "wanda-token,wanda,6"]) + "\n"
+    "vera-token,vera,4", "mallory-token,mallory,5", "wanda-token,wanda,6", "ivan-token,ivan,7"]) + "\n"
 
 
 # ============================================================ unit: modes, chain, request info, messages
@@ -328,6 +328,72 @@ def policy(ours, ours_etcd, kube):
         m = c.as_user("mallory")
         _wait(lambda: "missing2" in m.req("GET", "/foo").text, 10)
     return True
+
+
+# ============================================================ impersonation, as kube-apiserver
+
+IMPERSONATOR = {"metadata": {"name": "authz-impersonator"}, "rules": [
+    {"apiGroups": [""], "resources": ["users"], "verbs": ["impersonate"], "resourceNames": ["vera", "system:anonymous"]},
+    {"apiGroups": [""], "resources": ["groups", "serviceaccounts"], "verbs": ["impersonate"]},
+    {"apiGroups": ["authentication.k8s.io"], "resources": ["uids", "userextras/scopes"], "verbs": ["impersonate"]}]}
+
+
+@pytest.fixture(scope="module")
+def impersonator(policy, ours, ours_etcd, kube):
+    """ivan may impersonate vera and system:anonymous, any group or service account, uids and the extra
+    `scopes` (a ClusterRole bound to him on all three servers)."""
+    for c in (ours, ours_etcd, kube):
+        r = c.req("POST", f"{RBAC_API}/clusterroles", IMPERSONATOR)
+        assert r.status_code == 201, r.text
+        _bind(c, None, "authz-impersonator", "ClusterRole", "authz-impersonator", [_user("ivan")])
+    for c in (ours, ours_etcd, kube):
+        ivan = c.as_user("ivan")
+        _wait(lambda: ivan.req("GET", "/api/v1/namespaces/authz-demo/configmaps",
+                               headers={"Impersonate-User": "vera"}).status_code == 200, 10)
+    return True
+
+
+WHOAMI = ("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+          {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+IMPERSONATION_CASES = [   # (who, headers, request): upstream's answer, compared as a whole or as the user it acts as
+    ("ivan", {"Impersonate-User": "vera"}, WHOAMI),
+    ("ivan", {"Impersonate-User": "vera", "Impersonate-Group": "devs"}, WHOAMI),
+    ("ivan", {"Impersonate-User": "vera", "Impersonate-Group": "system:unauthenticated"}, WHOAMI),
+    ("ivan", {"Impersonate-User": "system:serviceaccount:authz-demo:robot"}, WHOAMI),
+    ("ivan", {"Impersonate-User": "system:anonymous"}, WHOAMI),
+    ("ivan", {"Impersonate-User": "vera", "Impersonate-Uid": "u-7", "Impersonate-Extra-Scopes": "openid"}, WHOAMI),
+    ("ivan", {"Impersonate-User": "vera"}, ("GET", "/api/v1/namespaces/authz-demo/configmaps", None)),
+    ("ivan", {"Impersonate-User": "vera"}, ("GET", "/api/v1/namespaces/authz-demo/secrets", None)),   # vera may not
+    ("ivan", {"Impersonate-User": "mallory"}, WHOAMI),                                     # ivan may not
+    ("ivan", {"Impersonate-User": "vera", "Impersonate-Extra-Other": "x"}, WHOAMI),        # nor this extra
+    ("alice", {"Impersonate-User": "vera"}, ("GET", "/api/v1/namespaces/authz-demo/configmaps", None)),
+    ("ivan", {"Impersonate-Group": "devs"}, WHOAMI),                                       # no user: a 400
+    ("ivan", {"Impersonate-Uid": "u", "Impersonate-Extra-Scopes": "openid"}, WHOAMI),
+    (None, {"Impersonate-User": "vera"}, WHOAMI),                                          # anonymous may not
+    # never granted any impersonation: the first constrained mode's refusal, on the request's own verb
+    ("alice", {"Impersonate-User": "vera"}, WHOAMI),
+    ("alice", {"Impersonate-User": "vera"}, ("GET", "/foo", None)),
+    ("alice", {"Impersonate-User": "vera", "Impersonate-Group": "g"},
+     ("GET", "/api/v1/namespaces/authz-demo/configmaps/x", None)),
+    ("bob", {"Impersonate-User": "system:serviceaccount:authz-demo:robot"},
+     ("GET", "/api/v1/namespaces/authz-demo/pods/p/log", None)),
+    ("bob", {"Impersonate-User": "system:node:n1"}, ("GET", "/api/v1/nodes", None)),
+]
+
+
+@pytest.mark.parametrize("user,headers,call", IMPERSONATION_CASES)
+def test_impersonation_as_kube(impersonator, ours, ours_etcd, kube, user, headers, call):
+    """The impersonation filter (apiserver/auth/impersonation.py) against kube-apiserver: every refusal byte for
+    byte, every allowed request with the same status and, for `kubectl auth whoami`'s review, the same user."""
+    method, path, body = call
+    k = kube.as_user(user).req(method, path, body, headers=headers)
+    for c in (ours, ours_etcd):
+        r = c.as_user(user).req(method, path, body, headers=headers)
+        assert r.status_code == k.status_code, (c.mode, r.text, k.text)
+        if k.status_code >= 400:
+            assert (r.headers["Content-Type"], r.content) == (k.headers["Content-Type"], k.content), c.mode
+        elif path.endswith("selfsubjectreviews"):
+            assert r.json()["status"]["userInfo"] == k.json()["status"]["userInfo"], c.mode
 
 
 # ============================================================ the 403s, byte for byte with kube-apiserver

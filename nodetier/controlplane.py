@@ -14,6 +14,7 @@ from urllib.parse import quote, urlencode
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict
 
 from machinery import errors, jsonenc
 
@@ -78,6 +79,19 @@ class Identity:
         if self.cert_file and with_cert:
             ctx.load_cert_chain(self.cert_file, self.key_file or None)
         return ctx
+
+
+def impersonation_headers(user: Any) -> list[tuple[str, str]]:
+    """Upstream's impersonation headers for `user` (apiserver.auth.user.UserInfo): its name, uid, groups
+    (`system:authenticated`, which the control plane adds back for a named user, left out) and extras (the key
+    path-escaped, as client-go's transport does)."""
+    out = [("Impersonate-User", user.name)]
+    if user.uid:
+        out.append(("Impersonate-Uid", user.uid))
+    out += [("Impersonate-Group", g) for g in user.groups if g != "system:authenticated"]
+    for key, values in (user.extra or {}).items():
+        out += [("Impersonate-Extra-" + quote(key, safe=""), v) for v in values]
+    return out
 
 
 class ControlPlaneError(Exception):
@@ -189,18 +203,28 @@ class ControlPlane:
 
     # --- the proxy: everything the tier does not absorb -------------------------------------------
 
-    async def proxy(self, request: web.Request, as_tier: bool, base: str = "") -> web.StreamResponse:
+    async def proxy(self, request: web.Request, as_tier: bool, base: str = "",
+                    impersonate: Any = None) -> web.StreamResponse:
         """The request as the client sent it (headers, Authorization included, and body streamed), its answer
         streamed back as it arrives: watches, long lists and gzip bodies pass through untouched.
 
         Whose request it is at the control plane: with `as_tier` (a tier without authentication flags, a
         trusted local component like the apiserver's unsecured port) the tier's own credentials, unless the
         client sent a token of its own; otherwise only what the client sent (its bearer token, or nothing:
-        anonymous), never the tier's identity. (Carrying a client-certificate user's identity would take
-        impersonation headers; not built.) `base` sends it to another tier instead (the owner of a Lease
-        outside this tier's range), with the same credentials rule."""
+        anonymous), never the tier's identity. `impersonate` (a UserInfo: a client-certificate user, whose
+        certificate cannot be passed on) sends it with the tier's identity and upstream's impersonation headers
+        for that user (`Impersonate-User`, `-Uid`, `-Group`, `-Extra-<key>`), which the control plane authorizes
+        for the tier's identity (verb impersonate) and then decides as that user. `base` sends it to another
+        tier instead (the owner of a Lease outside this tier's range), with the same credentials rule."""
         assert self.session is not None and self.bare is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        if impersonate is not None:
+            as_tier = True
+            headers = {k: v for k, v in headers.items()
+                       if k.lower() != "authorization" and not k.lower().startswith("impersonate-")}
+            headers = CIMultiDict(headers)
+            for k, v in impersonation_headers(impersonate):
+                headers.add(k, v)
         if as_tier and "Authorization" not in headers and self.identity.token:
             headers["Authorization"] = f"Bearer {self.identity.token}"
         if request.content_length is not None:

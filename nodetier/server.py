@@ -18,7 +18,9 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from apiserver.auth.authn import authentication
+from apiserver.auth import authz, impersonation
+from apiserver.auth.authn import X509, authentication
+from apiserver.auth.requestinfo import RequestInfoError
 from apiserver.auth.user import SYSTEM_PRIVILEGED_GROUP
 from apiserver.endpoints import read, watch, write
 from apiserver.endpoints.common import Context, RequestScope, decode_body, read_body, respond_obj
@@ -64,6 +66,9 @@ class NodeTier:
         self.auth_config = SimpleNamespace(token_auth_file=token_auth_file, client_ca_file=client_ca_file,
                                            anonymous_auth=anonymous_auth)
         self.authenticates = bool(token_auth_file or client_ca_file or anonymous_auth is not None)
+        # impersonation asked by a client-certificate user: granted to system:masters alone (AlwaysDeny behind
+        # the union's privileged-group authorizer)
+        self._impersonator = impersonation.Impersonation(authz.Authorizer((authz.ALWAYS_DENY,)))
 
     def _renewed(self, name: str) -> None:
         metrics.renewals_absorbed.inc()
@@ -91,8 +96,9 @@ class NodeTier:
             metrics.leases_held.set(len(self.leases.states))
             metrics.leases_pending.set(sum(1 for s in self.leases.states.values() if s.pending))
             return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        self._impersonation(request)
         if parts[:6] != COLLECTION or len(parts) > 7 or not self._absorbs(request, parts):
-            return await self.cp.proxy(request, as_tier=not self.authenticates)
+            return await self._proxy(request)
         if self.ranges.split:
             routed = await self._route(request, parts)
             if routed is not None:
@@ -112,27 +118,58 @@ class NodeTier:
                 if m == "GET":
                     return await (watch.watch if is_watch(request) else read.list_)(self.ctx, request, scope)
                 # deletecollection: the control plane's
-                return await self.cp.proxy(request, as_tier=not self.authenticates)
+                return await self._proxy(request)
             if m == "PUT":
                 fast = await self.fast_renewal(request, name)
                 if fast is not None:
                     return fast
             handler = {"GET": read.get, "PUT": write.update, "PATCH": write.patch, "DELETE": write.delete}.get(m)
             if handler is None:
-                return await self.cp.proxy(request, as_tier=not self.authenticates)
+                return await self._proxy(request)
             return await handler(self.ctx, request, scope)
         finally:
             REQUEST_USER_AGENT.reset(token)
+
+    async def _proxy(self, request: web.Request, base: str = "") -> web.StreamResponse:
+        """Hand the request on (to the control plane, or to the tier at `base`) as whom it came from: the tier
+        itself without authentication flags; a client-certificate user by impersonation with the tier's
+        identity (its certificate cannot be passed on); anyone else with what they sent (their token, or
+        nothing: anonymous)."""
+        if not self.authenticates:
+            return await self.cp.proxy(request, as_tier=True, base=base)
+        if request.get("credential") == X509:
+            return await self.cp.proxy(request, as_tier=True, base=base, impersonate=request["user"])
+        return await self.cp.proxy(request, as_tier=False, base=base)
+
+    def _impersonation(self, request: web.Request) -> None:
+        """A client-certificate user asking to act as another (another tier handing on a node's request, or an
+        admin's `--as`): the tier trusts `system:masters` only (upstream's privileged group, as the apiserver's
+        authorizer does) and then serves and hands on the request as the user asked for; anyone else gets
+        upstream's 403 for the impersonation. (A token user's impersonation headers go on to the control
+        plane with the token, which decides.)"""
+        if request.get("credential") != X509 or not any(k[:12].lower() == "impersonate-" for k in request.headers):
+            return
+        want = impersonation.wanted(request.headers)
+        if want is None:
+            return
+        try:
+            info = authz.request_info(request)
+        except RequestInfoError as e:
+            raise errors.StatusError(500, "InternalError", f"failed to create RequestInfo: {e}", {}) from None
+        try:
+            request["user"] = self._impersonator.act_as(request["user"], want,
+                                                        authz.attributes_for(info, request["user"]))
+        except impersonation.Refused as e:
+            raise authz.forbidden(e.attrs, e.reason) from None
 
     async def _route(self, request: web.Request, parts: list[str]) -> web.StreamResponse | None:
         """With several tiers (nodetier.split): a Lease another tier owns is that tier's (a create is routed by
         the name in its body); a list or watch of the namespace is the control plane's, which holds every
         Lease (renewTimes up to a forward interval old, its own resourceVersions), where a tier holds only
         its range. None: this tier serves the request."""
-        as_tier = not self.authenticates
         if len(parts) == 6:
             if request.method == "GET":
-                return await self.cp.proxy(request, as_tier=as_tier)
+                return await self._proxy(request)
             if request.method != "POST":
                 return None
             md = (await decode_body(request, self.res)).get("metadata")     # (the body stays readable)
@@ -146,7 +183,7 @@ class NodeTier:
         if HOP_HEADER in request.headers:
             raise errors.StatusError(500, "InternalError", f"the node tiers disagree on who holds lease {name!r}: "
                                      f"this one holds {self.ranges.describe()}", {})
-        return await self.cp.proxy(request, as_tier=as_tier, base=self.ranges.url_of(name))
+        return await self._proxy(request, base=self.ranges.url_of(name))
 
     async def fast_renewal(self, request: web.Request, name: str) -> web.Response | None:
         """A kubelet's renewal (a PUT of the Lease the tier last answered with a new renewTime: every ~10 s

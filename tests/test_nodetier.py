@@ -459,6 +459,69 @@ def test_a_tier_given_a_kubeconfig_calls_an_https_control_plane_as_itself(curren
         srv.stop()
 
 
+def test_client_certificate_users_reach_the_control_plane_as_themselves_by_impersonation(current_etcd, tmp_path):
+    """A tier that authenticates clients by certificate hands a request it does not absorb on with its own
+    identity and upstream's impersonation headers for the client (its certificate cannot be passed on): the
+    control plane decides as that user, byte for byte as if the user had come directly; a node's own Lease is
+    still the tier's; a client-certificate user asking to impersonate another is allowed by the tier only in
+    system:masters."""
+    from tests.helpers.kube import make_client_cert
+    d = str(tmp_path)
+    make_pki(d)
+    sport = free_port()
+    srv = start_apiserver(current_etcd.endpoint, f"/registry/nodetier-imp-{uuid.uuid4().hex[:8]}",
+                          "--secure-port", str(sport), "--tls-cert-file", f"{d}/serving.crt",
+                          "--tls-private-key-file", f"{d}/serving.key", "--client-ca-file", f"{d}/ca.crt",
+                          "--authorization-mode", "RBAC")
+    try:
+        https, ca = f"https://127.0.0.1:{sport}", f"{d}/ca.crt"
+        admin = (f"{d}/admin.crt", f"{d}/admin.key")
+        carol = make_client_cert(d, "carol", "/O=dev/CN=carol")
+        node = make_client_cert(d, "node-n1", "/O=system:nodes/CN=system:node:imp-n1")
+        kubeconfig = write_kubeconfig(f"{d}/tier.kubeconfig", https, ca=ca, cert=admin)
+        tport = free_port()
+        with NodeTierProcess("", "--forward-interval", "2", "--secure-port", str(tport), "--tls-cert-file",
+                             f"{d}/serving.crt", "--tls-private-key-file", f"{d}/serving.key", "--client-ca-file", ca,
+                             kubeconfig=kubeconfig):
+            tier_url = f"https://127.0.0.1:{tport}"
+            whoami = ("/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                      {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+
+            def both(cert, method, path, body=None, headers=None):
+                direct, via = Api(https, cert=cert, verify=ca), Api(tier_url, cert=cert, verify=ca)
+                return [getattr(a, method)(path, body, headers=headers) if body is not None else
+                        getattr(a, method)(path, headers=headers) for a in (direct, via)]
+            d_who, t_who = both(carol, "post", *whoami)
+            assert t_who.status_code == d_who.status_code == 201, (t_who.text, d_who.text)
+            assert t_who.json()["status"]["userInfo"] == d_who.json()["status"]["userInfo"]
+            assert t_who.json()["status"]["userInfo"]["username"] == "carol"
+            d_cm, t_cm = both(carol, "get", "/api/v1/namespaces/default/configmaps")
+            assert (t_cm.status_code, t_cm.content) == (d_cm.status_code, d_cm.content)
+            assert t_cm.status_code == 403 and b'User \\"carol\\"' in t_cm.content, t_cm.text
+            cp = Api(https, cert=admin, verify=ca)
+            r = cp.post("/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings", {
+                "metadata": {"name": "carol-view"}, "subjects": [{"kind": "User", "name": "carol",
+                                                                  "apiGroup": "rbac.authorization.k8s.io"}],
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"}})
+            assert r.status_code == 201, r.text
+            via = Api(tier_url, cert=carol, verify=ca)
+            assert wait_until(lambda: via.get("/api/v1/namespaces/default/configmaps").status_code == 200, 5)
+            d_node, t_node = both(node, "get", "/api/v1/nodes/imp-n1")        # the control plane decides as the node
+            assert (t_node.status_code, t_node.content) == (d_node.status_code, d_node.content)
+            # the node's own Lease is the tier's (created through it, renewed by it)
+            n1 = Api(tier_url, cert=node, verify=ca)
+            made = create(n1, "imp-n1")
+            assert renew(n1, made, offset=0.5)["metadata"]["resourceVersion"] != made["metadata"]["resourceVersion"]
+            # impersonation asked of the tier by a certificate user: masters only
+            as_carol = Api(tier_url, cert=admin, verify=ca).post(*whoami, headers={"Impersonate-User": "carol"})
+            assert as_carol.status_code == 201 and as_carol.json()["status"]["userInfo"]["username"] == "carol", \
+                as_carol.text
+            refused = via.post(*whoami, headers={"Impersonate-User": "admin"})
+            assert refused.status_code == 403 and 'User \\"carol\\" cannot impersonate' in refused.text, refused.text
+    finally:
+        srv.stop()
+
+
 def test_two_tiers_split_the_nodes_and_send_each_other_the_leases_they_do_not_hold(control_plane):
     """nodetier.split: tier i holds the Leases whose name hashes into its range; a request for another tier's
     Lease (a create through its body's name) goes to that tier, so either tier answers with the one copy

@@ -36,6 +36,7 @@ from .user import ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, ANONYMOUS, ANONYMOUS_U
 log = logging.getLogger("apiserver.authn")
 
 CREDENTIAL_ID = "authentication.kubernetes.io/credential-id"  # user.CredentialIDKey
+X509 = "x509"     # request["credential"] when the user came from a client certificate
 
 UNAUTHORIZED_BODY = (b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized",'
                      b'"reason":"Unauthorized","code":401}\n')
@@ -238,6 +239,7 @@ class Authenticator:
             if ssl_object is not None:
                 u = x509_user(ssl_object.getpeercert(), ssl_object.getpeercert(binary_form=True))
                 if u is not None:
+                    request["credential"] = X509    # (a proxy such as the node tier carries it on by impersonation)
                     return with_authenticated_group(u)
         if self.tokens is not None:
             token = bearer_token(request.headers.get("Authorization"))

@@ -109,7 +109,7 @@ def _applies(mode: str, want: UserInfo) -> bool:
     return True
 
 
-class _Refused(Exception):
+class Refused(Exception):
     def __init__(self, attrs: Attributes, reason: str):
         self.attrs, self.reason = attrs, reason
 
@@ -133,7 +133,7 @@ def _invalid_extra(extra: dict[str, tuple[str, ...]]) -> str:
 
 
 class Impersonation:
-    """The filter's decisions: `act_as(requestor, want, request_attrs)` -> the new user, or _Refused."""
+    """The filter's decisions: `act_as(requestor, want, request_attrs)` -> the new user, or Refused."""
 
     def __init__(self, authorizer: Authorizer):
         self.authorizer = authorizer
@@ -142,7 +142,7 @@ class Impersonation:
     def _check(self, attrs: Attributes) -> None:
         decision, reason = self.authorizer.authorize(attrs)
         if decision != ALLOW:
-            raise _Refused(attrs, reason)
+            raise Refused(attrs, reason)
 
     def _mode(self, mode: str, requestor: UserInfo, want: UserInfo, request_attrs: Attributes) -> UserInfo | None:
         if not _applies(mode, want):
@@ -172,9 +172,9 @@ class Impersonation:
             self._check(attrs("uids", want.uid, AUTH_GROUP))
         if want.groups:
             if constrained and "" in want.groups:
-                raise _Refused(attrs("groups", ""), "impersonating the empty string group is not allowed")
+                raise Refused(attrs("groups", ""), "impersonating the empty string group is not allowed")
             if constrained and SYSTEM_PRIVILEGED_GROUP in want.groups:
-                raise _Refused(attrs("groups", SYSTEM_PRIVILEGED_GROUP),
+                raise Refused(attrs("groups", SYSTEM_PRIVILEGED_GROUP),
                                "impersonating the system:masters group is not allowed")
             if not (constrained and len(want.groups) >= MANY and self.authorizer.authorize(attrs("groups", "*"))[0]
                     == ALLOW):
@@ -184,7 +184,7 @@ class Impersonation:
             if constrained:
                 problem = _invalid_extra(want.extra)
                 if problem:
-                    raise _Refused(attrs("userextras", "", AUTH_GROUP), problem)
+                    raise Refused(attrs("userextras", "", AUTH_GROUP), problem)
             large = len(want.extra) >= MANY or sum(len(v) for v in want.extra.values()) >= MANY
             if not (constrained and large and self.authorizer.authorize(
                     attrs("userextras", "*", AUTH_GROUP, sub="*"))[0] == ALLOW):
@@ -200,13 +200,13 @@ class Impersonation:
 
     def act_as(self, requestor: UserInfo, want: UserInfo, request_attrs: Attributes) -> UserInfo:
         """impersonationModesTracker.getImpersonatedUser."""
-        first: _Refused | None = None
+        first: Refused | None = None
         cached = self.last_mode.get(requestor.name)
         order = ([cached] if cached is not None else []) + [i for i in range(len(MODES)) if i != cached]
         for i in order:
             try:
                 user = self._mode(MODES[i], requestor, want, request_attrs)
-            except _Refused as e:
+            except Refused as e:
                 first = first or e
                 continue
             if user is not None:
@@ -217,7 +217,7 @@ class Impersonation:
                 return user
         if first is not None:
             raise first
-        raise _Refused(request_attrs, "all impersonation modes failed")
+        raise Refused(request_attrs, "all impersonation modes failed")
 
 
 def middleware(authorizer: Authorizer):
@@ -241,7 +241,7 @@ def middleware(authorizer: Authorizer):
             return _internal_error(request, f"failed to create RequestInfo: {e}")
         try:
             request["user"] = decide.act_as(requestor, want, request_attrs)
-        except _Refused as e:
+        except Refused as e:
             return status_response(forbidden(e.attrs, e.reason))
         request["impersonated_by"] = requestor
         return await handler(request)

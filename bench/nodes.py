@@ -62,7 +62,7 @@ from bench.harness import (JSON_CT, Apiserver, BenchError, check, current_etcd, 
                            proc_mem_mib, run_pool, ssl_context, versions, wait_all_ready_async, write_json)
 from tests.helpers.apiserver import ApiserverError
 from tests.helpers.kube import KubeApiserver
-from tests.helpers.kwok import NODE_LEASE_NAMESPACE, KwokProcess, kwok_node
+from tests.helpers.kwok import NODE_LEASE_NAMESPACE, KubeControllerManagerProcess, KwokProcess, kwok_node
 from tests.helpers.nodetier import NodeTierProcess
 
 LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases"
@@ -254,6 +254,46 @@ async def create_nodes(s, base: str, n: int, clients: int = 16) -> float:
     return elapsed
 
 
+def ready_node(name: str) -> dict:
+    """A Node with a Ready=True condition and no kubelet behind it but its Lease (leasegen's): the node
+    lifecycle controller judges it by its Lease alone."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    node = kwok_node(name)
+    node["metadata"]["annotations"] = {}
+    node["status"]["conditions"] = [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                     "message": "leasegen renews this node's Lease", "lastHeartbeatTime": now,
+                                     "lastTransitionTime": now}]
+    return node
+
+
+async def create_ready_nodes(s, base: str, n: int, prefix: str = "lg-", clients: int = 16) -> float:
+    """leasegen's nodes (its Leases are PREFIX000000..): Ready Nodes of the same names, so a real controller
+    manager has nodes to judge."""
+    async def create(i):
+        for _ in range(100):
+            async with s.post(base + "/api/v1/nodes", data=orjson.dumps(ready_node(f"{prefix}{i:06d}")),
+                              headers=JSON_CT) as r:
+                if r.status != 429:
+                    await check(r, "create node", ok=(201, 409))
+                    return
+                await r.read()
+            await asyncio.sleep(0.2)
+        raise BenchError("create node: still 429 after 100 tries")
+    elapsed, _ = await run_pool(n, clients, create, "nodes", steps=4 if n >= 2000 else 0)
+    return elapsed
+
+
+async def node_verdicts(s, base: str) -> dict:
+    """What the real node lifecycle controller decided: Nodes whose Ready condition is not True, and the
+    NodeNotReady events it recorded (each node it marked Unknown, even one Ready again since)."""
+    nodes = await items(s, base + "/api/v1/nodes", "nodes")
+    not_ready = sum(not any(c.get("type") == "Ready" and c.get("status") == "True"
+                            for c in (it.get("status") or {}).get("conditions") or []) for it in nodes)
+    events = await items(s, base + "/api/v1/events", "events")
+    marked = {e.get("involvedObject", {}).get("name") for e in events if e.get("reason") == "NodeNotReady"}
+    return {"nodes": len(nodes), "not_ready": not_ready, "node_not_ready_events": len(marked)}
+
+
 class LeaseGen:
     """bench/go/leasegen (issue 22 §5): N Leases renewed as the kubelet's lease controller renews them (a PUT of
     the last answer with a new renewTime, a GET and a retry on 409, every 10 s + up to 4 %), from a compiled
@@ -359,6 +399,12 @@ async def start_kwok(s, n: int, config: str, p: argparse.Namespace, srv, front: 
     return kwok, create_s, settle_s
 
 
+def start_kcm(srv, config: str) -> KubeControllerManagerProcess:
+    """kube-controller-manager v1.37.2's node lifecycle controller on the control plane, upstream's defaults."""
+    tls = {"ca": srv.ca, "cert": srv.cert} if config == "kube" else {}
+    return KubeControllerManagerProcess(srv.base, grace=50, monitor_period=5, **tls).start()
+
+
 async def start_leasegen(n: int, config: str, p: argparse.Namespace, srv, front: str, tier: bool):
     """leasegen with N Leases; returns once its window starts (the Leases exist, then the same settling as
     kwok's). (leasegen, None, seconds until its window)"""
@@ -376,7 +422,7 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
     apiserver) or "tier" (on a node tier, `python -m nodetier` with its defaults, in front of this apiserver)."""
     etcd_ep = etcd.endpoint
     prefix = f"/registry-nodes-{os.getpid()}-{config}-{n}"
-    driver = tier = lease_db = None
+    driver = tier = lease_db = kcm = None
     if config == "kube":
         srv = KubeTarget(KubeApiserver(etcd_ep, prefix=prefix, protobuf=True, sharding_gate=False))
     else:
@@ -401,9 +447,15 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
             front = tier.base
         async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=600)) as s:
             if p.generator == "leasegen":
+                if p.controller_manager:
+                    log(f"N={n} {config}: creating {n} Ready nodes for leasegen's Leases")
+                    await create_ready_nodes(s, srv.base, n)
+                    kcm = start_kcm(srv, config)
                 driver, create_s, settle_s = await start_leasegen(n, config, p, srv, front, tier is not None)
             else:
                 driver, create_s, settle_s = await start_kwok(s, n, config, p, srv, front, tier is not None)
+                if p.controller_manager:
+                    kcm = start_kcm(srv, config)
             m0, c0 = await metrics(s, front), await metrics(s, srv.base)
             cpu0, kcpu0, ecpu0 = srv.cpu_s(), proc_cpu_s(driver.pid), proc_cpu_s(etcd._proc.pid)
             tcpu0 = proc_cpu_s(tier.pid) if tier else 0.0
@@ -437,12 +489,17 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
             rss = proc_mem_mib(srv.pid)["VmRSS"]
             tier_rss = proc_mem_mib(tier.pid)["VmRSS"] if tier else None
             stale = await lease_staleness(s, srv.base)    # the control plane's copies: what a controller sees
+            verdicts = await node_verdicts(s, srv.base) if kcm is not None else None
+            if kcm is not None and not kcm.alive():
+                raise BenchError(f"kube-controller-manager exited: {kcm.log()[-2000:]}")
             gen = await driver.result() if isinstance(driver, LeaseGen) else None
             srv.alive()
             if tier:
                 tier.alive()
     finally:
         try:
+            if kcm is not None:
+                kcm.stop()
             if driver is not None:
                 driver.stop()
             if tier is not None:
@@ -509,9 +566,14 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
         "apiserver_rss_mib": rss, "tier_rss_mib": tier_rss,
         "lease_cache_lag_revisions": max(0, (lrev1 if lease_db else rev1) - cache_rv), **{f"leases_{k}": v for k, v in stale.items()},
         "loadavg_after": list(os.getloadavg()),
+        # the real node lifecycle controller (upstream's defaults: 50 s grace, 5 s period) on the control plane
+        "kcm_nodes": verdicts["nodes"] if verdicts else None,
+        "kcm_nodes_not_ready": verdicts["not_ready"] if verdicts else None,
+        "kcm_node_not_ready_events": verdicts["node_not_ready_events"] if verdicts else None,
     }
     out["sustained"] = bool(p99_server is not None and p99_server < 1.0 and p99_probe is not None
-                            and p99_probe < 1.0 and renew_rate >= 0.85 * expected and stale["expired"] == 0)
+                            and p99_probe < 1.0 and renew_rate >= 0.85 * expected and stale["expired"] == 0
+                            and not (verdicts and (verdicts["not_ready"] or verdicts["node_not_ready_events"])))
     log(f"N={n} {config}: {out['writes_per_s']:.0f} writes/s ({out['lease_share'] * 100:.0f} % Lease renewals, "
         f"{renew_rate:.0f}/s of {expected:.0f}/s expected), apiserver {cores:.2f} cores "
         f"({out['apiserver_cpu_cores_per_1000_nodes']:.3f} per 1k nodes)"
@@ -561,6 +623,8 @@ def table(runs: list[dict]) -> str:
             ("oldest renewTime", lambda r: "-" if r.get("leases_age_max_s") is None else f"{r['leases_age_max_s']:.0f} s"),
             ("CP age p99 / max bucket", lambda r: "-" if r.get("tier_cp_age_p99_s") is None
              else f"{r['tier_cp_age_p99_s']:.1f} / {r['tier_cp_age_max_bucket_s']:.0f} s"),
+            ("KCM NotReady (events)", lambda r: "-" if r.get("kcm_nodes_not_ready") is None
+             else f"{r['kcm_nodes_not_ready']} ({r['kcm_node_not_ready_events']})"),
             ("cache lag (revs)", lambda r: str(r["lease_cache_lag_revisions"])),
             ("driver", lambda r: r.get("generator", "kwok")),
             ("driver cores", lambda r: f"{r.get('kwok_cpu_cores') or r.get('leasegen_cpu_cores') or 0:.2f}"),
@@ -615,6 +679,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "a cluster's kubelets renew independently)")
     ap.add_argument("--settle-timeout", type=float, default=900.0,
                     help="seconds for every node to become Ready with its Lease")
+    ap.add_argument("--controller-manager", type=lambda v: v.lower() in ("1", "true", "yes"), default=True,
+                    help="run kube-controller-manager's node lifecycle controller (upstream's 50 s grace) on the "
+                         "control plane and report the nodes it marked NotReady (default true; leasegen's runs "
+                         "then create a Ready Node for each of its Leases)")
     ap.add_argument("--out", default="bench/out/nodes.json")
     ap.add_argument("--docs", help="copy of the JSON (default docs/nodes.json; --quick: none)")
     p = ap.parse_args(argv)
@@ -656,6 +724,9 @@ def main(argv=None) -> int:
     from tests.helpers.etcd import load_tool
     from tests.helpers.kwok import kwok_binary
     kwok_bin = kwok_binary() if p.generator == "kwok" else None
+    if p.controller_manager:
+        from tests.helpers.kwok import kube_controller_manager_binary
+        kube_controller_manager_binary()      # tools/build_kube_controller_manager.py, once
     p.leasegen = load_tool("build_repo_go").ensure("leasegen") if p.generator == "leasegen" else None
     etcd = current_etcd()
     with etcd:

@@ -33,7 +33,7 @@ _MODULE_STAGE = {
     "test_authz": 3, "test_robustness": 3, "test_compaction_boundary": 3, "test_etcd_reconnect": 3,
     "test_warm_restart_crd": 3,
     # 4: kwok; 5: kube-scheduler, kube-controller-manager; 6: the protobuf references
-    "test_kwok": 4, "test_bench_kwok_smoke": 4,
+    "test_kwok": 4, "test_bench_kwok_smoke": 5,      # (bench.nodes runs kube-controller-manager)
     "test_kube_scheduler": 5, "test_kube_controller_manager": 5, "test_robustness_nodeplane": 5,
     "test_recipes_churn": 1, "test_recipes_state": 1, "test_recipes_manifests": 2, "test_recipes_node": 5,
     "test_protobuf": 6,

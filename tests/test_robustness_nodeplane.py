@@ -30,7 +30,7 @@ def test_node_plane_scenario(name, results):
     r = results[name]
     print({k: v for k, v in r.items() if k != "violations"})
     assert r["passed"], explain(r, limit=10)
-    assert r["renewals"] > 20 and r["reads"] > 20, r
+    assert r["renewals"] >= 15 and r["reads"] > 20, r    # (3 live kubelets, a renewal each 5 s, over ~40 s)
     assert r["dead_unknown_after_s"] is not None, r
     if name != "node-none":
         assert r["fault_s"] is not None, r

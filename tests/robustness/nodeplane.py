@@ -8,7 +8,7 @@ Scenarios (`NODE_SCENARIOS`):
 * `node-none`: no fault (the baseline: every checker must pass without one);
 * `tier-kill`: the tier SIGKILLed under traffic and started again on its port at once (what a supervisor does);
 * `tier-restart`: the tier stopped with SIGTERM (it forwards every pending renewal before it exits) and
-  started again;
+  started again TIER_DOWN seconds later (20 s at upstream's scale);
 * `control-plane-kill`: the apiserver behind a live tier SIGKILLed, started again OUTAGE seconds later;
 * `lease-etcd-kill`: the Lease etcd SIGKILLed, started again OUTAGE seconds later on its data directory.
 
@@ -62,6 +62,11 @@ GRACE = 25                          # --node-monitor-grace-period (upstream 50)
 MONITOR = 2                         # --node-monitor-period (upstream 5)
 FORWARD = 10.0                      # the tier's --forward-interval (upstream-scaled 30 s would be 15)
 OUTAGE = 4.0                        # seconds the control plane or the Lease etcd stays down
+# seconds a tier stopped with SIGTERM stays down (20 s at upstream's scale). The margin: the control plane's
+# copy is the newest renewal at the stop (up to a period old), then nothing until a kubelet's retry after the
+# restart (up to a period here; the kubelet's backoff reaches 7 s) is forwarded at once, then the controller's
+# poll: 5 + 10 + 5 + 2 = 22 s of the 25 s grace (upstream: 10.4 + 20 + 7 + 5 = 42 s of 50).
+TIER_DOWN = 10.0
 LIVE = ["robust-node-0", "robust-node-1", "robust-node-2"]
 DEAD = "robust-node-dead"
 NS = "kube-node-lease"
@@ -295,13 +300,18 @@ class Plane:
 
 
 def _kcm_healthy(kcm: KubeControllerManagerProcess, timeout: float) -> bool:
-    import requests
+    """Its /healthz (its own self-signed HTTPS port: not verified) answers 200 within `timeout`."""
+    import ssl
+    import urllib.request
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and kcm.alive():
         try:
-            if requests.get(f"https://127.0.0.1:{kcm.port}/healthz", verify=False, timeout=2).status_code == 200:
-                return True
-        except requests.RequestException:
+            with urllib.request.urlopen(f"https://127.0.0.1:{kcm.port}/healthz", context=ctx, timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
             pass
         time.sleep(0.3)
     return False
@@ -328,6 +338,7 @@ async def fault(run: Run, plane: Plane, s: aiohttp.ClientSession) -> None:
     elif run.name == "tier-restart":
         await asyncio.to_thread(plane.term_tier)
         run.cp_at_fault = {n: v[0] for n, v in (await _control_plane_renewals(s, plane.api.base)).items()}
+        await asyncio.sleep(TIER_DOWN)
         await asyncio.to_thread(plane.start_tier)
     elif run.name == "control-plane-kill":
         await asyncio.to_thread(plane.api.kill)

@@ -284,8 +284,10 @@ async def create_ready_nodes(s, base: str, n: int, prefix: str = "lg-", clients:
 
 
 async def node_verdicts(s, base: str) -> dict:
-    """What the real node lifecycle controller decided: Nodes whose Ready condition is not True, and the
-    NodeNotReady events it recorded (each node it marked Unknown, even one Ready again since)."""
+    """What the real node lifecycle controller decided: Nodes whose Ready condition is not True (leasegen's
+    nodes have no kubelet to set it back), and the nodes with a NodeNotReady event in the core events (none
+    was found in any run, even where the controller had marked nodes NotReady: where its recorder sends them
+    was not investigated, so they are kept in the JSON only)."""
     nodes = await items(s, base + "/api/v1/nodes", "nodes")
     not_ready = sum(not any(c.get("type") == "Ready" and c.get("status") == "True"
                             for c in (it.get("status") or {}).get("conditions") or []) for it in nodes)
@@ -458,6 +460,7 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
                     kcm = start_kcm(srv, config)
             m0, c0 = await metrics(s, front), await metrics(s, srv.base)
             cpu0, kcpu0, ecpu0 = srv.cpu_s(), proc_cpu_s(driver.pid), proc_cpu_s(etcd._proc.pid)
+            kcpu_kcm0 = proc_cpu_s(kcm.pid) if kcm is not None else 0.0
             tcpu0 = proc_cpu_s(tier.pid) if tier else 0.0
             lcpu0 = proc_cpu_s(lease_db._proc.pid) if lease_db else 0.0
             lrev0 = await etcd_rev(lease_db.endpoint) if lease_db else 0
@@ -475,6 +478,7 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
             # (leasegen may have exited at its window's end: it reports its own CPU)
             kcpu1 = kcpu0 if isinstance(driver, LeaseGen) else proc_cpu_s(driver.pid)
             cpu1, ecpu1 = srv.cpu_s(), proc_cpu_s(etcd._proc.pid)
+            kcpu_kcm1 = proc_cpu_s(kcm.pid) if kcm is not None else 0.0
             tcpu1 = proc_cpu_s(tier.pid) if tier else 0.0
             lcpu1 = proc_cpu_s(lease_db._proc.pid) if lease_db else 0.0
             lrev1 = await etcd_rev(lease_db.endpoint) if lease_db else 0
@@ -568,12 +572,13 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
         "loadavg_after": list(os.getloadavg()),
         # the real node lifecycle controller (upstream's defaults: 50 s grace, 5 s period) on the control plane
         "kcm_nodes": verdicts["nodes"] if verdicts else None,
+        "kcm_cpu_cores": (kcpu_kcm1 - kcpu_kcm0) / el if kcm is not None else None,
         "kcm_nodes_not_ready": verdicts["not_ready"] if verdicts else None,
         "kcm_node_not_ready_events": verdicts["node_not_ready_events"] if verdicts else None,
     }
     out["sustained"] = bool(p99_server is not None and p99_server < 1.0 and p99_probe is not None
                             and p99_probe < 1.0 and renew_rate >= 0.85 * expected and stale["expired"] == 0
-                            and not (verdicts and (verdicts["not_ready"] or verdicts["node_not_ready_events"])))
+                            and not (verdicts and verdicts["not_ready"]))
     log(f"N={n} {config}: {out['writes_per_s']:.0f} writes/s ({out['lease_share'] * 100:.0f} % Lease renewals, "
         f"{renew_rate:.0f}/s of {expected:.0f}/s expected), apiserver {cores:.2f} cores "
         f"({out['apiserver_cpu_cores_per_1000_nodes']:.3f} per 1k nodes)"
@@ -623,8 +628,7 @@ def table(runs: list[dict]) -> str:
             ("oldest renewTime", lambda r: "-" if r.get("leases_age_max_s") is None else f"{r['leases_age_max_s']:.0f} s"),
             ("CP age p99 / max bucket", lambda r: "-" if r.get("tier_cp_age_p99_s") is None
              else f"{r['tier_cp_age_p99_s']:.1f} / {r['tier_cp_age_max_bucket_s']:.0f} s"),
-            ("KCM NotReady (events)", lambda r: "-" if r.get("kcm_nodes_not_ready") is None
-             else f"{r['kcm_nodes_not_ready']} ({r['kcm_node_not_ready_events']})"),
+            ("KCM NotReady", lambda r: "-" if r.get("kcm_nodes_not_ready") is None else str(r["kcm_nodes_not_ready"])),
             ("cache lag (revs)", lambda r: str(r["lease_cache_lag_revisions"])),
             ("driver", lambda r: r.get("generator", "kwok")),
             ("driver cores", lambda r: f"{r.get('kwok_cpu_cores') or r.get('leasegen_cpu_cores') or 0:.2f}"),

@@ -34,6 +34,8 @@ def test_node_plane_scenario(name, results):
     assert r["dead_unknown_after_s"] is not None, r
     if name != "node-none":
         assert r["fault_s"] is not None, r
+    if name in ("tier-kill", "tier-restart"):     # stopped while holding unforwarded renewals
+        assert r["pending_at_fault"] >= 1, r
 
 
 # --- the checkers catch what they should -----------------------------------------------------------------

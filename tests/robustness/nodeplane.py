@@ -112,6 +112,7 @@ class Run:
     fault_at: float | None = None
     fault_end: float | None = None
     cp_at_fault: dict[str, float] = field(default_factory=dict)       # the control plane's renewTime at the kill
+    pending_at_fault: int | None = None                               # renewals the tier held unforwarded then
     notes: list[str] = field(default_factory=list)
 
     def now(self) -> float:
@@ -329,7 +330,24 @@ def _last_acked(run: Run, name: str, before: float = float("inf")) -> float:
                 and o.end <= before), default=0.0)
 
 
+async def _pending(s: aiohttp.ClientSession, tier: str) -> int:
+    """The tier's Leases whose newest renewal the control plane has not seen (its nodetier_leases_pending)."""
+    async with s.get(f"{tier}/metrics") as r:
+        for line in (await r.text()).splitlines():
+            if line.startswith("nodetier_leases_pending "):
+                return int(float(line.split()[1]))
+    return 0
+
+
 async def fault(run: Run, plane: Plane, s: aiohttp.ClientSession) -> None:
+    if run.name in ("tier-kill", "tier-restart"):
+        # stop the tier while it holds renewals the control plane has not seen (every second renewal is
+        # forwarded: half the time none is pending), so the loss a SIGKILL may cause, and the flush a SIGTERM
+        # does, are both exercised
+        deadline = run.now() + 2 * PERIOD
+        while run.now() < deadline and await _pending(s, plane.tier.base) == 0:
+            await asyncio.sleep(0.1)
+        run.pending_at_fault = await _pending(s, plane.tier.base)
     run.fault_at = run.now()
     if run.name == "tier-kill":
         await asyncio.to_thread(plane.kill_tier)
@@ -429,6 +447,7 @@ async def run_node_scenario(name: str, *, seed: int = 1, duration: float = 40.0)
               "renewals_during_fault": sum(o.kind == "renew" and o.status == 200 and run.fault_at <= o.start
                                            and o.end <= run.fault_end for o in run.ops) if run.fault_end else None,
               "renewal_conflicts": sum(o.kind == "renew" and o.status == 409 for o in run.ops),
+              "pending_at_fault": run.pending_at_fault,
               "cp_behind_at_fault_s": {n: round(_last_acked(run, n, before=run.fault_at) - t, 2)
                                        for n, t in run.cp_at_fault.items()},
               "ready_seen": run.ready_seen, "poll_errors": run.poll_errors, "alive": alive,

@@ -1,9 +1,14 @@
 """Node heartbeats from kwok's simulated nodes (issue 13 §2, issue 22 §5): what a control plane absorbs, side by
 side. Each count N runs in each of `--configs`: `kube` (kube-apiserver v1.37.2, kwok over TLS), `direct` (this
 apiserver), `tier` (this apiserver behind `python -m nodetier` at its defaults: kwok and the probe talk to the
-tier), `lease-etcd` (direct, with Leases on a no-fsync tmpfs etcd of their own, as `--embedded-lease-etcd`).
-Per configuration it also reports the tier's and each etcd's CPU, and the control plane's Lease writes per
-renewal absorbed.
+tier), `lease-etcd` (direct, with Leases on a no-fsync tmpfs etcd of their own, as `--embedded-lease-etcd`),
+`tier-lease-etcd` (the node plane: the tier in front of this apiserver with the Lease etcd). Per configuration
+it also reports the tier's and each etcd's CPU, the control plane's Lease writes and CPU per renewal absorbed,
+behind a tier how old the control plane's copy of a Lease was when a forward replaced it
+(`nodetier_control_plane_renewal_age_seconds`: p99 and the highest bucket reached), and, with
+`--controller-manager` (default), what kube-controller-manager v1.37.2's node lifecycle controller (upstream's
+50 s grace, 5 s period) on the control plane decided: the nodes it marked NotReady (leasegen's runs create a
+Ready Node for each Lease; a count with any is not sustained), and its CPU.
 
 For each node count N: a fresh apiserver (watch cache on, default flags) over a current etcd (fresh key
 prefix), kwok v0.8.0 (tools/build_kwok.py) with upstream's stages (tools/kwok/) and 40 s node leases
@@ -33,11 +38,12 @@ the share renewed on time (within 1.1 periods of the node's previous renewal) an
 
 A count is "sustained" when both p99 renewal latencies are under 1 s, Lease renewals run at >= 85 % of the
 expected N/10.2 per second (10 s plus kwok's jitter of up to 4 %; a window holds a whole number of renewal
-rounds, hence the margin) and no Lease expired. The largest sustained N is stated (`--search` keeps doubling N past the
+rounds, hence the margin), no Lease expired and the controller manager marked no node NotReady. The largest sustained N is stated (`--search` keeps doubling N past the
 list until one is not sustained, up to --max-nodes).
 
     .venv/bin/python -m bench.nodes [--quick] [--nodes 1000,5000,10000] [--window 60] [--search]
-                                    [--configs kube,direct,tier] [--generator kwok|leasegen]
+                                    [--configs kube,direct,tier,lease-etcd,tier-lease-etcd]
+                                    [--generator kwok|leasegen] [--controller-manager true|false]
                                     [--out bench/out/nodes.json] [--docs docs/nodes.json]
 
 Progress on stderr, the table on stdout, every figure with the machine's load average to --out, and a copy
@@ -421,7 +427,8 @@ async def start_leasegen(n: int, config: str, p: argparse.Namespace, srv, front:
 
 async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -> dict:
     """One count in one configuration: "kube" (kwok and the probe on kube-apiserver v1.37.2), "direct" (on this
-    apiserver) or "tier" (on a node tier, `python -m nodetier` with its defaults, in front of this apiserver)."""
+    apiserver), "tier" (on a node tier, `python -m nodetier` with its defaults, in front of this apiserver),
+    "lease-etcd" or "tier-lease-etcd" (the same, Leases on their own no-fsync etcd)."""
     etcd_ep = etcd.endpoint
     prefix = f"/registry-nodes-{os.getpid()}-{config}-{n}"
     driver = tier = lease_db = kcm = None

@@ -38,8 +38,8 @@ the share renewed on time (within 1.1 periods of the node's previous renewal) an
 
 A count is "sustained" when both p99 renewal latencies are under 1 s, Lease renewals run at >= 85 % of the
 expected N/10.2 per second (10 s plus kwok's jitter of up to 4 %; a window holds a whole number of renewal
-rounds, hence the margin), no Lease expired and the controller manager marked no node NotReady. The largest sustained N is stated (`--search` keeps doubling N past the
-list until one is not sustained, up to --max-nodes).
+rounds, hence the margin), no Lease expired and the controller manager marked no node NotReady. The largest
+sustained N is stated (`--search` keeps doubling N past the list until one is not sustained, up to --max-nodes).
 
     .venv/bin/python -m bench.nodes [--quick] [--nodes 1000,5000,10000] [--window 60] [--search]
                                     [--configs kube,direct,tier,lease-etcd,tier-lease-etcd]
@@ -95,7 +95,8 @@ def parse_metrics(text: str) -> dict[tuple[str, frozenset], float]:
     for fam in text_string_to_metric_families(text):
         if fam.name not in ("apiserver_request", "apiserver_request_duration_seconds",
                             "apiserver_watch_cache_resource_version", "nodetier_renewals_absorbed",
-                            "nodetier_renewals_fast_path", "nodetier_control_plane_renewal_age_seconds"):
+                            "nodetier_renewals_fast_path", "nodetier_control_plane_renewal_age_seconds",
+                            "nodetier_forward_duration_seconds", "nodetier_forwards"):
             continue
         for s in fam.samples:
             out[(s.name, frozenset(s.labels.items()))] = s.value
@@ -552,6 +553,12 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
         if tier else None,
         "tier_cp_age_max_bucket_s": histogram_max(m0, m1, "nodetier_control_plane_renewal_age_seconds")
         if tier else None,
+        # the tier's forwards: p99 from due to answered, and how many failed (by result: 409, 429, 5xx, unreachable)
+        "tier_forward_p99_s": histogram_quantile(m0, m1, 0.99, "nodetier_forward_duration_seconds")
+        if tier else None,
+        "tier_forwards_failed": {r: delta_sum(m0, m1, "nodetier_forwards_total", why="renewal", result=r)
+                                 for r in {dict(k[1]).get("result") for k in m1 if k[0] == "nodetier_forwards_total"}
+                                 if r != "ok"} if tier else None,
         "etcd_cpu_cores": (ecpu1 - ecpu0) / el,
         "lease_etcd_cpu_cores": (lcpu1 - lcpu0) / el if lease_db else None,
         "lease_etcd_writes_per_s": (lrev1 - lrev0) / el if lease_db else None,
@@ -635,7 +642,8 @@ def table(runs: list[dict]) -> str:
             ("oldest renewTime", lambda r: "-" if r.get("leases_age_max_s") is None else f"{r['leases_age_max_s']:.0f} s"),
             ("CP age p99 / max bucket", lambda r: "-" if r.get("tier_cp_age_p99_s") is None
              else f"{r['tier_cp_age_p99_s']:.1f} / {r['tier_cp_age_max_bucket_s']:.0f} s"),
-            ("KCM NotReady", lambda r: "-" if r.get("kcm_nodes_not_ready") is None else str(r["kcm_nodes_not_ready"])),
+            ("KCM NotReady", lambda r: "-" if r.get("kcm_nodes_not_ready") is None
+             else str(r["kcm_nodes_not_ready"])),
             ("cache lag (revs)", lambda r: str(r["lease_cache_lag_revisions"])),
             ("driver", lambda r: r.get("generator", "kwok")),
             ("driver cores", lambda r: f"{r.get('kwok_cpu_cores') or r.get('leasegen_cpu_cores') or 0:.2f}"),

@@ -235,12 +235,13 @@ class Forwarder:
         st = self.leases.states.get(name)
         if st is None:
             return False
-        replaced = st.cp_renew
+        replaced, t0 = st.cp_renew, time.monotonic()
         try:
             async with self._sem:
                 obj = await self.leases.store.get(self.leases.prefix + name)
                 cp_obj = await self.cp.call("PUT", self.cp.lease_path(name), for_control_plane(obj, st.cp_rv),
                                             user_agent=st.user_agent)
+            metrics.forward_seconds.observe(time.monotonic() - t0)
             if replaced:
                 metrics.control_plane_age.observe(time.time() - replaced)
             self.leases.note_control_plane(name, cp_obj)

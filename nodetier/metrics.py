@@ -14,3 +14,7 @@ control_plane_age = Histogram(
     "nodetier_control_plane_renewal_age_seconds",
     "Age of the control plane's spec.renewTime of a Lease when the tier's forward replaced it",
     buckets=(5, 10, 15, 20, 25, 28, 30, 31, 32, 33, 34, 35, 36, 37, 38, 40, 45, 50, 60, 90, 120))
+forward_seconds = Histogram(
+    "nodetier_forward_duration_seconds",
+    "Seconds a renewal's forward took, from the forwarder taking it up to the control plane's answer",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16))

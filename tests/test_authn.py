@@ -463,8 +463,11 @@ def test_bearer_token_header():
     assert authn.bearer_token("Bearer") is None
 
 
-class _Req:
+class _Req(dict):
+    """What the authenticator reads of an aiohttp request (its headers, the TLS peer) and writes (items)."""
+
     def __init__(self, headers=None, cert=None):
+        super().__init__()
         self.headers = headers or {}
         self.transport = _Transport(cert) if cert else None
 
@@ -487,6 +490,9 @@ def test_authenticator_chain():
     der_id = "X509SHA256=" + hashlib.sha256(b"der").hexdigest()
     assert a.authenticate(_Req(cert=cert)) == UserInfo("cn", groups=("o1", "o2", "system:authenticated"))
     assert a.authenticate(_Req(cert=cert)).extra == {authn.CREDENTIAL_ID: (der_id,)}
+    by_cert, by_token = _Req(cert=cert), _Req({"Authorization": "Bearer t"})
+    a.authenticate(by_cert), a.authenticate(by_token)
+    assert by_cert.get("credential") == authn.X509 and "credential" not in by_token   # (the node tier reads it)
     assert a.authenticate(_Req({"Authorization": "Bearer t"})) == UserInfo("u", groups=("g", "system:authenticated"))
     assert a.authenticate(_Req({"Authorization": "Bearer x"})) is None                     # 401 despite anonymous
     assert a.authenticate(_Req({"Authorization": "Basic x"})) is ANONYMOUS_USER

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import os
 import random
 import signal
@@ -212,7 +213,8 @@ async def editor(run: Run, s: aiohttp.ClientSession, base: str, name: str, stop:
         t = run.now()
         op = LOp("edit", name, t, 0.0, None, sent=value)
         try:
-            async with s.patch(f"{base}{LEASES}/{name}", data=f'{{"metadata":{{"labels":{{"{EDIT_LABEL}":"{value}"}}}}}}',
+            patch = {"metadata": {"labels": {EDIT_LABEL: value}}}
+            async with s.patch(f"{base}{LEASES}/{name}", data=json.dumps(patch),
                                headers={"Content-Type": "application/merge-patch+json"}) as r:
                 body = await r.json(content_type=None)
                 op.status, op.end = r.status, run.now()

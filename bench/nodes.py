@@ -96,7 +96,8 @@ def parse_metrics(text: str) -> dict[tuple[str, frozenset], float]:
         if fam.name not in ("apiserver_request", "apiserver_request_duration_seconds",
                             "apiserver_watch_cache_resource_version", "nodetier_renewals_absorbed",
                             "nodetier_renewals_fast_path", "nodetier_control_plane_renewal_age_seconds",
-                            "nodetier_forward_duration_seconds", "nodetier_forwards"):
+                            "nodetier_forward_duration_seconds", "nodetier_forward_wait_seconds",
+                            "nodetier_forwards"):
             continue
         for s in fam.samples:
             out[(s.name, frozenset(s.labels.items()))] = s.value
@@ -556,6 +557,10 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
         # the tier's forwards: p99 from due to answered, and how many failed (by result: 409, 429, 5xx, unreachable)
         "tier_forward_p99_s": histogram_quantile(m0, m1, 0.99, "nodetier_forward_duration_seconds")
         if tier else None,
+        # ... and how long due renewals waited for the forwarder (its tick and budget): p99 and the highest bucket
+        "tier_forward_wait_p99_s": histogram_quantile(m0, m1, 0.99, "nodetier_forward_wait_seconds")
+        if tier else None,
+        "tier_forward_wait_max_bucket_s": histogram_max(m0, m1, "nodetier_forward_wait_seconds") if tier else None,
         "tier_forwards_failed": {r: delta_sum(m0, m1, "nodetier_forwards_total", why="renewal", result=r)
                                  for r in {dict(k[1]).get("result") for k in m1 if k[0] == "nodetier_forwards_total"}
                                  if r != "ok"} if tier else None,

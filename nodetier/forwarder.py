@@ -219,6 +219,7 @@ class Forwarder:
                 st.due_at = None
                 if self._retry_at.get(name, 0.0) <= mono and self.due(st, now, mono):
                     budget -= 1
+                    metrics.forward_wait_seconds.observe(mono - at)
                     self._spawn(name)
                 else:
                     self.schedule(name, not_before=mono + TICK)

@@ -18,3 +18,7 @@ forward_seconds = Histogram(
     "nodetier_forward_duration_seconds",
     "Seconds a renewal's forward took, from the forwarder taking it up to the control plane's answer",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16))
+forward_wait_seconds = Histogram(
+    "nodetier_forward_wait_seconds",
+    "Seconds a due renewal waited for the forwarder (its tick, the forward budget) before its forward started",
+    buckets=(0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32))

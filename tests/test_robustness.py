@@ -39,10 +39,12 @@ def _run_short(job) -> dict:
 
 @pytest.fixture(scope="module")
 def short_results():
-    """Every short scenario, two at a time (each its own etcd and apiserver; the machine has 2 cores)."""
+    """Every short scenario, two at a time (each its own etcd and apiserver; the machine has 2 cores), in
+    spawned processes (a fork of a worker that has used gRPC can crash: see test_robustness_nodeplane)."""
     import concurrent.futures
+    import multiprocessing
     jobs = [(n, c, k.plural) for n, c, k in SHORT]
-    with concurrent.futures.ProcessPoolExecutor(2) as ex:
+    with concurrent.futures.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as ex:
         results = dict(zip(jobs, ex.map(_run_short, jobs)))
     compare_rss(list(results.values()))   # against none (cache on, ConfigMaps): RSS within 10 %
     return results

@@ -465,6 +465,11 @@ async def run_node_scenario(name: str, *, seed: int = 1, duration: float = 40.0)
     return result
 
 
+def run_one(name: str, seed: int = 1, duration: float = 40.0) -> dict:
+    """One scenario in a process of its own (a process pool's worker: a plain function to pickle)."""
+    return asyncio.run(run_node_scenario(name, seed=seed, duration=duration))
+
+
 # --- checkers ------------------------------------------------------------------------------------------------
 
 def _v(checker: str, text: str) -> dict:

@@ -381,6 +381,25 @@ IMPERSONATION_CASES = [   # (who, headers, request): upstream's answer, compared
 ]
 
 
+def test_impersonation_headers():
+    """processImpersonationHeaders: extras by lowercased, path-unescaped key whatever the header's case; a uid,
+    groups or extras without a user are upstream's 400, the asked user printed as Go's %#v prints it."""
+    from multidict import CIMultiDict
+    from apiserver.auth import impersonation
+    from machinery import errors
+    h = CIMultiDict([("Impersonate-User", "vera"), ("Impersonate-Extra-Scopes", "a"), ("impersonate-extra-scopes", "b"),
+                     ("Impersonate-Extra-acme.com%2Fproject", "p"), ("Impersonate-Group", "g1"),
+                     ("Impersonate-Group", "g2")])
+    assert impersonation.wanted(h) == UserInfo("vera", groups=("g1", "g2"))
+    assert impersonation.wanted(h).extra == {"scopes": ("a", "b"), "acme.com/project": ("p",)}
+    assert impersonation.wanted(CIMultiDict([("Accept", "x")])) is None
+    with pytest.raises(errors.StatusError) as e:
+        impersonation.wanted(CIMultiDict([("Impersonate-Group", "devs"), ("Impersonate-Extra-Scopes", "openid")]))
+    assert (e.value.code, e.value.reason) == (400, "BadRequest")
+    assert e.value.message == ('requested &user.DefaultInfo{Name:"", UID:"", Groups:[]string{"devs"}, '
+                               'Extra:map[string][]string{"scopes":[]string{"openid"}}} without impersonating a user name')
+
+
 @pytest.mark.parametrize("user,headers,call", IMPERSONATION_CASES)
 def test_impersonation_as_kube(impersonator, ours, ours_etcd, kube, user, headers, call):
     """The impersonation filter (apiserver/auth/impersonation.py) against kube-apiserver: every refusal byte for

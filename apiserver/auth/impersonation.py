@@ -80,7 +80,8 @@ def wanted(headers) -> UserInfo | None:
     name, uid = headers.get(USER, ""), headers.get(UID, "")
     groups = headers.getall(GROUP, [])
     extra: dict[str, list[str]] = {}
-    for key in dict.fromkeys(k for k in headers if k.lower().startswith(EXTRA_PREFIX.lower())):
+    # one key per header name whatever its case (Go's canonical header keys), all its values
+    for key in dict.fromkeys(k.lower() for k in headers if k.lower().startswith(EXTRA_PREFIX.lower())):
         extra_key = key[len(EXTRA_PREFIX):].lower()
         try:
             extra_key = unquote(extra_key, errors="strict")

@@ -249,17 +249,21 @@ async def create_nodes(s, base: str, n: int, clients: int = 16) -> float:
         now = time.perf_counter()
         if due > now:
             await asyncio.sleep(due - now)
-        for _ in range(100):   # a 429 (max requests in flight) is retried, as client-go does
-            async with s.post(base + "/api/v1/nodes", data=orjson.dumps(kwok_node(f"kwok-{i:06d}")),
-                              headers=JSON_CT) as r:
-                if r.status != 429:
-                    await check(r, "create node")
-                    return
-                await r.read()
-            await asyncio.sleep(0.2)
-        raise BenchError("create node: still 429 after 100 tries")
+        await post_node(s, base, kwok_node(f"kwok-{i:06d}"))
     elapsed, _ = await run_pool(n, clients, create, "nodes", steps=4 if n >= 2000 else 0)
     return elapsed
+
+
+async def post_node(s, base: str, node: dict, ok: tuple[int, ...] | None = None) -> None:
+    """POST a Node; a 429 (max requests in flight) is retried, as client-go does."""
+    for _ in range(100):
+        async with s.post(base + "/api/v1/nodes", data=orjson.dumps(node), headers=JSON_CT) as r:
+            if r.status != 429:
+                await check(r, "create node", ok=ok)
+                return
+            await r.read()
+        await asyncio.sleep(0.2)
+    raise BenchError("create node: still 429 after 100 tries")
 
 
 def ready_node(name: str) -> dict:
@@ -278,15 +282,7 @@ async def create_ready_nodes(s, base: str, n: int, prefix: str = "lg-", clients:
     """leasegen's nodes (its Leases are PREFIX000000..): Ready Nodes of the same names, so a real controller
     manager has nodes to judge."""
     async def create(i):
-        for _ in range(100):
-            async with s.post(base + "/api/v1/nodes", data=orjson.dumps(ready_node(f"{prefix}{i:06d}")),
-                              headers=JSON_CT) as r:
-                if r.status != 429:
-                    await check(r, "create node", ok=(201, 409))
-                    return
-                await r.read()
-            await asyncio.sleep(0.2)
-        raise BenchError("create node: still 429 after 100 tries")
+        await post_node(s, base, ready_node(f"{prefix}{i:06d}"), ok=(201, 409))
     elapsed, _ = await run_pool(n, clients, create, "nodes", steps=4 if n >= 2000 else 0)
     return elapsed
 

@@ -68,7 +68,8 @@ from bench.harness import (JSON_CT, Apiserver, BenchError, check, current_etcd, 
                            proc_mem_mib, run_pool, ssl_context, versions, wait_all_ready_async, write_json)
 from tests.helpers.apiserver import ApiserverError
 from tests.helpers.kube import KubeApiserver
-from tests.helpers.kwok import NODE_LEASE_NAMESPACE, KubeControllerManagerProcess, KwokProcess, kwok_node
+from tests.helpers.kwok import (NODE_LEASE_NAMESPACE, KubeControllerManagerProcess, KwokProcess, kwok_node,
+                                ready_node)
 from tests.helpers.nodetier import NodeTierProcess
 
 LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases"
@@ -266,23 +267,11 @@ async def post_node(s, base: str, node: dict, ok: tuple[int, ...] | None = None)
     raise BenchError("create node: still 429 after 100 tries")
 
 
-def ready_node(name: str) -> dict:
-    """A Node with a Ready=True condition and no kubelet behind it but its Lease (leasegen's): the node
-    lifecycle controller judges it by its Lease alone."""
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    node = kwok_node(name)
-    node["metadata"]["annotations"] = {}
-    node["status"]["conditions"] = [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                                     "message": "leasegen renews this node's Lease", "lastHeartbeatTime": now,
-                                     "lastTransitionTime": now}]
-    return node
-
-
 async def create_ready_nodes(s, base: str, n: int, prefix: str = "lg-", clients: int = 16) -> float:
     """leasegen's nodes (its Leases are PREFIX000000..): Ready Nodes of the same names, so a real controller
     manager has nodes to judge."""
     async def create(i):
-        await post_node(s, base, ready_node(f"{prefix}{i:06d}"), ok=(201, 409))
+        await post_node(s, base, ready_node(f"{prefix}{i:06d}", "leasegen renews this node's Lease"), ok=(201, 409))
     elapsed, _ = await run_pool(n, clients, create, "nodes", steps=4 if n >= 2000 else 0)
     return elapsed
 

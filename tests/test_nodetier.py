@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import os
 import time
 import uuid
 
@@ -432,18 +431,24 @@ def test_a_killed_tier_restarted_forwards_at_once_and_its_clients_recover_with_o
                           == again["spec"]["renewTime"], 2), "not forwarded at once"
 
 
+def rbac_https_control_plane(current_etcd, d: str, tag: str):
+    """A throwaway PKI in `d` and an apiserver serving HTTPS with it, clients authenticated by certificate,
+    RBAC on: (the process, its HTTPS URL)."""
+    make_pki(d)
+    sport = free_port()
+    srv = start_apiserver(current_etcd.endpoint, f"/registry/nodetier-{tag}-{uuid.uuid4().hex[:8]}",
+                          "--secure-port", str(sport), "--tls-cert-file", f"{d}/serving.crt",
+                          "--tls-private-key-file", f"{d}/serving.key", "--client-ca-file", f"{d}/ca.crt",
+                          "--authorization-mode", "RBAC")
+    return srv, f"https://127.0.0.1:{sport}"
+
+
 def test_a_tier_given_a_kubeconfig_calls_an_https_control_plane_as_itself(current_etcd, tmp_path):
     """The tier's own calls (nodetier/h1.py: the create it hands on, the renewals it forwards) go over TLS with
     the kubeconfig's CA and client certificate, to a control plane that refuses anonymous requests (RBAC)."""
     d = str(tmp_path)
-    make_pki(d)
-    sport = free_port()
-    srv = start_apiserver(current_etcd.endpoint, f"/registry/nodetier-tls-{uuid.uuid4().hex[:8]}",
-                          "--secure-port", str(sport), "--tls-cert-file", f"{d}/serving.crt",
-                          "--tls-private-key-file", f"{d}/serving.key", "--client-ca-file", f"{d}/ca.crt",
-                          "--authorization-mode", "RBAC")
+    srv, https = rbac_https_control_plane(current_etcd, d, "tls")
     try:
-        https = f"https://127.0.0.1:{sport}"
         admin = (f"{d}/admin.crt", f"{d}/admin.key")
         assert Api(https, verify=f"{d}/ca.crt").get(LEASES).status_code == 403       # anonymous is refused
         cp = Api(https, cert=admin, verify=f"{d}/ca.crt")
@@ -467,14 +472,9 @@ def test_client_certificate_users_reach_the_control_plane_as_themselves_by_imper
     system:masters."""
     from tests.helpers.kube import make_client_cert
     d = str(tmp_path)
-    make_pki(d)
-    sport = free_port()
-    srv = start_apiserver(current_etcd.endpoint, f"/registry/nodetier-imp-{uuid.uuid4().hex[:8]}",
-                          "--secure-port", str(sport), "--tls-cert-file", f"{d}/serving.crt",
-                          "--tls-private-key-file", f"{d}/serving.key", "--client-ca-file", f"{d}/ca.crt",
-                          "--authorization-mode", "RBAC")
+    srv, https = rbac_https_control_plane(current_etcd, d, "imp")
     try:
-        https, ca = f"https://127.0.0.1:{sport}", f"{d}/ca.crt"
+        ca = f"{d}/ca.crt"
         admin = (f"{d}/admin.crt", f"{d}/admin.key")
         carol = make_client_cert(d, "carol", "/O=dev/CN=carol")
         node = make_client_cert(d, "node-n1", "/O=system:nodes/CN=system:node:imp-n1")

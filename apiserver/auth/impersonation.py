@@ -244,6 +244,5 @@ def middleware(authorizer: Authorizer):
             request["user"] = decide.act_as(requestor, want, request_attrs)
         except Refused as e:
             return status_response(forbidden(e.attrs, e.reason))
-        request["impersonated_by"] = requestor
         return await handler(request)
     return impersonation

@@ -65,6 +65,18 @@ def kwok_node(name: str, *, labels: dict | None = None, cpu: str = "32", memory:
             "status": {"allocatable": dict(res), "capacity": dict(res)}}
 
 
+def ready_node(name: str, message: str = "its Lease is renewed without a kubelet") -> dict:
+    """A Node already Ready (a Ready=True condition, heartbeat now) that no kubelet or kwok updates: the node
+    lifecycle controller judges it by its Lease alone."""
+    import datetime
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    node = kwok_node(name)
+    node["metadata"]["annotations"] = {}
+    node["status"]["conditions"] = [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": message,
+                                     "lastHeartbeatTime": now, "lastTransitionTime": now}]
+    return node
+
+
 class _Component:
     """A Go control-plane component run against an apiserver: its own directory (kubeconfig, config, log),
     HOME pointed there and KUBECONFIG unset (nothing of the machine's joins its configuration), output to
@@ -106,6 +118,22 @@ class _Component:
         stop_process(self.popen, timeout)
         if not keep_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+    def get(self, path: str, timeout: float = 5.0) -> tuple[int, str]:
+        """GET on the component's own HTTPS port, `self.url` (self-signed: not verified): (status, body)."""
+        import ssl
+        import urllib.error
+        import urllib.request
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=timeout, context=ctx) as r:
+                return r.status, r.read().decode(errors="replace")
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode(errors="replace")
+        except OSError as e:
+            return 0, str(e)
 
     def __enter__(self):
         return self.start()
@@ -169,22 +197,6 @@ class KubeSchedulerProcess(_Component):
                      "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
                      f"-v={verbosity}", *extra]
 
-    def get(self, path: str, timeout: float = 5.0) -> tuple[int, str]:
-        """GET on the scheduler's own HTTPS port (self-signed: not verified): (status, body)."""
-        import ssl
-        import urllib.error
-        import urllib.request
-        ctx = ssl.create_default_context()
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-        try:
-            with urllib.request.urlopen(self.url + path, timeout=timeout, context=ctx) as r:
-                return r.status, r.read().decode(errors="replace")
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode(errors="replace")
-        except OSError as e:
-            return 0, str(e)
-
 
 def kube_controller_manager_binary() -> str:
     """Path of kube-controller-manager, built once into .cache/kube-controller-manager."""
@@ -204,6 +216,7 @@ class KubeControllerManagerProcess(_Component):
                  cert: tuple[str, str] | None = None, extra: tuple[str, ...] = ()):
         super().__init__(server, "kube-controller-manager-", ca=ca, cert=cert)
         self.port = free_port()
+        self.url = f"https://127.0.0.1:{self.port}"
         self.argv = [kube_controller_manager_binary(), f"--kubeconfig={self.kubeconfig}", "--leader-elect=false",
                      f"--controllers={controllers}", f"--node-monitor-grace-period={grace}s",
                      f"--node-monitor-period={monitor_period}s", "--bind-address=127.0.0.1",

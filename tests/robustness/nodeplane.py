@@ -53,7 +53,8 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from tests.helpers.kwok import KubeControllerManagerProcess, kube_controller_manager_binary
+from nodetier.leases import micro_time as _micro_time
+from tests.helpers.kwok import KubeControllerManagerProcess, kube_controller_manager_binary, ready_node
 from tests.helpers.nodetier import NodeTierProcess
 from tests.robustness.cluster import Apiserver, Etcd
 
@@ -82,7 +83,7 @@ def micro_time(t: float) -> str:
 
 
 def parse_time(s: str | None) -> float:
-    return datetime.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp() if s else 0.0
+    return _micro_time(s) or 0.0
 
 
 @dataclass
@@ -241,16 +242,6 @@ async def watch_nodes(run: Run, s: aiohttp.ClientSession, cp: str, stop: asyncio
         await asyncio.sleep(0.5)
 
 
-def node_obj(name: str) -> dict:
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    res = {"cpu": "8", "memory": "32Gi", "pods": "110"}
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-            "status": {"capacity": res, "allocatable": res, "conditions": [
-                {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "robustness kubelet",
-                 "lastHeartbeatTime": now, "lastTransitionTime": now}]}}
-
-
 def lease_obj(name: str) -> dict:
     return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
             "metadata": {"name": name, "namespace": NS},
@@ -303,19 +294,11 @@ class Plane:
 
 
 def _kcm_healthy(kcm: KubeControllerManagerProcess, timeout: float) -> bool:
-    """Its /healthz (its own self-signed HTTPS port: not verified) answers 200 within `timeout`."""
-    import ssl
-    import urllib.request
-    ctx = ssl.create_default_context()
-    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    """Its /healthz answers 200 within `timeout`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and kcm.alive():
-        try:
-            with urllib.request.urlopen(f"https://127.0.0.1:{kcm.port}/healthz", context=ctx, timeout=2) as r:
-                if r.status == 200:
-                    return True
-        except OSError:
-            pass
+        if kcm.get("/healthz", timeout=2)[0] == 200:
+            return True
         time.sleep(0.3)
     return False
 
@@ -391,7 +374,7 @@ async def run_node_scenario(name: str, *, seed: int = 1, duration: float = 40.0)
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as s:
             cp, tier = plane.api.base, plane.tier.base
             for n in LIVE + [DEAD]:
-                async with s.post(f"{cp}/api/v1/nodes", json=node_obj(n)) as r:
+                async with s.post(f"{cp}/api/v1/nodes", json=ready_node(n, "robustness kubelet")) as r:
                     assert r.status == 201, (n, r.status, await r.text())
                 async with s.post(f"{tier}{LEASES}", json=lease_obj(n)) as r:
                     assert r.status == 201, (n, r.status, await r.text())

@@ -71,6 +71,12 @@ def residency_table(doc: dict) -> str:
                              f"{d['full_bytes'] / MIB:>7.2f} MiB {d['mean_over_full']:>9.3f} {1 / run['k']:>9.3f} "
                              f"{(f'{af:.3f}' if af is not None else '-'):>7}  "
                              f"{'pass' if run['check']['passed'] else 'FAIL'}")
+        for run in pr["runs"]:
+            if "uncompressed_full" in run:
+                parts = [f"{m} {run['summary'][m]['uncompressed_full_bytes'] / MIB:.1f} MiB (compressed full / it "
+                         f"{run['summary'][m]['full_over_uncompressed_full']:.3f}, shard mean / it "
+                         f"{run['summary'][m]['mean_over_uncompressed_full']:.3f})" for m in RESIDENCY_MEASURES]
+                lines.append(f"#   K={run['k']} against a full replica with --cache-compression=false: " + "; ".join(parts))
         if doc.get("source"):   # the advisor: where each resource's objects live, per K
             for run in pr["runs"]:
                 parts = []

@@ -316,7 +316,9 @@ async def measure_all(s, procs: list[Apiserver]) -> list[dict]:
     return out
 
 
-def summarize(full: dict, shards: list[dict], k: int, floor: dict) -> dict:
+def summarize(full: dict, shards: list[dict], k: int, floor: dict, plain: dict | None = None) -> dict:
+    """Per measure: the shards against the full replica (both with the cache's default compression) and, given
+    `plain` (a full replica with --cache-compression=false), against an uncompressed full replica too."""
     out = {}
     for m in MEASURES + ("object_state",):
         vals = [x[m] for x in shards]
@@ -328,6 +330,10 @@ def summarize(full: dict, shards: list[dict], k: int, floor: dict) -> dict:
         fl = floor.get(m, 0)
         if m in ("tracemalloc", "rss") and full[m] > fl:
             d["above_floor_mean_over_full"] = (mean - fl) / (full[m] - fl)
+        if plain is not None:
+            d["uncompressed_full_bytes"] = plain[m]
+            d["mean_over_uncompressed_full"] = mean / plain[m]
+            d["full_over_uncompressed_full"] = full[m] / plain[m]
         out[m] = d
     objs = sum(r["objects"] for x in shards for r in x["resources"].values())
     bm = sum(r["bitmap_bytes"] for x in shards for r in x["resources"].values())
@@ -349,10 +355,10 @@ def partial_in(full_resources: str | tuple[str, ...]):
 
 async def run_ks(s, etcd_ep: str, prefix: str, prof: Profile, ks: list[int], p: argparse.Namespace, floor: dict,
                  full: Apiserver, partial, procs_alive: list[Apiserver], *, writer_base: str | None,
-                 flags: tuple[str, ...] = ()) -> list[dict]:
-    """For each K: start K shard processes, measure them and the full replica at one ingested revision
-    (with the profile's writers running through `writer_base`; None: no writers), check the union of their
-    lists, stop them. `flags` go to every shard (--read-only)."""
+                 flags: tuple[str, ...] = (), plain: Apiserver | None = None) -> list[dict]:
+    """For each K: start K shard processes, measure them and the full replica (and `plain`, the uncompressed
+    full replica, if any) at one ingested revision (with the profile's writers running through `writer_base`;
+    None: no writers), check the union of their lists, stop them. `flags` go to every shard (--read-only)."""
     runs = []
     for k in ks:
         sels = complementary(k)
@@ -369,8 +375,10 @@ async def run_ks(s, etcd_ep: str, prefix: str, prof: Profile, ks: list[int], p: 
         if wtask:
             await asyncio.sleep(p.warmup)
         rev = await current_revision(s, full, prof.resources[0][1])
-        await sync(s, [full] + shards, prof, partial, rev)
-        meas = await measure_all(s, [full] + shards)
+        others = [plain] if plain is not None else []
+        await sync(s, [full] + shards + others, prof, partial, rev)
+        meas = await measure_all(s, [full] + shards + others)
+        plain_meas = meas.pop() if plain is not None else None
         stop.set()
         if wtask:
             await wtask
@@ -380,12 +388,15 @@ async def run_ks(s, etcd_ep: str, prefix: str, prof: Profile, ks: list[int], p: 
         rev2 = await current_revision(s, full, prof.resources[0][1])
         await sync(s, [full] + shards, prof, partial, rev2)
         chk = await correctness(s, full, shards, prof, partial)
-        summ = summarize(meas[0], meas[1:], k, floor)
+        summ = summarize(meas[0], meas[1:], k, floor, plain_meas)
         log(f"K={k}: native/shard {summ['native']['mean_over_full']:.3f} of full, tracemalloc "
-            f"{summ['tracemalloc']['mean_over_full']:.3f}, RSS {summ['rss']['mean_over_full']:.3f}; "
-            f"check {'pass' if chk['passed'] else 'FAIL ' + '; '.join(chk['problems'][:3])}")
+            f"{summ['tracemalloc']['mean_over_full']:.3f}, RSS {summ['rss']['mean_over_full']:.3f}"
+            + (f" (RSS {summ['rss']['mean_over_uncompressed_full']:.3f} of an uncompressed full replica)"
+               if plain_meas else "")
+            + f"; check {'pass' if chk['passed'] else 'FAIL ' + '; '.join(chk['problems'][:3])}")
         runs.append({"k": k, "selectors": [str(x) for x in sels], "measured_at_rv": rev,
                      "writes_per_s_while_measuring": wrate, "full": meas[0], "shards": meas[1:],
+                     **({"uncompressed_full": plain_meas} if plain_meas else {}),
                      "summary": summ, "check": chk})
         stop_procs(shards)
         for sh in shards:
@@ -407,9 +418,13 @@ async def run_profile(s, etcd_ep: str, prof: Profile, ks: list[int], p: argparse
         partial = partial_in(prof.full_resources or DEFAULT_FULL_RESOURCES)
         full = spawn(f"{prof.name}-full", etcd_ep, prefix)
         procs_alive.append(full)
-        await wait_ready([full])
+        plain = None
+        if p.uncompressed_full or prof.name == "realistic":   # issue 23's target is against this one
+            plain = spawn(f"{prof.name}-full-uncompressed", etcd_ep, prefix, "--cache-compression=false")
+            procs_alive.append(plain)
+        await wait_ready([full] + ([plain] if plain else []))
         runs = await run_ks(s, etcd_ep, prefix, prof, ks, p, floor, full, partial, procs_alive,
-                            writer_base=loader.base)
+                            writer_base=loader.base, plain=plain)
         return {"title": prof.title, "description": prof.describe(), "counts": prof.counts,
                 "sample_object_bytes": prof.sample_bytes, "workload_bytes": prof.bytes_total,
                 "load_seconds": load_s, "writes": prof.writes, "write_errors": prof.write_errors,
@@ -755,6 +770,20 @@ def targets(doc: dict, p: argparse.Namespace) -> list[dict]:
                                  f"on {st['workload_bytes'] / 1e6:.0f} MB"
                                  + ("" if big else " - workload below 500 MB, target not applicable at this size"),
                         "met": (ratio < 0.55) if big else None})
+    for name, pr in doc["profiles"].items():
+        for run in pr["runs"]:
+            rss = run["summary"]["rss"]
+            if run["k"] != 2 or "mean_over_uncompressed_full" not in rss:
+                continue
+            big = pr["workload_bytes"] >= 500e6
+            r = rss["mean_over_uncompressed_full"]
+            out.append({"target": "K=2 with compression (>= 500 MB of realistic objects): per-shard RSS <= 0.25 of "
+                                  "an uncompressed full replica (issue 23)", "profile": name, "k": 2,
+                        "value": f"{r:.3f} ({rss['shard_mean_bytes'] / MIB:.0f} MiB per shard, uncompressed full "
+                                 f"{rss['uncompressed_full_bytes'] / MIB:.0f} MiB, compressed full "
+                                 f"{rss['full_bytes'] / MIB:.0f} MiB) on {pr['workload_bytes'] / 1e6:.0f} MB"
+                                 + ("" if big else " - below 500 MB, target not applicable at this size"),
+                        "met": (r <= 0.25) if big else None})
     mi = doc["micro"]
     if not mi:   # --read-only runs no micro-benchmarks
         return out
@@ -795,7 +824,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="small run for CI (< 1 min)")
     ap.add_argument("--objects", type=int, help="objects per profile (default 8000; --quick 300)")
     ap.add_argument("--ks", help="shard counts (default 1,2,4,8; --quick 1,2)")
-    ap.add_argument("--profiles", help="comma-separated: node, churn, state, kwok (default node,churn,state)")
+    ap.add_argument("--profiles", help="comma-separated: node, churn, state, realistic, kwok (default node,churn,state)")
     ap.add_argument("--kwok", action="store_true",
                     help="the node-bound profile driven by kwok's simulated nodes and pods (the 'kwok' profile "
                          "instead of 'node')")
@@ -810,6 +839,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--out", help="JSON (default bench/out/residency.json; --read-only bench/out/residency_data.json)")
     ap.add_argument("--png", help="plot (default bench/out/residency.png; --read-only bench/out/residency_data.png)")
     ap.add_argument("--clients", type=int, default=16, help="concurrent HTTP clients while loading")
+    ap.add_argument("--uncompressed-full", action="store_true",
+                    help="also run a full replica with --cache-compression=false and report every figure against "
+                         "it (always on for the realistic profile)")
     ap.add_argument("--warmup", type=float, help="seconds writers run before measuring (default 5; --quick 1)")
     ap.add_argument("--select-objects", type=int, help="objects in the bitmap-vs-scan micro-benchmark "
                                                        "(default 100000; --quick 20000)")
@@ -839,7 +871,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.ks = [int(x) for x in (p.ks or ("1,2" if q else "1,2,4,8")).split(",")]
     for x in p.profiles:
         if x not in ALL_PROFILES:
-            ap.error(f"--profiles: unknown profile {x!r} (node, churn, state, kwok)")
+            ap.error(f"--profiles: unknown profile {x!r} (node, churn, state, realistic, kwok)")
     p.warmup = p.warmup if p.warmup is not None else (1.0 if q else 5.0)
     p.select_objects = p.select_objects or (20_000 if q else 100_000)
     return p

@@ -277,27 +277,12 @@ def run_clients(side: Side, jobs: list[dict], timeout: float = 900.0) -> dict:
 
 # --- loading (through kube-apiserver: stored as protobuf, as in a real cluster) ----------------------------
 
-def realistic(make):
-    """A factory(ns, i) of bench/corpus.py's objects as a client creates them: in `ns`, a unique name, without
-    the fields the server sets (resourceVersion, uid, creationTimestamp); managedFields and status kept."""
-    def factory(ns: str, i: int) -> dict:
-        o = make(i)
-        md = o["metadata"]
-        for k in ("resourceVersion", "uid", "creationTimestamp"):
-            md.pop(k, None)
-        md["namespace"] = ns
-        md["name"] = f"{md['name'][:40].rstrip('-.')}-{i:06d}"
-        md.pop("generateName", None)
-        return o
-    return factory
-
-
 KINDS = {  # name: (collection path under /namespaces/<ns>, factory(ns, i), has a status to PUT); realistic objects
-    "ConfigMap 1.5 KB": ("/api/v1/namespaces/{ns}/configmaps", realistic(corpus.configmap), False),
-    "Pod 5 KB": ("/api/v1/namespaces/{ns}/pods", realistic(corpus.pod), True),
+    "ConfigMap 1.5 KB": ("/api/v1/namespaces/{ns}/configmaps", corpus.as_posted(corpus.configmap), False),
+    "Pod 5 KB": ("/api/v1/namespaces/{ns}/pods", corpus.as_posted(corpus.pod), True),
     "RoleBinding 0.75 KB": ("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
-                            realistic(corpus.rolebinding), False),
-    "Pod 100 KB": ("/api/v1/namespaces/{ns}/pods", realistic(corpus.ai_pod), True),
+                            corpus.as_posted(corpus.rolebinding), False),
+    "Pod 100 KB": ("/api/v1/namespaces/{ns}/pods", corpus.as_posted(corpus.ai_pod), True),
 }
 
 

@@ -2,23 +2,27 @@
 cold (every watch cache lists its resource) against warm (the caches load their snapshot and resume their
 etcd watch from its revision, cache/snapshot.py), over the residency benchmark's state-bound profile.
 
-    .venv/bin/python -m bench.warm_restart [--quick] [--objects N] [--reps R] [--updates U]
+    .venv/bin/python -m bench.warm_restart [--quick] [--realistic] [--objects N] [--reps R] [--updates U]
                                            [--out bench/out/warm_restart.json] [--no-docs]
 
 A real current etcd; the profile is loaded through a `--watch-cache=false` apiserver (bench/workloads.py,
-StateProfile: 300,000 objects are the 560 MB run of the README). Then one apiserver starts, becomes ready and
-is stopped with SIGTERM (it writes its snapshot: time and size reported); `--updates` ConfigMap updates are
-made while it is down (through a cacheless apiserver); then, R times in turn, a cold start
-(`--warm-restart=false`: same flags, lists everything) and a warm start (same state directory), each stopped
-without touching the snapshot (the cold one writes none; the warm one runs `--cache-snapshot-interval=0`
-and is stopped with SIGKILL, so the next warm start reads the same file). Per start: seconds from spawn to
-/readyz 200, the bytes etcd sent to gRPC clients meanwhile (etcd's own
-`etcd_network_client_grpc_sent_bytes_total`; nothing else talks to this etcd then), the full-range reads
-(`etcd_requests_total{operation="list"}` of the new process, per resource), the objects the caches hold and
-RSS. Every process runs `--etcd-compaction-interval=0`, so the snapshot's revision stays in etcd's history.
+StateProfile: 300,000 objects are the 560 MB run of the README; `--realistic`: RealisticStateProfile, the same
+kinds as a cluster holds them, bench/corpus.py). Then one apiserver starts, becomes ready, waits until its cold
+entries are compressed, and is stopped with SIGTERM (it writes its snapshot: time and size reported); a second
+one does the same with `--cache-compression=false` in a directory of its own (the uncompressed snapshot's size,
+issue 23). `--updates` ConfigMap updates are made while they are down (through a cacheless apiserver); then,
+R times in turn, a cold start (`--warm-restart=false`: same flags, lists everything), a cold start with
+`--cache-compression=false` too, and a warm start (same state directory), each stopped without touching the
+snapshot (the cold ones write none; the warm one runs `--cache-snapshot-interval=0` and is stopped with SIGKILL,
+so the next warm start reads the same file). Per start: seconds from spawn to /readyz 200, the bytes etcd sent
+to gRPC clients meanwhile (etcd's own `etcd_network_client_grpc_sent_bytes_total`; nothing else talks to this
+etcd then), the full-range reads (`etcd_requests_total{operation="list"}` of the new process, per resource),
+the objects the caches hold and RSS. Every process runs `--etcd-compaction-interval=0`, so the snapshot's
+revision stays in etcd's history.
 
-Target (issue 10): warm ready in under a tenth of the cold time, with no full-range read of a cached resource.
-Prints a table; JSON to --out and (unless --no-docs) docs/warm_restart.json.
+Targets: warm ready in under a tenth of the cold time, with no full-range read of a cached resource (issue 10);
+the compressed snapshot at most 0.3x the uncompressed one, warm ready at most 0.1x the uncompressed cold start
+(issue 23). Prints a table; JSON to --out and (unless --no-docs) docs/warm_restart.json.
 """
 from __future__ import annotations
 
@@ -36,9 +40,10 @@ import urllib.request
 import aiohttp
 import orjson
 
-from bench.harness import JSON_CT, Apiserver, BenchError, check, log, proc_mem_mib, versions, write_json
+from bench.harness import (JSON_CT, Apiserver, BenchError, check, compression_settled, log, proc_mem_mib, versions,
+                           write_json)
 from bench.report import render
-from bench.workloads import StateProfile, app_configmap
+from bench.workloads import RealisticStateProfile, StateProfile
 from tests.helpers import ROOT, current_etcd_binary
 from storage.embedded import EmbeddedEtcd
 
@@ -78,11 +83,16 @@ def wait_ready(proc: Apiserver, timeout: float) -> float:
     raise BenchError(f"{proc.name} not ready in {timeout:.0f} s; see {proc.log_path}")
 
 
+# The starts measured: (name, flags). Cold lists everything; warm loads the snapshot; the uncompressed cold
+# start is issue 23's reference (compressing cold entries happens after /readyz, so it costs a cold start little).
+STARTS = {"cold": ("--warm-restart=false",), "warm": ("--warm-restart=true",),
+          "cold-uncompressed": ("--warm-restart=false", "--cache-compression=false")}
+
+
 def measured_start(etcd: EmbeddedEtcd, state_dir: str, how: str, timeout: float,
                    procs: list[Apiserver]) -> tuple[Apiserver, dict]:
-    """Start an apiserver (cold: --warm-restart=false) and measure it until /readyz (`procs`: to stop)."""
-    flags = ["--state-dir", state_dir, NO_COMPACTION, "--cache-snapshot-interval=0",
-             f"--warm-restart={'true' if how == 'warm' else 'false'}"]
+    """Start an apiserver as STARTS[how] and measure it until /readyz (`procs`: to stop)."""
+    flags = ["--state-dir", state_dir, NO_COMPACTION, "--cache-snapshot-interval=0", *STARTS[how]]
     proc = Apiserver(etcd.endpoint, *flags, name=f"{how}-start", log_name=f"bench-warm-{how}")
     before = etcd_sent_bytes(etcd)
     t0 = time.monotonic()
@@ -128,8 +138,43 @@ def kill(proc: Apiserver) -> None:
         proc.popen.wait()
 
 
-async def load_profile(base: str, n: int, clients: int) -> StateProfile:
-    prof = StateProfile(n)
+def snapshot_of_first(etcd: EmbeddedEtcd, state_dir: str, name: str, flags: tuple[str, ...], timeout: float,
+                      procs: list[Apiserver]) -> dict:
+    """The process whose snapshot later starts read: ready, its cold entries compressed (unless
+    --cache-compression=false), then SIGTERM (the shutdown snapshot). Its times and the file's size."""
+    first = Apiserver(etcd.endpoint, "--state-dir", state_dir, NO_COMPACTION, "--cache-snapshot-interval=0", *flags,
+                      name=name, log_name=f"bench-warm-{name}")
+    procs.append(first)
+    first.start()
+    out: dict = {"start_seconds": round(wait_ready(first, timeout), 3)}
+    t0 = time.monotonic()
+    asyncio.run(settled(first.base, timeout))
+    out["compression_settle_seconds"] = round(time.monotonic() - t0, 3)
+    out["rss_mib_before_shutdown"] = round(proc_mem_mib(first.pid)["VmRSS"], 1)
+    t0 = time.monotonic()
+    first.stop(timeout=600)
+    out["shutdown_seconds"] = round(time.monotonic() - t0, 3)
+    snap = [os.path.join(dp, f) for dp, _, fs in os.walk(state_dir) for f in fs if f.endswith(".snap")]
+    if len(snap) != 1:
+        raise BenchError(f"expected one snapshot file in {state_dir}, found {snap}; see {first.log_path}")
+    out["snapshot_bytes"] = os.path.getsize(snap[0])
+    with open(first.log_path) as f:
+        m = re.findall(r"snapshot written .* objects=(\d+) bytes=(\d+) seconds=([\d.]+)", f.read())
+    if m:
+        out["snapshot_objects"], _, sec = m[-1]
+        out["snapshot_write_seconds"] = float(sec)
+    log(f"{name}: snapshot {out['snapshot_bytes'] / 1e6:.1f} MB written in {out.get('snapshot_write_seconds')} s "
+        f"(compression settled in {out['compression_settle_seconds']} s, shutdown {out['shutdown_seconds']} s)")
+    return out
+
+
+async def settled(base: str, timeout: float) -> None:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as s:
+        await compression_settled(s, base, timeout=timeout)
+
+
+async def load_profile(base: str, n: int, clients: int, realistic: bool) -> StateProfile:
+    prof = (RealisticStateProfile if realistic else StateProfile)(n)
     conn = aiohttp.TCPConnector(limit=clients)
     async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=600)) as s:
         await prof.load(s, base, clients)
@@ -139,17 +184,15 @@ async def load_profile(base: str, n: int, clients: int) -> StateProfile:
 async def update_configmaps(base: str, prof: StateProfile, n: int) -> None:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as s:
         for i in range(n):
-            j = (i * 7919) % prof.ncm
-            ns = f"state-{j % prof.NS}"
-            obj = app_configmap(ns, j)
+            path, obj = prof.configmap_put((i * 7919) % prof.ncm)
             obj["data"]["restart"] = str(i)
-            async with s.put(f"{base}/api/v1/namespaces/{ns}/configmaps/cm-{j:06d}", data=orjson.dumps(obj),
-                             headers=JSON_CT) as r:
-                await check(r, f"PUT cm-{j:06d}")
+            async with s.put(base + path, data=orjson.dumps(obj), headers=JSON_CT) as r:
+                await check(r, f"PUT {path}")
 
 
 def run(p: argparse.Namespace) -> dict:
     state_dir = tempfile.mkdtemp(prefix="bench-warm-")
+    plain_dir = tempfile.mkdtemp(prefix="bench-warm-uncompressed-")
     etcd = EmbeddedEtcd(binary=current_etcd_binary())
     doc: dict = {"args": vars(p).copy(), "runs": {}, "reps": []}
     procs: list[Apiserver] = []
@@ -159,31 +202,21 @@ def run(p: argparse.Namespace) -> dict:
         with Apiserver(etcd.endpoint, NO_COMPACTION, "--warm-restart=false", watch_cache=False,
                        name="loader", log_name="bench-warm-loader", ready_timeout=120) as loader:
             t0 = time.perf_counter()
-            prof = asyncio.run(load_profile(loader.base, p.objects, p.clients))
+            prof = asyncio.run(load_profile(loader.base, p.objects, p.clients, p.realistic))
             doc["load_seconds"] = round(time.perf_counter() - t0, 1)
             log(f"loaded in {doc['load_seconds']} s: {prof.describe()}")
         doc["profile"] = {"title": prof.title, "description": prof.describe(), "counts": prof.counts,
                           "workload_bytes": prof.bytes_total}
-        # The process whose snapshot the warm starts read: ready, then SIGTERM (the shutdown snapshot).
-        first = Apiserver(etcd.endpoint, "--state-dir", state_dir, NO_COMPACTION, "--cache-snapshot-interval=0",
-                          name="first", log_name="bench-warm-first")
-        procs.append(first)
-        first.start()
-        doc["first_start_seconds"] = round(wait_ready(first, p.timeout), 3)
-        t0 = time.monotonic()
-        first.stop(timeout=600)
-        doc["shutdown_seconds"] = round(time.monotonic() - t0, 3)
-        snap = [os.path.join(dp, f) for dp, _, fs in os.walk(state_dir) for f in fs if f.endswith(".snap")]
-        if len(snap) != 1:
-            raise BenchError(f"expected one snapshot file in {state_dir}, found {snap}; see {first.log_path}")
-        doc["snapshot_bytes"] = os.path.getsize(snap[0])
-        with open(first.log_path) as f:
-            m = re.findall(r"snapshot written .* objects=(\d+) bytes=(\d+) seconds=([\d.]+)", f.read())
-        if m:
-            doc["snapshot_objects"], _, sec = m[-1]
-            doc["snapshot_write_seconds"] = float(sec)
-        log(f"snapshot {doc['snapshot_bytes'] / 1e6:.1f} MB written in {doc.get('snapshot_write_seconds')} s "
-            f"(shutdown {doc['shutdown_seconds']} s)")
+        # The snapshot the warm starts read (compression on, the default), and, for its size only, the same
+        # objects' snapshot with --cache-compression=false (in a directory of its own).
+        first = snapshot_of_first(etcd, state_dir, "first", (), p.timeout, procs)
+        doc.update(first_start_seconds=first["start_seconds"], shutdown_seconds=first["shutdown_seconds"],
+                   snapshot_bytes=first["snapshot_bytes"], first=first)
+        if "snapshot_write_seconds" in first:
+            doc.update(snapshot_objects=first["snapshot_objects"], snapshot_write_seconds=first["snapshot_write_seconds"])
+        doc["first_uncompressed"] = snapshot_of_first(etcd, plain_dir, "first-uncompressed",
+                                                      ("--cache-compression=false",), p.timeout, procs)
+        doc["uncompressed_snapshot_bytes"] = doc["first_uncompressed"]["snapshot_bytes"]
         if p.updates:
             with Apiserver(etcd.endpoint, NO_COMPACTION, "--warm-restart=false", watch_cache=False,
                            name="writer", log_name="bench-warm-writer") as w:
@@ -191,24 +224,33 @@ def run(p: argparse.Namespace) -> dict:
             log(f"{p.updates} ConfigMap updates while the server was down")
         for rep in range(p.reps):
             pair = {}
-            for how in ("cold", "warm"):
-                proc, r = measured_start(etcd, state_dir, how, p.timeout, procs)
+            for how in ("cold", "cold-uncompressed", "warm"):
+                proc, r = measured_start(etcd, plain_dir if how == "cold-uncompressed" else state_dir, how,
+                                         p.timeout, procs)
                 kill(proc)
                 pair[how] = r
             doc["reps"].append(pair)
         doc["objects"] = doc["reps"][0]["cold"]["objects"]
-        for how in ("cold", "warm"):
+        for how in ("cold", "cold-uncompressed", "warm"):
             runs = [r[how] for r in doc["reps"]]
             best = min(runs, key=lambda r: r["readyz_seconds"])   # the faster start of each kind
             doc["runs"][how] = best
-        c, w = doc["runs"]["cold"], doc["runs"]["warm"]
+        c, w, cu = doc["runs"]["cold"], doc["runs"]["warm"], doc["runs"]["cold-uncompressed"]
+        snap_ratio = doc["snapshot_bytes"] / doc["uncompressed_snapshot_bytes"]
         doc["ratios"] = {"readyz_warm_over_cold": round(w["readyz_seconds"] / c["readyz_seconds"], 4),
-                         "etcd_bytes_warm_over_cold": round(w["etcd_bytes_sent"] / max(c["etcd_bytes_sent"], 1), 5)}
+                         "readyz_warm_over_cold_uncompressed": round(w["readyz_seconds"] / cu["readyz_seconds"], 4),
+                         "etcd_bytes_warm_over_cold": round(w["etcd_bytes_sent"] / max(c["etcd_bytes_sent"], 1), 5),
+                         "snapshot_bytes_over_uncompressed": round(snap_ratio, 4)}
         doc["targets"] = [
             {"target": "warm ready in under a tenth of the cold time",
              "value": doc["ratios"]["readyz_warm_over_cold"], "pass": doc["ratios"]["readyz_warm_over_cold"] < 0.1},
             {"target": "no full-range read of a cached resource on a warm start",
-             "value": w["full_range_reads"], "pass": w["full_range_reads"] == 0}]
+             "value": w["full_range_reads"], "pass": w["full_range_reads"] == 0},
+            {"target": "issue 23: snapshot file at most 0.3x the uncompressed one for the same objects",
+             "value": doc["ratios"]["snapshot_bytes_over_uncompressed"], "pass": snap_ratio <= 0.3},
+            {"target": "issue 23: warm ready (compression on) at most 0.1x a cold start with compression off",
+             "value": doc["ratios"]["readyz_warm_over_cold_uncompressed"],
+             "pass": doc["ratios"]["readyz_warm_over_cold_uncompressed"] <= 0.1}]
         doc["versions"] = versions(git=True, packages=("msgpack",))
         return doc
     finally:
@@ -217,31 +259,41 @@ def run(p: argparse.Namespace) -> dict:
                 proc.stop(timeout=600)
         etcd.stop()
         shutil.rmtree(state_dir, ignore_errors=True)
+        shutil.rmtree(plain_dir, ignore_errors=True)
 
 
 def table(doc: dict) -> str:
-    c, w = doc["runs"]["cold"], doc["runs"]["warm"]
+    c, w, cu = doc["runs"]["cold"], doc["runs"]["warm"], doc["runs"]["cold-uncompressed"]
+
+    def row(label, key, fmt, scale=1.0):
+        v = [r[key] / scale for r in (c, cu, w)]
+        return (label, *(format(x, fmt) for x in v), f"{v[2] / max(v[0], 1e-9):.3f}", f"{v[2] / max(v[1], 1e-9):.3f}")
     rows = [
-        ("time to /readyz (s)", f"{c['readyz_seconds']:.2f}", f"{w['readyz_seconds']:.2f}",
-         f"{doc['ratios']['readyz_warm_over_cold']:.3f}"),
-        ("slowest cache, start to ready (s)", f"{c['caches_seconds']:.2f}", f"{w['caches_seconds']:.2f}",
-         f"{w['caches_seconds'] / max(c['caches_seconds'], 1e-9):.3f}"),
-        ("bytes etcd sent (MB)", f"{c['etcd_bytes_sent'] / 1e6:.1f}", f"{w['etcd_bytes_sent'] / 1e6:.2f}",
-         f"{doc['ratios']['etcd_bytes_warm_over_cold']:.4f}"),
-        ("full-range reads of cached resources", str(c["full_range_reads"]), str(w["full_range_reads"]), ""),
-        ("objects in the caches", str(c["objects"]), str(w["objects"]), ""),
-        ("RSS at ready (MiB)", f"{c['rss_mib']:.0f}", f"{w['rss_mib']:.0f}", f"{w['rss_mib'] / c['rss_mib']:.2f}"),
+        row("time to /readyz (s)", "readyz_seconds", ".2f"),
+        row("slowest cache, start to ready (s)", "caches_seconds", ".2f"),
+        row("bytes etcd sent (MB)", "etcd_bytes_sent", ".2f", 1e6),
+        ("full-range reads of cached resources", str(c["full_range_reads"]), str(cu["full_range_reads"]),
+         str(w["full_range_reads"]), "", ""),
+        ("objects in the caches", str(c["objects"]), str(cu["objects"]), str(w["objects"]), "", ""),
+        row("RSS at ready (MiB)", "rss_mib", ".0f"),
     ]
+    fu = doc["first_uncompressed"]
     head = (f"{doc['profile']['title']}: {doc['profile']['description']}\n"
-            f"snapshot {doc['snapshot_bytes'] / 1e6:.1f} MB, written in {doc.get('snapshot_write_seconds', 0):.2f} s "
-            f"at shutdown; {doc['args']['updates']} updates made while down; best of {doc['args']['reps']} per kind\n")
-    return head + render(rows, ("restart", "cold", "warm", "warm / cold"))
+            f"snapshot {doc['snapshot_bytes'] / 1e6:.1f} MB (compressed entries), written in "
+            f"{doc.get('snapshot_write_seconds', 0):.2f} s at shutdown; the same objects with "
+            f"--cache-compression=false: {fu['snapshot_bytes'] / 1e6:.1f} MB in {fu.get('snapshot_write_seconds', 0):.2f} s "
+            f"({doc['ratios']['snapshot_bytes_over_uncompressed']:.3f}x); {doc['args']['updates']} updates made while "
+            f"down; best of {doc['args']['reps']} per kind\n")
+    return head + render(rows, ("restart", "cold", "cold, uncompressed", "warm", "warm / cold",
+                                "warm / cold uncompr."))
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench.warm_restart", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="a smoke run: 2,000 objects, one pair of restarts")
     ap.add_argument("--objects", type=int, help="objects in the state-bound profile (default 300000: 560 MB)")
+    ap.add_argument("--realistic", action="store_true",
+                    help="the state-bound profile on realistic objects (bench/corpus.py; issue 23's figures)")
     ap.add_argument("--reps", type=int, help="cold/warm pairs (default 2; --quick 1)")
     ap.add_argument("--updates", type=int, help="ConfigMap updates while the server is down (default 500; --quick 50)")
     ap.add_argument("--clients", type=int, default=16, help="loader concurrency")

@@ -496,12 +496,15 @@ class StateProfile(Profile):
             s, base, f"/api/v1/namespaces/{ns(i)}/configmaps", blob_configmap(ns(i), i), "100KB-ConfigMaps"), "big",
             steps=5)
 
+    def configmap_put(self, j: int) -> tuple[str, dict]:
+        """(path, object) of an unconditional update of the j-th loaded ConfigMap (j < self.ncm)."""
+        ns = f"state-{j % self.NS}"
+        return f"/api/v1/namespaces/{ns}/configmaps/cm-{j:06d}", app_configmap(ns, j)
+
     async def writer(self, s, base, stop):
         async def op(i):   # mostly idle: a trickle of ConfigMap updates
-            j = (i * 7919) % self.ncm
-            nsn = f"state-{j % self.NS}"
-            async with s.put(f"{base}/api/v1/namespaces/{nsn}/configmaps/cm-{j:06d}",
-                             data=orjson.dumps(app_configmap(nsn, j)), headers=JSON_CT) as r:
+            path, obj = self.configmap_put((i * 7919) % self.ncm)
+            async with s.put(base + path, data=orjson.dumps(obj), headers=JSON_CT) as r:
                 await r.read()
                 self.writes += 1
                 self.write_errors += r.status >= 300
@@ -511,4 +514,40 @@ class StateProfile(Profile):
         return super().describe() + "; 5 ConfigMap updates/s while measuring"
 
 
-PROFILES = {"node": NodeProfile, "churn": ChurnProfile, "state": StateProfile}
+class RealisticStateProfile(StateProfile):
+    """The state-bound profile on realistic objects (recipes/corpus.py, issue 23): ConfigMaps of real config
+    files with Helm labels and managedFields (~1.5 KB), random-payload Secrets (~1.6 KB), Pods as
+    kube-scheduler and kwok leave them (~5 KB), RoleBindings from the bootstrap policy and generated subjects
+    (~0.75 KB), one 100 KB training Pod per thousand objects, in the corpus's team namespaces. Objects made
+    for size (bench/workloads.py's "0" * 100 payloads) compress to nothing; these compress as a cluster's do."""
+    name = "realistic"
+    title = "state-bound, realistic objects"
+
+    async def load(self, s, base, clients):
+        from bench import corpus
+        n = self.n
+        self.ncm = int(n * 0.3)
+        teams = corpus.TEAMS
+        for t in teams:
+            await post(s, base + "/api/v1/namespaces", {"metadata": {"name": t}})
+        self.configmap = corpus.as_posted(corpus.configmap)
+        kinds = (("ConfigMaps", "/api/v1/namespaces/{ns}/configmaps", self.configmap, self.ncm),
+                 ("Secrets", "/api/v1/namespaces/{ns}/secrets", corpus.as_posted(corpus.secret), int(n * 0.15)),
+                 ("Pods", "/api/v1/namespaces/{ns}/pods", corpus.as_posted(corpus.pod), int(n * 0.3)),
+                 ("RoleBindings", "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+                  corpus.as_posted(corpus.rolebinding), int(n * 0.25)),
+                 ("100KB-Pods", "/api/v1/namespaces/{ns}/pods", corpus.as_posted(corpus.ai_pod), max(2, n // 1000)))
+        for kind, path, make, count in kinds:
+            def one(i, kind=kind, path=path, make=make):
+                ns = teams[i % len(teams)]
+                return self.create(s, base, path.format(ns=ns), make(ns, i), kind)
+            await run_pool(count, clients if count > 100 else min(clients, 4), one, kind.lower(), steps=5)
+
+    def configmap_put(self, j: int) -> tuple[str, dict]:
+        from bench import corpus
+        ns = corpus.TEAMS[j % len(corpus.TEAMS)]
+        obj = self.configmap(ns, j)
+        return f"/api/v1/namespaces/{ns}/configmaps/{obj['metadata']['name']}", obj
+
+
+PROFILES = {"node": NodeProfile, "churn": ChurnProfile, "state": StateProfile, "realistic": RealisticStateProfile}

@@ -344,3 +344,18 @@ def big_configmap(i: int, size: int = 100_000, seed: int = 1, ns: str = "lists",
 
 
 MAKERS = {"configmap": configmap, "rolebinding": rolebinding, "pod": pod, "ai_pod": ai_pod, "secret": secret}
+
+
+def as_posted(make):
+    """A factory(ns, i) of `make`'s objects as a client creates them: in `ns`, a unique name, without the fields
+    the server sets (resourceVersion, uid, creationTimestamp); managedFields and status kept."""
+    def factory(ns: str, i: int) -> dict:
+        o = make(i)
+        md = o["metadata"]
+        for k in ("resourceVersion", "uid", "creationTimestamp"):
+            md.pop(k, None)
+        md["namespace"] = ns
+        md["name"] = f"{md['name'][:40].rstrip('-.')}-{i:06d}"
+        md.pop("generateName", None)
+        return o
+    return factory

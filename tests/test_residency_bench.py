@@ -138,3 +138,25 @@ def test_residency_advisor_read_only_on_existing_data(tmp_path):
     assert doc["checks_passed"] is True
     assert "read-only over" in r.stdout and "ideal 1/K" in r.stdout and "resident objects" in r.stdout, r.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_residency_realistic_quick(tmp_path):
+    """`--profiles realistic` (issue 23): the state-bound kinds as a cluster holds them (bench/corpus.py), the
+    shards and the full replica measured beside a full replica with --cache-compression=false; at 1,200 objects
+    the full replica's kinds pass the 256 entries at which a cache compresses, so its object bytes fall well
+    below the uncompressed replica's."""
+    out = tmp_path / "residency.json"
+    r = subprocess.run([sys.executable, "-m", "bench.residency", "--quick", "--profiles", "realistic", "--objects",
+                        "1200", "--ks", "2", "--out", str(out), "--png", str(tmp_path / "residency.png")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "against a full replica with --cache-compression=false" in r.stdout, r.stdout
+    doc = json.loads(out.read_text())
+    pr = doc["profiles"]["realistic"]
+    assert set(pr["counts"]) == {"ConfigMaps", "Secrets", "Pods", "RoleBindings", "100KB-Pods"}, pr["counts"]
+    (run,) = pr["runs"]
+    assert run["check"]["passed"], run["check"]["problems"]
+    plain, full = run["uncompressed_full"], run["full"]
+    assert plain["resources"]["configmaps"]["objects"] == full["resources"]["configmaps"]["objects"] == 360
+    assert run["summary"]["native"]["full_over_uncompressed_full"] < 0.8, run["summary"]["native"]
+    assert any(t["target"].startswith("K=2 with compression") for t in doc["targets"])

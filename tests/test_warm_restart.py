@@ -489,17 +489,21 @@ def test_warm_restart_feeds_rbac(env, tmp_path):
 
 
 def test_warm_restart_bench_quick(tmp_path):
-    """bench/warm_restart.py --quick: cold and warm restarts side by side, warm without a full-range read."""
+    """bench/warm_restart.py --quick --realistic: cold (compression on and off) and warm restarts side by side,
+    warm without a full-range read; the compressed snapshot smaller than the uncompressed one (issue 23)."""
     out = tmp_path / "wr.json"
     ready_binaries("etcd")   # built or waited for before the time limit starts
-    r = subprocess.run([sys.executable, "-m", "bench.warm_restart", "--quick", "--out", str(out), "--no-docs"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    r = subprocess.run([sys.executable, "-m", "bench.warm_restart", "--quick", "--realistic", "--out", str(out),
+                        "--no-docs"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     doc = json.loads(out.read_text())
-    cold, warm = doc["runs"]["cold"], doc["runs"]["warm"]
-    assert warm["full_range_reads"] == 0 and cold["full_range_reads"] >= 1
-    assert warm["snapshot_loads"].get("warm", 0) >= 1 and warm["objects"] == cold["objects"] == doc["objects"]
+    cold, warm, plain = doc["runs"]["cold"], doc["runs"]["warm"], doc["runs"]["cold-uncompressed"]
+    assert warm["full_range_reads"] == 0 and cold["full_range_reads"] >= 1 and plain["full_range_reads"] >= 1
+    assert warm["snapshot_loads"].get("warm", 0) >= 1
+    assert warm["objects"] == cold["objects"] == plain["objects"] == doc["objects"]
     assert warm["etcd_bytes_sent"] < cold["etcd_bytes_sent"]
+    assert doc["snapshot_objects"] == doc["first_uncompressed"]["snapshot_objects"]
+    assert doc["snapshot_bytes"] < doc["uncompressed_snapshot_bytes"], doc["ratios"]
 
 
 def test_default_embedded_etcd_restarts_warm(tmp_path):

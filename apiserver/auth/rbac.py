@@ -52,16 +52,19 @@ SA_PREFIX = "system:serviceaccount:"
 _intern = sys.intern
 ALLOW_PRIVILEGED = Decision(True, "")
 DENY = Decision(False, "")
+_NONE: dict = {}
 
 # A rule: (verbs, apiGroups, resources, resourceNames, nonResourceURLs, url_prefixes), each a tuple as stored
 # (order kept: rules_for gives them back), url_prefixes the nonResourceURLs ending in "*" with the "*"s cut.
 Rule = tuple
-# A binding: (name, roleRef kind, roleRef name, subject keys, codes): the keys in subject order, each with a
-# 2-bit code (bits 2i, 2i+1 of codes) naming the index it is in: USER (the user name a User subject, or a
-# ServiceAccount subject of another namespace, matches), GROUP (a Group subject's name), LOCAL_SA (the name of
-# a ServiceAccount of the RoleBinding's own namespace: not spelt out as a user name, so one string serves every
-# namespace); subjects that can match nobody are left out.
+# A binding: (name, roleRef kind, roleRef name, codes, *subject keys), one flat tuple (a separate tuple of keys
+# would cost 40 B more per binding, and a table entry to share it): the keys in subject order from index
+# KEYS, each with a 2-bit code (bits 2i, 2i+1 of codes) naming the index it is in: USER (the user name a User
+# subject, or a ServiceAccount subject of another namespace, matches), GROUP (a Group subject's name),
+# LOCAL_SA (the name of a ServiceAccount of the RoleBinding's own namespace: not spelt out as a user name, so
+# one string serves every namespace); subjects that can match nobody are left out.
 Binding = tuple
+KEYS = 4
 
 
 def _obj(obj) -> dict:
@@ -270,8 +273,7 @@ class RBACAuthorizer:
                     keys.append(_intern(sname))
                 elif sa_ns:
                     keys.append(_intern(f"{SA_PREFIX}{sa_ns}:{sname}"))
-        return (_intern(name), _intern(ref.get("kind") or ""), _intern(ref.get("name") or ""),
-                self._share(tuple(keys)), codes)
+        return (_intern(name), _intern(ref.get("kind") or ""), _intern(ref.get("name") or ""), codes, *keys)
 
 
     def _apply_binding(self, ns: str, name: str, o: dict | None) -> None:
@@ -280,8 +282,8 @@ class RBACAuthorizer:
         if old is not None:
             self._dropped += 1
             idx = self._rb_idx[ns] if ns else self._crb_idx
-            for i, k in enumerate(old[3]):
-                _unlink(idx[old[4] >> 2 * i & 3], k, old)
+            for i, k in enumerate(old[KEYS:]):
+                _unlink(idx[old[3] >> 2 * i & 3], k, old)
             del reg[name]
             if ns and not reg and o is None:
                 del self._rb[ns], self._rb_idx[ns]
@@ -298,8 +300,8 @@ class RBACAuthorizer:
             idx = self._rb_idx.get(ns)
             if idx is None:
                 idx = self._rb_idx[ns] = ({}, {}, {})
-        for i, k in enumerate(b[3]):
-            _link(idx[b[4] >> 2 * i & 3], k, b)
+        for i, k in enumerate(b[KEYS:]):
+            _link(idx[b[3] >> 2 * i & 3], k, b)
 
     def _sweep(self) -> None:
         """Rebuild the table of shared values from what is still in use (drops rules nobody holds)."""
@@ -313,13 +315,7 @@ class RBACAuthorizer:
             self._labels[name] = self._share(tuple(self._share(kv) for kv in labels))
         self._effective = {}
         self._compiled = {}
-        # bindings stay as they are (the indexes hold them); their subject key tuples are shared again
-        for b in self._crb.values():
-            self._share(b[3])
-        for d in self._rb.values():
-            for b in d.values():
-                self._share(b[3])
-        self._dropped = 0
+        self._dropped = 0   # bindings stay as they are (the indexes hold them; they share only interned strings)
 
     def _reshare(self, rules: tuple) -> tuple:
         return self._share(tuple(self._share(tuple(self._share(f) if f is not None else None for f in r))
@@ -407,12 +403,15 @@ class RBACAuthorizer:
                         hits.append(f)
                     else:
                         hits.extend(f)
+            # A group bound many times in a namespace (an operator's chart per app) often reaches the same rules
+            # through several bindings: rules that did not allow the request once will not the second time.
+            tried = set() if len(hits) > 4 else None
             for b in hits:
                 kind = b[1]
                 if kind == "ClusterRole":
                     rules = self._cluster_role_rules(b[2])
                 elif kind == "Role":
-                    rules = self._roles.get(scope, {}).get(b[2]) if scope else None
+                    rules = self._roles.get(scope, _NONE).get(b[2]) if scope else None
                 else:
                     rules = None
                 if rules is None:
@@ -421,6 +420,10 @@ class RBACAuthorizer:
                     errors.append(_not_found(kind, b[2]) if kind in ("Role", "ClusterRole")
                                   else f'unsupported role reference kind: "{kind}"')
                     continue
+                if tried is not None:
+                    if id(rules) in tried:
+                        continue
+                    tried.add(id(rules))
                 if len(rules) > self.big:   # e.g. an aggregated role: only the rules naming this verb and resource
                     rules = self._candidates(rules, verb, combined if resource_request else None, star_sub
                                              if resource_request else None)
@@ -480,8 +483,8 @@ class RBACAuthorizer:
     def _describe(b: Binding, ns: str, user: UserInfo) -> str:
         """Upstream's source describer: the binding, its role, and the first of its subjects that applies."""
         subject = ""
-        for i, k in enumerate(b[3]):
-            code = b[4] >> 2 * i & 3
+        for i, k in enumerate(b[KEYS:]):
+            code = b[3] >> 2 * i & 3
             if code == GROUP:
                 if k in user.groups:
                     subject = f'Group "{k}"'

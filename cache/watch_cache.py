@@ -20,7 +20,6 @@ import bisect
 import math
 import sys
 from collections import OrderedDict, deque
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 from pyroaring import BitMap
@@ -39,16 +38,10 @@ EVENT_FRESH_SECONDS = 75.0
 Entry = ext.Entry
 
 
-@dataclass(slots=True)
-class CacheEvent:
-    """One applied event. For DELETED, `entry` carries the last state with the
-    delete's RV (S4.5); `prev` is the entry it replaced (None for ADDED)."""
-    type: str          # ADDED | MODIFIED | DELETED
-    key: str
-    rv: int
-    entry: Entry
-    prev: Entry | None
-    time: float
+# One applied event of the window (ext/entry.pyx): type (ADDED | MODIFIED | DELETED), key, rv, entry, prev,
+# time. For DELETED, `entry` carries the last state with the delete's RV (S4.5); `prev` is the entry it
+# replaced (None for ADDED).
+CacheEvent = ext.Event
 
 
 class TooOld(Exception):
@@ -512,8 +505,10 @@ class WatchCache:
         for e in self.slots:
             if e is not None:
                 entry_bytes += e.__sizeof__() + e.key.__sizeof__()
-        history_bytes = sum(ev.entry.__sizeof__() if ev.type == "DELETED" else 0 for ev in self.history) \
-            + self.history.__sizeof__() + 80 * len(self.history)
+        # the events, plus what only the window keeps alive: the entries they replaced, deletes' tombstones
+        history_bytes = self.history.__sizeof__() + sum(
+            ev.__sizeof__() + (ev.prev.__sizeof__() if ev.prev is not None else 0)
+            + (ev.entry.__sizeof__() if ev.type == "DELETED" else 0) for ev in self.history)
         # Each snapshot keeps alive the path a later write copied (about one node per level);
         # an estimate, as walking every snapshot's nodes would be O(snapshots * n).
         nodes = max(self.store.node_count(), 1)

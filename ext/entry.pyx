@@ -56,6 +56,36 @@ cdef class Entry:
         return f"Entry({self.key!r}, rv={self.rv}{', compressed' if self.codec is not None else ''})"
 
 
+@cython.no_gc
+@cython.final
+cdef class Event:
+    """One applied event of a watch cache's window (cache/watch_cache.py): type, key, resourceVersion, the
+    entry it produced (for DELETED the last state at the delete's RV), the entry it replaced (None for
+    ADDED), and when it was applied. The window holds up to 102,400 of them per resource, so they are as
+    small as the entry: the RV and the time as C numbers (a Python int and float would cost 56 B more), and
+    no GC header (an event references entries and strings only, so it cannot be part of a cycle)."""
+    cdef readonly str type       # ADDED | MODIFIED | DELETED (the interned literals)
+    cdef readonly object key
+    cdef readonly object entry
+    cdef readonly object prev
+    cdef readonly int64_t rv
+    cdef readonly double time
+
+    def __cinit__(self, str type, str key, int64_t rv, object entry, object prev, double time):
+        self.type = type
+        self.key = key
+        self.rv = rv
+        self.entry = entry
+        self.prev = prev
+        self.time = time
+
+    def __sizeof__(self):
+        return Py_TYPE_BASICSIZE(self)
+
+    def __repr__(self):
+        return f"Event({self.type}, {self.key!r}, rv={self.rv})"
+
+
 cdef extern from *:
     """
     static Py_ssize_t Py_TYPE_BASICSIZE(PyObject *o) { return Py_TYPE(o)->tp_basicsize; }

@@ -1,4 +1,4 @@
-"""Pure-Python twin of ext.entry.Entry (test oracle and RESIDENCY_PURE_PYTHON=1)."""
+"""Pure-Python twins of ext.entry.Entry and ext.entry.Event (test oracles and RESIDENCY_PURE_PYTHON=1)."""
 from __future__ import annotations
 
 
@@ -26,3 +26,18 @@ class Entry:
 
     def __repr__(self) -> str:
         return f"Entry({self.key!r}, rv={self.rv}{', compressed' if self.codec is not None else ''})"
+
+
+class Event:
+    __slots__ = ("type", "key", "rv", "entry", "prev", "time")
+
+    def __init__(self, type: str, key: str, rv: int, entry, prev, time: float):
+        self.type = type
+        self.key = key
+        self.rv = rv
+        self.entry = entry
+        self.prev = prev
+        self.time = time
+
+    def __repr__(self) -> str:
+        return f"Event({self.type}, {self.key!r}, rv={self.rv})"

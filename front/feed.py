@@ -126,7 +126,7 @@ class Feed(Dispatching):
         params = st._params({"watch": "1", "resourceVersion": str(self.marks[i]), "allowWatchBookmarks": "true",
                              "timeoutSeconds": str(SHARD_WATCH_SECONDS)}, None, sel)
         resp = await open_get(st.shards.session, st._url(shard, None), params,
-                              headers={FRONT_PROGRESS_HEADER: "true", FRONT_PREV_HEADER: "true"})
+                              headers={FRONT_PROGRESS_HEADER: "true", FRONT_PREV_HEADER: "true"}, shard=shard)
         return ShardWatch(shard.url, resp)
 
     def fail(self, why: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -32,6 +33,39 @@ class Shard:
     error: str = "not contacted yet"
     assigned: ShardSelector | None = None    # the range the front asks it for (None: its residency)
     slow: int = 0                             # health checks in a row that timed out
+    # The answers being read from this shard and the requests waiting for one: cut when the health checks mark
+    # it down, so that nothing waits on a hung shard longer than it takes to find it hung (SLOW_CHECKS checks).
+    responses: weakref.WeakSet = field(default_factory=weakref.WeakSet, repr=False, compare=False)
+    waiting: set = field(default_factory=set, repr=False, compare=False)
+
+    async def unless_cut(self, aw):
+        """Await `aw` (a request to this shard), or raise TimeoutError if the shard is marked down meanwhile
+        (or already is)."""
+        if not self.ready:
+            raise asyncio.TimeoutError("marked down by the front's health checks")
+        task = asyncio.ensure_future(aw)
+        cut = asyncio.get_running_loop().create_future()
+        self.waiting.add(cut)
+        try:
+            await asyncio.wait((task, cut), return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:      # the caller was cancelled: so is its request
+            task.cancel()
+            raise
+        finally:
+            self.waiting.discard(cut)
+        if task.done():
+            return task.result()
+        task.cancel()
+        raise asyncio.TimeoutError("marked down by the front's health checks")
+
+    def cut(self) -> None:
+        """Marked down: every answer being read from it ends (its reader gets a connection error, as if the
+        shard had closed it), every request waiting for one fails."""
+        for resp in list(self.responses):
+            resp.close()
+        for f in list(self.waiting):
+            if not f.done():
+                f.set_result(None)
 
     @property
     def selector(self) -> ShardSelector | None:
@@ -151,7 +185,9 @@ class ShardMap:
             s.slow = 0
         if ok != s.ready:
             log.info("shard %s %s%s", s.url, "ready" if ok else "not ready: ", s.error)
-        s.ready = ok
+        was, s.ready = s.ready, ok
+        if was and not ok:
+            s.cut()
 
     # --- what a request needs ------------------------------------------------------------------
 

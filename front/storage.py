@@ -109,7 +109,7 @@ class FrontStorage(CacheDelegator):
                          selectors: dict[str, str] | None) -> ShardList:
         shard, sel = part
         url = self._url(shard, namespace)
-        resp = await open_get(self.shards.session, url, self._params(base, selectors, sel), _FRAMED)
+        resp = await open_get(self.shards.session, url, self._params(base, selectors, sel), _FRAMED, shard)
         try:
             return await ShardList(shard.url, resp).start()
         except BaseException:
@@ -398,7 +398,7 @@ class FrontStorage(CacheDelegator):
             shard, sel = part
             url = self._url(shard, ns)
             resp = await open_get(self.shards.session, url, self._params(base, selectors, sel),
-                                  headers={FRONT_PROGRESS_HEADER: "true"})
+                                  headers={FRONT_PROGRESS_HEADER: "true"}, shard=shard)
             return ShardWatch(shard.url, resp)
         return await open_each(one(p) for p in parts)
 
@@ -415,7 +415,8 @@ class FrontStorage(CacheDelegator):
         shard, sel = part
         await sink.start()
         try:
-            resp = await open_get(self.shards.session, self._url(shard, ns), self._params(base, req.selectors, sel))
+            resp = await open_get(self.shards.session, self._url(shard, ns), self._params(base, req.selectors, sel),
+                                  shard=shard)
         except errors.StatusError as e:
             await fail(sink, e)
             return

@@ -44,10 +44,15 @@ def unreachable(url: str, e: BaseException) -> serr.StorageError:
 
 
 async def open_get(session: aiohttp.ClientSession, url: str, params: dict[str, str],
-                   headers: dict[str, str] | None = None) -> aiohttp.ClientResponse:
-    """GET with the answer's headers in: a non-200 answer raises the shard's Status."""
+                   headers: dict[str, str] | None = None, shard=None) -> aiohttp.ClientResponse:
+    """GET with the answer's headers in: a non-200 answer raises the shard's Status. Given the `shard`
+    (front.shards.Shard), the wait and the answer are cut when its health checks mark it down."""
     try:
-        resp = await session.get(url, params=params, headers=headers)
+        if shard is None:
+            resp = await session.get(url, params=params, headers=headers)
+        else:
+            resp = await shard.unless_cut(session.get(url, params=params, headers=headers))
+            shard.responses.add(resp)
     except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
         raise unreachable(url, e) from None
     if resp.status != 200:

@@ -288,8 +288,7 @@ def shards_ready(s, timeout: float = 60) -> None:
 
 def test_a_hung_shard_ends_the_feeds_watches(fslice):
     """A shard that stops answering (SIGSTOP) would stall every event of the merged stream: once the front's
-    health checks mark it down (3 checks of 2 s), the feed's live watches end; after SIGCONT a new feed serves.
-    (A watch still reading its initial list from the hung shard waits for it: not bounded yet.)"""
+    health checks mark it down (3 checks of 2 s), the feed's live watches end; after SIGCONT a new feed serves."""
     s = fslice
     keep = keep_feed_open(s, 60)
     n0 = served(s)["feed"]
@@ -314,6 +313,51 @@ def test_a_hung_shard_ends_the_feeds_watches(fslice):
     writes(s.front.base, "h", 3)
     got.join(20), want.join(20)
     assert got.objects() == want.objects() and len(want.objects()) >= 3
+
+
+def test_a_hung_shard_fails_waiting_lists_and_initial_lists_within_the_health_bound(fslice):
+    """Requests already waiting on a shard that stops answering (SIGSTOP) fail once the front's health checks mark
+    it down (3 checks of 2 s: 7-9 s), not at the request timeout (60 s): a merged list gets a 504 Status, a
+    watch-list waiting for its initial list a 504 or an ERROR event. After SIGCONT both work again."""
+    s = fslice
+    got: dict = {}
+
+    def merged_list():
+        t0 = time.monotonic()
+        r = requests.get(s.front.base + CM, timeout=90)
+        got["list"] = (r.status_code, time.monotonic() - t0, r.text)
+
+    def watch_list():
+        t0 = time.monotonic()
+        with requests.get(s.front.base + CM, params={"watch": "1", "sendInitialEvents": "true",
+                                                     "resourceVersionMatch": "NotOlderThan",
+                                                     "allowWatchBookmarks": "true", "timeoutSeconds": "60"},
+                          stream=True, timeout=90) as r:
+            lines = [json.loads(x) for x in r.iter_lines() if x] if r.status_code == 200 else [r.json()]
+        got["watch"] = (r.status_code, time.monotonic() - t0, lines)
+
+    shards_ready(s)
+    victim = s.shards[0]
+    os.kill(victim.pid, signal.SIGSTOP)
+    try:
+        threads = [threading.Thread(target=f, daemon=True) for f in (merged_list, watch_list)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        os.kill(victim.pid, signal.SIGCONT)
+        shards_ready(s)
+    status, took, body = got["list"]
+    assert status == 504 and took < 30, (status, took, body[:300])
+    assert json.loads(body)["reason"] == "Timeout" and victim.base.split("//")[1] in body, body
+    status, took, events = got["watch"]
+    assert took < 30, (status, took, events[-1:])
+    if status == 200:
+        assert events[-1]["type"] == "ERROR" and events[-1]["object"]["code"] == 504, events[-1:]
+    else:
+        assert status == 504, (status, events)
+    assert requests.get(s.front.base + CM, timeout=30).status_code == 200
 
 
 def etcd_revision_reads(base: str) -> int:

@@ -106,13 +106,15 @@ def test_check_finds_a_lost_write_and_a_false_unknown():
     run.cp_at_fault = {n: 100.0 for n in np_.LIVE}
     final = {n: (100.0, None) for n in np_.LIVE + [np_.DEAD]}
     alive = {"tier": True}
-    ok = np_.check(run, final, 100.0 + np_.GRACE + 3, {"NoSchedule", "NoExecute"}, alive)
+    events = {"node-controller/RegisteredNode", "node-controller/NodeNotReady"}
+    ok = np_.check(run, final, 100.0 + np_.GRACE + 3, {"NoSchedule", "NoExecute"}, alive, events)
     assert ok == [], ok
     run.cp_at_fault[np_.LIVE[0]] = 99.0           # the SIGTERM lost a second of renewals: no loss allowed there
     final[np_.LIVE[1]] = (99.0, None)             # the end state lost the last renewal
     run.ready_seen[np_.LIVE[2]] = ["True", "Unknown", "True"]
-    found = np_.check(run, final, 100.0 + np_.GRACE - 5, {"NoSchedule"}, {"tier": False})
+    found = np_.check(run, final, 100.0 + np_.GRACE - 5, {"NoSchedule"}, {"tier": False},
+                      {"node-controller/RegisteredNode"})
     texts = " | ".join(v["message"] for v in found)
     assert {v["checker"] for v in found} == {"writes", "controller", "crash"}, texts
     assert "trailed" in texts and "ends with renewTime" in texts and "(live) went" in texts, texts
-    assert "went Unknown" in texts and "taints" in texts, texts
+    assert "went Unknown" in texts and "taints" in texts and "NodeNotReady event" in texts, texts

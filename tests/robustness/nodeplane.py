@@ -31,7 +31,8 @@ Checkers (`check`):
 * while the control plane or the Lease etcd is down, the tier goes on answering every live kubelet's renewals;
 * the controller manager's verdicts: no live node ever leaves Ready=True; the stopped node goes Ready=Unknown
   no earlier than the grace period after its last acknowledged renewal and no later than grace + 10 s, with the
-  `node.kubernetes.io/unreachable` taints NoSchedule and NoExecute; every process we did not kill is alive.
+  `node.kubernetes.io/unreachable` taints NoSchedule and NoExecute and the controller's `NodeNotReady` event in
+  the core events (what `kubectl describe node` shows); every process we did not kill is alive.
 
 Times are scaled from upstream's 40 s Lease / 50 s grace / 30 s forward interval to 20 / 25 / 10 s (the
 forward interval two renewal periods rather than three, so that a tier restarted at once is back within the
@@ -367,6 +368,7 @@ async def run_node_scenario(name: str, *, seed: int = 1, duration: float = 40.0)
     plane = await asyncio.to_thread(Plane)
     final_cp: dict[str, tuple[float, str | None]] = {}
     taints: set[str] = set()
+    dead_events: set[str] = set()
     unknown_at: float | None = None
     alive: dict[str, bool] = {}
     tier_metrics: dict[str, float] = {}
@@ -418,6 +420,10 @@ async def run_node_scenario(name: str, *, seed: int = 1, duration: float = 40.0)
             ready = next((c for c in dead_node["status"]["conditions"] if c["type"] == "Ready"), {})
             if ready.get("status") == "Unknown":
                 unknown_at = parse_time(ready.get("lastTransitionTime"))
+            async with s.get(f"{cp}/api/v1/namespaces/default/events",
+                             params={"fieldSelector": f"involvedObject.name={DEAD}"}) as r:
+                dead_events = {(e.get("source") or {}).get("component", "") + "/" + e.get("reason", "")
+                               for e in (await r.json(content_type=None)).get("items") or []}
             # the tier forwards every pending renewal as it stops: then the control plane must hold them all
             await asyncio.to_thread(plane.term_tier)
             final_cp = await _control_plane_renewals(s, cp)
@@ -437,8 +443,9 @@ async def run_node_scenario(name: str, *, seed: int = 1, duration: float = 40.0)
                                        for n, t in run.cp_at_fault.items()},
               "ready_seen": run.ready_seen, "poll_errors": run.poll_errors, "alive": alive,
               "dead_unknown_after_s": round(unknown_at - _last_acked(run, DEAD), 1) if unknown_at else None,
-              "dead_taints": sorted(taints), "tier_metrics": tier_metrics, "notes": run.notes}
-    violations = check(run, final_cp, unknown_at, taints, alive)
+              "dead_taints": sorted(taints), "dead_events": sorted(dead_events), "tier_metrics": tier_metrics,
+              "notes": run.notes}
+    violations = check(run, final_cp, unknown_at, taints, alive, dead_events)
     result["violations"] = violations
     # the columns of the suite's table (scenarios.table, summary)
     result["lost"] = sum(v["checker"] == "writes" for v in violations)
@@ -508,7 +515,9 @@ def check_linearizable(run: Run, name: str) -> list[dict]:
     return out
 
 
-def check(run: Run, final_cp: dict, unknown_at: float | None, taints: set[str], alive: dict) -> list[dict]:
+def check(run: Run, final_cp: dict, unknown_at: float | None, taints: set[str], alive: dict,
+          dead_events: set[str]) -> list[dict]:
+    """The violations of a run. `dead_events`: the stopped node's events, "<source component>/<reason>"."""
     out: list[dict] = []
     for n in LIVE + [DEAD]:
         out += check_linearizable(run, n)
@@ -566,6 +575,9 @@ def check(run: Run, final_cp: dict, unknown_at: float | None, taints: set[str], 
         if not {"NoSchedule", "NoExecute"} <= taints:
             out.append(_v("controller", f"{DEAD} has the {TAINT} taints {sorted(taints)}, not NoSchedule and "
                                         f"NoExecute"))
+        if "node-controller/NodeNotReady" not in dead_events:
+            out.append(_v("controller", f"{DEAD} went Unknown without the controller's NodeNotReady event "
+                                        f"(its events: {sorted(dead_events)})"))
     for proc, up in alive.items():
         if not up:
             out.append(_v("crash", f"{proc} was not running at the end"))

@@ -12,6 +12,7 @@ from aiohttp import web
 from cache.cacher import Cacher
 from cache.residency import Residency
 from machinery import errors
+from machinery.memory import malloc_info
 from machinery.resources import Registry
 from storage.router import Router
 
@@ -113,4 +114,5 @@ def process_memory() -> dict[str, int]:
         cur, peak = tracemalloc.get_traced_memory()
         out["tracemalloc_bytes"] = cur
         out["tracemalloc_peak_bytes"] = peak
+    out.update(malloc_info())
     return out

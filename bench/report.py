@@ -77,6 +77,13 @@ def residency_table(doc: dict) -> str:
                          f"{run['summary'][m]['full_over_uncompressed_full']:.3f}, shard mean / it "
                          f"{run['summary'][m]['mean_over_uncompressed_full']:.3f})" for m in RESIDENCY_MEASURES]
                 lines.append(f"#   K={run['k']} against a full replica with --cache-compression=false: " + "; ".join(parts))
+            nt = run.get("rss_without_tracemalloc")
+            if nt:
+                lines.append(f"#   K={run['k']} RSS of twins run without tracemalloc: shard mean "
+                             f"{nt['shard_mean_bytes'] / MIB:.1f} MiB, full {nt['full_bytes'] / MIB:.1f} MiB, uncompressed "
+                             f"full {nt['uncompressed_full_bytes'] / MIB:.1f} MiB: shard / uncompressed full "
+                             f"{nt['shard_mean_over_uncompressed_full']:.3f}, shard / full {nt['shard_mean_over_full']:.3f}, "
+                             f"full / uncompressed full {nt['full_over_uncompressed_full']:.3f}")
         if doc.get("source"):   # the advisor: where each resource's objects live, per K
             for run in pr["runs"]:
                 parts = []

@@ -230,9 +230,11 @@ class Cacher(Dispatching):
             await asyncio.sleep(0.2 + random.random() * 0.3)
 
     def _after_compression_pass(self) -> None:
-        """A pass changed entries: return what it freed to the OS (in 8 MiB steps) and report the gauges."""
+        """A pass changed entries: return what it freed to the OS and report the gauges."""
         c = self.wc.compressor
-        if c.freed >= TRIM_AFTER_BYTES:   # the plain bytes compression replaced go back to the OS, not only to malloc
+        # The plain bytes compression replaced go back to the OS, not only to malloc: every 8 MiB, and what is
+        # left once the cold entries are all compressed.
+        if c.freed >= TRIM_AFTER_BYTES or (c.freed and c.settled()):
             c.freed = 0
             release_free_memory()
         labels = (self.group, self.resource_label)

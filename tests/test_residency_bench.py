@@ -160,3 +160,5 @@ def test_residency_realistic_quick(tmp_path):
     assert plain["resources"]["configmaps"]["objects"] == full["resources"]["configmaps"]["objects"] == 360
     assert run["summary"]["native"]["full_over_uncompressed_full"] < 0.8, run["summary"]["native"]
     assert any(t["target"].startswith("K=2 with compression") for t in doc["targets"])
+    nt = run["rss_without_tracemalloc"]       # twins of the full replicas and the shards, without tracemalloc
+    assert len(nt["shard_bytes"]) == 2 and all(v > 0 for v in nt["shard_bytes"]) and nt["uncompressed_full_bytes"] > 0

@@ -124,6 +124,7 @@ def test_vs_upstream_quick(tmp_path):
         # both caches held exactly the loaded objects (checked by the bench); ours grew by a positive amount
         assert row["objects"] > 0 and row["json_bytes_per_object"] > 0, (name, row)
         assert row["ours_heap_per_object"] > 0, (name, row)
+        assert "ours_rss_traced_per_object" in row, row   # RSS read from the twin run without tracemalloc
     assert len(doc["lists"]) == 2 * len(LIST_SHAPES)
     for name, row in doc["lists"].items():
         for side in ("ours", "kube"):

@@ -307,24 +307,20 @@ async def correctness(s, full: Apiserver, shards: list[Apiserver], prof: Profile
     return {"passed": not problems, "problems": problems[:20], "resources": per_resource}
 
 
-async def rss_without_tracemalloc(s, twins: dict[str, list[Apiserver]]) -> dict:
-    """RSS of processes run without tracemalloc, once their compression has settled (`twins`: role -> processes
-    of the same flags as the measured ones). tracemalloc keeps a trace per live allocation, in malloc'd memory
+async def rss_without_tracemalloc(s, full: Apiserver, plain: Apiserver, shards: list[Apiserver]) -> dict:
+    """RSS of processes run without tracemalloc (twins of the full replica, the uncompressed one and the shards),
+    once their compression has settled. tracemalloc keeps a trace per live allocation, in malloc'd memory
     interleaved with the objects: freed objects then leave holes glibc cannot give back, and RSS grows by more
     than the traces (30,000 realistic Pods, compressed: 222 MiB RSS with tracemalloc, 118 MiB without)."""
-    out: dict = {}
-    for role, procs in twins.items():
-        vals = []
-        for p in procs:
-            await compression_settled(s, p.base)
-            rep = await get_json(s, p.base + "/debug/residency", {"gc": "1"})
-            vals.append(rep["process"]["rss_bytes"])
-        out[role] = vals
-    full, plain, shards = out["full"][0], out["uncompressed_full"][0], out["shards"]
-    mean = statistics.mean(shards)
-    return {"full_bytes": full, "uncompressed_full_bytes": plain, "shard_bytes": shards,
-            "shard_mean_bytes": mean, "shard_mean_over_uncompressed_full": mean / plain,
-            "shard_mean_over_full": mean / full, "full_over_uncompressed_full": full / plain}
+    async def rss(p: Apiserver) -> int:
+        await compression_settled(s, p.base)
+        return (await get_json(s, p.base + "/debug/residency", {"gc": "1"}))["process"]["rss_bytes"]
+    f, u = await rss(full), await rss(plain)
+    sh = [await rss(p) for p in shards]
+    mean = statistics.mean(sh)
+    return {"full_bytes": f, "uncompressed_full_bytes": u, "shard_bytes": sh, "shard_mean_bytes": mean,
+            "shard_mean_over_uncompressed_full": mean / u, "shard_mean_over_full": mean / f,
+            "full_over_uncompressed_full": f / u}
 
 
 async def measure_all(s, procs: list[Apiserver]) -> list[dict]:
@@ -406,8 +402,7 @@ async def run_ks(s, etcd_ep: str, prefix: str, prof: Profile, ks: list[int], p: 
         await sync(s, [full] + shards + others + list(rss_twins or ()) + twins, prof, partial, rev)
         meas = await measure_all(s, [full] + shards + others)
         plain_meas = meas.pop() if plain is not None else None
-        rss_free = await rss_without_tracemalloc(s, {"full": [rss_twins[0]], "uncompressed_full": [rss_twins[1]],
-                                                     "shards": twins}) if rss_twins else None
+        rss_free = await rss_without_tracemalloc(s, *rss_twins, twins) if rss_twins else None
         stop.set()
         if wtask:
             await wtask

@@ -279,8 +279,7 @@ class RBACAuthorizer:
     def _apply_binding(self, ns: str, name: str, o: dict | None) -> None:
         reg = self._rb.get(ns) if ns else self._crb
         old = reg.get(name) if reg is not None else None
-        if old is not None:
-            self._dropped += 1
+        if old is not None:   # (bindings hold nothing of the sharing table: no sweep to count for)
             idx = self._rb_idx[ns] if ns else self._crb_idx
             for i, k in enumerate(old[KEYS:]):
                 _unlink(idx[old[3] >> 2 * i & 3], k, old)
@@ -315,7 +314,7 @@ class RBACAuthorizer:
             self._labels[name] = self._share(tuple(self._share(kv) for kv in labels))
         self._effective = {}
         self._compiled = {}
-        self._dropped = 0   # bindings stay as they are (the indexes hold them; they share only interned strings)
+        self._dropped = 0   # bindings are not in the table (they hold interned strings only)
 
     def _reshare(self, rules: tuple) -> tuple:
         return self._share(tuple(self._share(tuple(self._share(f) if f is not None else None for f in r))

@@ -275,6 +275,8 @@ class Cacher(Dispatching):
             rev = rev or hdr
             start = kvs[-1].key.decode() + "\x00" if kvs else start
             n += self._ingest_page(kvs)  # consumes kvs: only one page of raw values is alive at a time
+            if self.wc.compressor is not None:   # compressed while listed, a batch at a time (cache/compression.py)
+                await self.wc.compressor.listed(final=not more)
             if not more:
                 break
         self.wc.finish_replace(rev)

@@ -265,11 +265,17 @@ class WatchCache:
             self.compressor.reset()
 
     def add_listed(self, objects: Iterable[tuple[str, int, bytes, str, str, dict[str, str]]]) -> None:
-        note = self.compressor.note if self.compressor is not None else None
+        c = self.compressor
+        if c is None:
+            for key, orv, data, uid, ns, labels in objects:
+                self.store.insert(key, self._new_entry(key, orv, data, uid, ns, labels))
+            return
+        note, size = c.note, 0
         for key, orv, data, uid, ns, labels in objects:
             self.store.insert(key, self._new_entry(key, orv, data, uid, ns, labels))
-            if note is not None:
-                note(key, orv)
+            note(key, orv)
+            size += len(data)
+        c.listed_bytes += size   # what Compressor.listed compresses while the list goes on
 
     # A warm start (cache/snapshot.py) installs a saved state the same way: begin_replace, add_restored per
     # chunk (entries keep their saved slots), then restore_indexes and finish_replace at the saved RV.

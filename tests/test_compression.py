@@ -147,6 +147,41 @@ async def test_older_versions_the_window_keeps_turn_cold_too():
     assert tree is not None and {e.key: e.data for e in wc.iter_prefix(tree, PREFIX)} == old
 
 
+async def test_a_list_is_compressed_while_it_is_read(monkeypatch):
+    """Listed entries are cold (no event refers to them): a (re)list is compressed a batch at a time while its
+    pages are read, each batch in the worker while the next page is ingested, so at most about two batches are
+    ever held as wire bytes (not the whole list, compressed only once the cache is ready)."""
+    monkeypatch.setattr(compression, "LISTING_BATCH_BYTES", 20_000)   # ~60 of these ConfigMaps
+    wc = WatchCache(PREFIX, time.monotonic)
+    wc.compressor = Compressor(wc, CompressionConfig(min_objects=100))
+    pages, per = 12, 100
+    want = {f"{PREFIX}default/c{i:05d}": cm(i) for i in range(pages * per)}
+    wc.begin_replace()
+    plain = []
+    for p in range(pages):
+        wc.add_listed((f"{PREFIX}default/c{i:05d}", 10 + i, cm(i), f"uid-{i}", "default", {})
+                      for i in range(p * per, (p + 1) * per))
+        plain.append(sum(1 for e in wc.slots if e is not None and e.codec is None))
+        await wc.compressor.listed(final=p == pages - 1)
+    wc.finish_replace(10 + pages * per)
+    assert max(plain) <= 2 * per, plain          # the batch in the worker and the page just read
+    st = wc.compressor.stats()
+    assert st["entries_compressed"] == pages * per and st["entries_plain"] == 0 and st["trainings"] == 1
+    assert wc.compressor.compressed == pages * per and wc.compressor.settled(quiet=True)
+    assert {k: e.data for k, e in wc.store.items()} == want
+    assert await run_passes(wc) == 0             # nothing left for the passes
+
+
+async def test_a_list_too_small_to_train_on_is_left_to_the_passes():
+    wc = WatchCache(PREFIX, time.monotonic)
+    wc.compressor = Compressor(wc, CompressionConfig(min_objects=100))
+    wc.begin_replace()
+    wc.add_listed((f"{PREFIX}default/c{i:05d}", 10 + i, cm(i), f"uid-{i}", "default", {}) for i in range(50))
+    await wc.compressor.listed(final=True)
+    wc.finish_replace(100)
+    assert wc.compressor.codec is None and len(wc.compressor.pending) == 50 and wc.compressor.compressed == 0
+
+
 async def test_not_settled_while_a_batch_is_in_the_worker():
     """Benchmarks read memory once settled: a batch taken from pending but not yet swapped in is not settled
     (a 100 KB Pod run read the heap mid-pass: plain bytes, their copies and the frames all alive)."""

@@ -240,3 +240,53 @@ async def test_damaged_entry_fails_the_request_and_the_cache_relists(etcd_client
         assert len(page.raw) == 5
     finally:
         await c.stop()
+
+
+async def test_a_cache_lists_its_objects_already_compressed(etcd_client, unique_prefix, monkeypatch):
+    """Over a real etcd: a Cacher's initial list, read in pages, is compressed while it is read, so the cache is
+    ready with its listed objects compressed before any background pass has run (they would wait a minute
+    here), and answers them byte for byte as etcd holds them."""
+    from cache import compression
+    from cache.cacher import Cacher
+    from cache.compression import CompressionConfig
+    from machinery.encoding import encode_obj, wire_head
+    from machinery.resources import Registry
+    from storage.store import EtcdStore
+    monkeypatch.setattr(compression, "LISTING_BATCH_BYTES", 10_000)
+    res = Registry().lookup("", "v1", "configmaps")
+    prefix = f"{unique_prefix}/"
+    store = EtcdStore(etcd_client, res.plural)
+    for i in range(400):
+        await store.create(f"{prefix}ns/c{i:04d}", {"apiVersion": "v1", "kind": "ConfigMap",
+                                                    "metadata": {"name": f"c{i:04d}", "namespace": "ns",
+                                                                 "labels": {"app": f"a{i % 9}"}},
+                                                    "data": {"level": ["info", "debug"][i % 2],
+                                                             "endpoint": f"https://svc-{i % 13}.ns:8443/v{i}"}})
+    calls = []
+    orig = compression.compress_all
+
+    def spy(codec, datas):
+        calls.append(len(datas))
+        return orig(codec, datas)
+    monkeypatch.setattr(compression, "compress_all", spy)
+    c = Cacher(store=store, client=etcd_client, prefix=prefix, resource_label=res.plural, group=res.group,
+               encode=lambda o: encode_obj(res, o), head=wire_head(res), list_page=40,
+               compression=CompressionConfig(min_objects=100, interval=60.0))
+    c.start()
+    try:
+        for _ in range(500):
+            if c.ready:
+                break
+            await asyncio.sleep(0.02)
+        assert c.ready and c.wc.compressor.compressed == 400, c.wc.compressor.stats()
+        assert len(calls) > 4 and max(calls) < 200, calls   # in batches (and the training sample's trial)
+        kvs, _, _, _ = await etcd_client.range(prefix.encode(), (prefix[:-1] + "0").encode())
+        assert len(kvs) == 400
+        for kv in kvs:
+            want = json.loads(kv.value)
+            got = json.loads(c.wire(c.wc.store.get(kv.key.decode()).data))
+            assert got["metadata"].pop("resourceVersion") == str(kv.mod_revision)
+            want["metadata"].pop("resourceVersion", None)
+            assert got == want
+    finally:
+        await c.stop()

@@ -631,9 +631,11 @@ class Cacher(Dispatching):
                 w.next_bookmark = next_bookmark_time(now, w.deadline)
 
     async def _follow_compactions(self) -> None:
-        """S2.16.2: every 15 s read the last compacted revision and drop older snapshots."""
+        """S2.16.2: every 15 s read the last compacted revision and drop older snapshots (and, beyond upstream,
+        an idle resource's per-event snapshots: `WatchCache.drop_idle_snapshots`)."""
         while True:
             await asyncio.sleep(self.compaction_poll)
+            self.wc.drop_idle_snapshots()
             try:
                 rev = await last_compacted(self.client)
             except Exception as e:

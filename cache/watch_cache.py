@@ -38,10 +38,10 @@ EVENT_FRESH_SECONDS = 75.0
 Entry = ext.Entry
 
 
-# One applied event of the window (ext/entry.pyx): type (ADDED | MODIFIED | DELETED), key, rv, entry, prev,
-# time. For DELETED, `entry` carries the last state with the delete's RV (S4.5); `prev` is the entry it
-# replaced (None for ADDED).
-CacheEvent = ext.Event
+# One applied event of the window (ext/entry.pyx, 48 B): entry, prev, time; type (ADDED | MODIFIED | DELETED),
+# key and rv read from them. For DELETED, `entry` carries the last state with the delete's RV (S4.5), as a
+# tombstone (slot -1); `prev` is the entry it replaced (None for ADDED).
+CacheEvent = ext.WindowEvent
 
 
 class TooOld(Exception):
@@ -272,8 +272,9 @@ class WatchCache:
             return
         note, size = c.note, 0
         for key, orv, data, uid, ns, labels in objects:
-            self.store.insert(key, self._new_entry(key, orv, data, uid, ns, labels))
-            note(key, orv)
+            e = self._new_entry(key, orv, data, uid, ns, labels)
+            self.store.insert(key, e)
+            note(e)
             size += len(data)
         c.listed_bytes += size   # what Compressor.listed compresses while the list goes on
 
@@ -304,7 +305,7 @@ class WatchCache:
                 if codec_id:
                     self.compressor.kept(len(data))
                 else:
-                    note(key, rv)
+                    note(e)
             after = key
             if rv > top:
                 top_key, top = key, rv
@@ -344,9 +345,8 @@ class WatchCache:
             e = self._new_entry(key, rv, data, uid, namespace, labels)
         self.store.insert(key, e)
         if self.compressor is not None:
-            self.compressor.note(key, rv)
-        return self._record(CacheEvent("MODIFIED" if prev is not None else "ADDED", key, rv, e, prev,
-                                       self.clock()))
+            self.compressor.note(e)
+        return self._record(CacheEvent(e, prev, self.clock()))
 
     def apply_delete(self, key: str, rv: int, deleted_data: bytes, namespace: str,
                      prev_labels: dict[str, str] | None) -> CacheEvent | None:
@@ -359,7 +359,7 @@ class WatchCache:
             self.compressor.dropped(prev)
         self._free_entry(prev, namespace, prev_labels or {})
         tomb = Entry(key, rv, deleted_data, -1, prev.uid_hash)
-        return self._record(CacheEvent("DELETED", key, rv, tomb, prev, self.clock()))
+        return self._record(CacheEvent(tomb, prev, self.clock()))
 
     def _record(self, ev: CacheEvent) -> CacheEvent:
         self.rv = ev.rv
@@ -397,6 +397,17 @@ class WatchCache:
                 self.evicted = True
             self.capacity = new
             self.capacity_changes.append(-1)
+
+    def drop_idle_snapshots(self) -> None:
+        """A resource with no event in the window's span (75 s) keeps its current snapshot only. The per-event
+        ones are path copies that a later write made (at 10,000 ConfigMaps the 256 recent ones cost 48 B per
+        object, most of the B-tree's memory); the states they held are rebuilt on demand by undoing events
+        (`snapshot_at`), as older ones already are. Called by the Cacher every 15 s."""
+        rvs, trees = self.snapshot_rvs, self.snapshot_trees
+        if len(rvs) > 1 and self.history and self.clock() - self.history[-1].time > self.window:
+            while len(rvs) > 1:
+                rvs.popleft()
+                trees.popleft()
 
     def _drop_snapshots(self) -> None:
         """S2.16.1: snapshots older than the oldest buffered event go (the one at list_rv

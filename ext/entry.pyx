@@ -86,6 +86,44 @@ cdef class Event:
         return f"Event({self.type}, {self.key!r}, rv={self.rv})"
 
 
+@cython.no_gc
+@cython.final
+cdef class WindowEvent:
+    """An event of a watch cache's own window (cache/watch_cache.py), 48 B where `Event` takes 64: only the
+    entry it produced, the entry it replaced and when. Its key and RV are the entry's (the cache makes a new
+    entry per event, at the event's RV), and its type follows from them: a DELETED event's entry is the
+    tombstone (slot -1, never a stored entry's), an ADDED one replaced nothing. The front's window, whose
+    entries carry no RV nor slot, keeps `Event`."""
+    cdef readonly Entry entry
+    cdef readonly object prev
+    cdef readonly double time
+
+    def __cinit__(self, Entry entry not None, object prev, double time):
+        self.entry = entry
+        self.prev = prev
+        self.time = time
+
+    @property
+    def type(self):
+        if self.entry.slot < 0:
+            return "DELETED"
+        return "ADDED" if self.prev is None else "MODIFIED"
+
+    @property
+    def key(self):
+        return self.entry.key
+
+    @property
+    def rv(self):
+        return self.entry.rv
+
+    def __sizeof__(self):
+        return Py_TYPE_BASICSIZE(self)
+
+    def __repr__(self):
+        return f"Event({self.type}, {self.key!r}, rv={self.rv})"
+
+
 cdef extern from *:
     """
     static Py_ssize_t Py_TYPE_BASICSIZE(PyObject *o) { return Py_TYPE(o)->tp_basicsize; }

@@ -1,4 +1,4 @@
-"""Pure-Python twins of ext.entry.Entry and ext.entry.Event (test oracles and RESIDENCY_PURE_PYTHON=1)."""
+"""Pure-Python twins of ext.entry.Entry, ext.entry.Event and ext.entry.WindowEvent (test oracles and RESIDENCY_PURE_PYTHON=1)."""
 from __future__ import annotations
 
 
@@ -38,6 +38,34 @@ class Event:
         self.entry = entry
         self.prev = prev
         self.time = time
+
+    def __repr__(self) -> str:
+        return f"Event({self.type}, {self.key!r}, rv={self.rv})"
+
+
+class WindowEvent:
+    __slots__ = ("entry", "prev", "time")
+
+    def __init__(self, entry: Entry, prev, time: float):
+        if entry is None:
+            raise TypeError("entry must not be None")
+        self.entry = entry
+        self.prev = prev
+        self.time = time
+
+    @property
+    def type(self) -> str:
+        if self.entry.slot < 0:
+            return "DELETED"
+        return "ADDED" if self.prev is None else "MODIFIED"
+
+    @property
+    def key(self) -> str:
+        return self.entry.key
+
+    @property
+    def rv(self) -> int:
+        return self.entry.rv
 
     def __repr__(self) -> str:
         return f"Event({self.type}, {self.key!r}, rv={self.rv})"

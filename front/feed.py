@@ -38,7 +38,7 @@ from cache.cache_watcher import CacheWatcher
 from cache.cacher import BLOCK_TIMEOUT, BOOKMARK_TICK, next_bookmark_time
 from cache.dispatch import Dispatching
 from cache.reads import write_live
-from cache.watch_cache import CacheEvent
+from ext import Event as FeedEvent   # the window's record with its type, key and RV (FeedEntry has no RV)
 from machinery import errors
 from machinery.aio import wait_event
 from machinery.encoding import encode_obj
@@ -90,7 +90,7 @@ class Feed(Dispatching):
         self.watchers: set[CacheWatcher] = set()
         self.mark = rv                 # every event with RV <= mark is applied and dispatched
         self.oldest = rv               # a watch from an RV >= oldest resumes from the window
-        self.window: deque[CacheEvent] = deque()
+        self.window: deque[FeedEvent] = deque()
         k = len(parts)
         self.marks = [rv] * k
         self.queues: list[list[tuple[int, str, FeedEntry, FeedEntry]]] = [[] for _ in range(k)]   # (rv, type, obj, prev)
@@ -206,7 +206,7 @@ class Feed(Dispatching):
         now = self.clock()
         events = take_ready(self.queues, mark)
         for i, (rv, t, entry, prev) in enumerate(events):
-            ev = CacheEvent(t, entry.key, rv, entry, None if t == "ADDED" else prev, now)
+            ev = FeedEvent(t, entry.key, rv, entry, None if t == "ADDED" else prev, now)
             self.window.append(ev)
             # The mark passes an event before it is dispatched, as the cache's RV does: a dispatch may wait for a
             # slow watcher, and a bookmark or a watcher registered meanwhile must be at or past what was sent (a
@@ -224,7 +224,7 @@ class Feed(Dispatching):
         while len(win) > WINDOW_MAX or (len(win) > WINDOW_MIN and now - win[0].time > WINDOW_SECONDS):
             self.oldest = win.popleft().rv
 
-    def _since(self, rv: int) -> list[CacheEvent]:
+    def _since(self, rv: int) -> list[FeedEvent]:
         """The window's events after `rv` (those of a batch being dispatched included), oldest first."""
         out = []
         for ev in reversed(self.window):

@@ -78,6 +78,29 @@ def test_snapshot_per_event_and_retention_with_the_window():
     assert wc.oldest_snapshot_rv() >= wc.history[-3].rv - 2
 
 
+def test_an_idle_resource_keeps_one_snapshot_and_rebuilds_the_others():
+    """Beyond upstream (memory): once no event came in the window's 75 s, only the current snapshot stays; every
+    state the window can reproduce is still served, the dropped ones rebuilt by undoing events (S2.14), and
+    RVs before the list stay unservable (S1.21)."""
+    clock = Clock()
+    wc = WatchCache("/r/", clock)
+    wc.replace([obj(f"/r/ns/o{i:03d}", 5) for i in range(40)], 10)
+    last = fill(wc, clock, 120, dt=0.1)
+    want = {rv: {e.key: e.data for e in wc.iter_prefix(wc.snapshot_at(rv), "/r/")} for rv in range(10, last + 1)}
+    n = len(wc.snapshots)
+    clock.t += 60
+    wc.drop_idle_snapshots()
+    assert len(wc.snapshots) == n > 100      # events 60 s old: still in the window
+    clock.t += 20
+    wc.drop_idle_snapshots()
+    assert wc.snapshots == [(last, wc.snapshot_trees[-1])]
+    for rv, state in want.items():
+        assert {e.key: e.data for e in wc.iter_prefix(wc.snapshot_at(rv), "/r/")} == state, rv
+    assert wc.snapshot_at(9) is None
+    wc.apply_put("/r/ns/new", last + 1, b"{}", "u-new", "ns", {}, None)   # snapshots per event again
+    assert [rv for rv, _ in wc.snapshots] == [last, last + 1]
+
+
 def test_indexes_follow_label_changes_and_deletes():
     clock = Clock()
     wc = WatchCache("/r/", clock)

@@ -232,6 +232,9 @@ class Cacher(Dispatching):
     def _after_compression_pass(self) -> None:
         """A pass changed entries: return what it freed to the OS and report the gauges."""
         c = self.wc.compressor
+        # The pass that compresses a bulk load's last entries runs once its newest event left the window: the
+        # resource is idle, and its per-event snapshots go now rather than at the next compaction poll.
+        self.wc.drop_idle_snapshots()
         # The plain bytes compression replaced go back to the OS, not only to malloc: every 8 MiB, and what is
         # left once the cold entries are all compressed.
         if c.freed >= TRIM_AFTER_BYTES or (c.freed and c.settled()):

@@ -361,7 +361,8 @@ KEYS = st.sampled_from([f"{PREFIX}ns{i % 3}/k{i:02d}" for i in range(24)])
 
 
 class CompressedCacheMachine(RuleBasedStateMachine):
-    """Ingest (puts, deletes, relists), compression passes (training, drift retraining, re-encoding), warm
+    """Ingest (puts, deletes, relists, paged relists compressed as they are read), idle spells (snapshots
+    dropped), compression passes (training, drift retraining, re-encoding), warm
     restarts through a snapshot file, and reads (GET of the latest state, lists at random RVs in the window)
     against a model that keeps every state as plain dicts."""
 
@@ -439,6 +440,23 @@ class CompressedCacheMachine(RuleBasedStateMachine):
     @rule()
     def relisted(self):
         self.relist()
+
+    @rule(page=st.integers(1, 5))
+    def relisted_in_pages(self, page):
+        """A relist as the Cacher reads it: page by page, compressed while it is read (`Compressor.listed`)."""
+        items, wc = sorted(self.state.items()), self.wc
+        wc.begin_replace()
+        for i in range(0, max(len(items), 1), page):
+            wc.add_listed((k, self.rv, d, f"uid-{k}", k.split("/")[-2], {}) for k, d in items[i:i + page])
+            self.loop.run_until_complete(wc.compressor.listed(final=i + page >= len(items), loop=self.loop))
+        wc.finish_replace(self.rv)
+        self.states = {self.rv: dict(self.state)}
+
+    @rule()
+    def idle(self):
+        """No event for longer than the window: the per-event snapshots go, the states stay servable."""
+        self.now[0] += 80
+        self.wc.drop_idle_snapshots()
 
     def relist(self):
         self.wc.replace(((k, self.rv, d, f"uid-{k}", k.split("/")[-2], {}) for k, d in sorted(self.state.items())),

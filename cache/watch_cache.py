@@ -402,7 +402,8 @@ class WatchCache:
         """A resource with no event in the window's span (75 s) keeps its current snapshot only. The per-event
         ones are path copies that a later write made (at 10,000 ConfigMaps the 256 recent ones cost 48 B per
         object, most of the B-tree's memory); the states they held are rebuilt on demand by undoing events
-        (`snapshot_at`), as older ones already are. Called by the Cacher every 15 s."""
+        (`snapshot_at`), as older ones already are. Called by the Cacher every 15 s and after each compression
+        pass (the pass that compresses a bulk load's last entries finds the resource idle)."""
         rvs, trees = self.snapshot_rvs, self.snapshot_trees
         if len(rvs) > 1 and self.history and self.clock() - self.history[-1].time > self.window:
             while len(rvs) > 1:

@@ -55,11 +55,21 @@ MIN_SAVING = 16                 # keep a frame only if it saves at least this ma
 # (bench.residency, realistic profile: a shard ingesting 287 MB plain and compressing afterwards kept 78 MiB of
 # RSS beyond its heap and the empty-process floor).
 LISTING_BATCH_BYTES = 8 << 20
+# ... at zstd level 3: 3.5-6x less CPU than level 9 (on bench/corpus.py's objects with their dictionary: a
+# ConfigMap 3.9 against 23 us, a Pod 11 against 40 us, frames 5-17 % larger), so compressing does not set the
+# pace of a cold start (at level 9, 575 MB of realistic objects were ready in 11.5 s against 6.5 s plain, on 2
+# cores). Once the cache is ready its passes re-encode those frames at LEVEL, as after a retraining.
+LISTING_LEVEL = 3
 
-# Parameters for small inputs (their tables and window fit a record, so a compression context stays small).
-_FRAME = zstandard.ZstdCompressionParameters.from_level(
-    LEVEL, source_size=16 * 1024, format=zstandard.FORMAT_ZSTD1_MAGICLESS, write_checksum=1, write_dict_id=0,
-    write_content_size=1)
+
+def _frame_params(level: int) -> zstandard.ZstdCompressionParameters:
+    """Parameters for small inputs (their tables and window fit a record, so a compression context stays small)."""
+    return zstandard.ZstdCompressionParameters.from_level(
+        level, source_size=16 * 1024, format=zstandard.FORMAT_ZSTD1_MAGICLESS, write_checksum=1, write_dict_id=0,
+        write_content_size=1)
+
+
+_FRAME = {LEVEL: _frame_params(LEVEL), LISTING_LEVEL: _frame_params(LISTING_LEVEL)}
 
 
 # A compressed entry that does not decode (its checksum or its frame is damaged) raises libzstd's error itself:
@@ -89,11 +99,12 @@ def _rv(e) -> int:
 class Codec:
     """A dictionary (or none) and the decoder of the frames made with it. Shared by the entries it encoded."""
 
-    __slots__ = ("id", "dict_bytes", "ratio", "_dict", "_decoder", "decompress", "__weakref__")
+    __slots__ = ("id", "dict_bytes", "ratio", "level", "_dict", "_decoder", "decompress", "__weakref__")
 
-    def __init__(self, id_: int, dictionary: bytes | None, ratio: float = 0.0):
+    def __init__(self, id_: int, dictionary: bytes | None, ratio: float = 0.0, level: int = LEVEL):
         self.id = id_
         self.ratio = ratio       # frame bytes / wire bytes over its training sample (0: unknown)
+        self.level = level       # what its frames are made at (decoding does not depend on it)
         self.dict_bytes = len(dictionary) if dictionary else 0
         self._dict = zstandard.ZstdCompressionDict(dictionary) if dictionary else None
         self._decoder = self.decoder()   # the event loop's (contexts are never used by two threads at once)
@@ -109,7 +120,7 @@ class Codec:
 
     def compressor(self) -> zstandard.ZstdCompressor:
         """A new compression context, for one worker call (it loads the dictionary, and is dropped after)."""
-        return zstandard.ZstdCompressor(dict_data=self._dict, compression_params=_FRAME)
+        return zstandard.ZstdCompressor(dict_data=self._dict, compression_params=_FRAME[self.level])
 
     def native_bytes(self) -> int:
         """What stays allocated: the dictionary's bytes (kept to build compression contexts) and the decoder's
@@ -338,7 +349,7 @@ class Compressor:
         self.listed_bytes = 0
         if not batch:
             return
-        codec = self.codec
+        codec = self._listing_codec()
         self._in_flight = True
         fut = loop.run_in_executor(None, compress_all, codec, [e.stored for e in batch])
         if final:
@@ -348,6 +359,19 @@ class Compressor:
                 self.on_change()
         else:
             self._listing = (fut, batch, codec)
+
+    def _listing_codec(self) -> Codec:
+        """What a list's frames are made with: the current dictionary at LISTING_LEVEL, installed as the
+        retiring codec so that the passes re-encode its frames at LEVEL once the cache is ready. If a retired
+        dictionary's entries are still being re-encoded (a relist right after a retraining), the current codec
+        itself (LEVEL)."""
+        r = self.retiring
+        if r is not None:
+            return r if r.level == LISTING_LEVEL else self.codec
+        fast = Codec(self._next_id, self.codec.dictionary(), self.codec.ratio, level=LISTING_LEVEL)
+        self._next_id += 1
+        self.retiring = fast
+        return fast
 
     def _install(self, batch: list, frames: list, codec: Codec, current: int) -> int:
         """Swap the frames of a compressed batch in (event loop): `batch[:current]` are current entries (skipped

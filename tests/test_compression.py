@@ -165,11 +165,20 @@ async def test_a_list_is_compressed_while_it_is_read(monkeypatch):
         await wc.compressor.listed(final=p == pages - 1)
     wc.finish_replace(10 + pages * per)
     assert max(plain) <= 2 * per, plain          # the batch in the worker and the page just read
-    st = wc.compressor.stats()
+    c = wc.compressor
+    st = c.stats()
     assert st["entries_compressed"] == pages * per and st["entries_plain"] == 0 and st["trainings"] == 1
-    assert wc.compressor.compressed == pages * per and wc.compressor.settled(quiet=True)
+    assert c.compressed == pages * per and {k: e.data for k, e in wc.store.items()} == want
+    # made fast (level 3) with the trained dictionary, then re-encoded at level 9 by the passes once ready
+    fast = c.retiring
+    assert fast.level == compression.LISTING_LEVEL and c.codec.level == compression.LEVEL
+    assert fast.dictionary() == c.codec.dictionary() and not c.settled(quiet=True)
+    assert all(e.codec is fast for e in wc.slots)
+    listed_bytes = st["compressed_bytes"]
+    assert await run_passes(wc) == 0             # nothing left to compress, only to re-encode
+    assert c.retiring is None and all(e.codec is c.codec for e in wc.slots) and c.settled(quiet=True)
     assert {k: e.data for k, e in wc.store.items()} == want
-    assert await run_passes(wc) == 0             # nothing left for the passes
+    assert c.stats()["compressed_bytes"] < listed_bytes and c.stats()["dictionaries"] == 1
 
 
 async def test_a_list_too_small_to_train_on_is_left_to_the_passes():

@@ -55,10 +55,14 @@ MIN_SAVING = 16                 # keep a frame only if it saves at least this ma
 # (bench.residency, realistic profile: a shard ingesting 287 MB plain and compressing afterwards kept 78 MiB of
 # RSS beyond its heap and the empty-process floor).
 LISTING_BATCH_BYTES = 8 << 20
-# ... at zstd level 3: 3.5-6x less CPU than level 9 (on bench/corpus.py's objects with their dictionary: a
-# ConfigMap 3.9 against 23 us, a Pod 11 against 40 us, frames 5-17 % larger), so compressing does not set the
-# pace of a cold start (at level 9, 575 MB of realistic objects were ready in 11.5 s against 6.5 s plain, on 2
-# cores). Once the cache is ready its passes re-encode those frames at LEVEL, as after a retraining.
+# A faster level for those batches (`CompressionConfig.listing_level`; not the default): level 3 costs 3.5-6x
+# less CPU than level 9 on bench/corpus.py's objects with their dictionary (a ConfigMap 3.9 against 23 us, a
+# Pod 11 against 40 us; frames 5-17 % larger), and the passes re-encode those frames at LEVEL once the cache is
+# ready. Measured on 575 MB of realistic objects, 2 cores (bench.warm_restart, bench.residency --profiles
+# realistic): at level 9 a cold start is ready in 11.5 s against 6.5 s uncompressed and a K = 2 shard settles
+# at 0.249x an uncompressed full replica's RSS; at level 3 it is ready in 7.9 s against 5.6 s, but the
+# re-encoding leaves pymalloc's pools of the larger frames part-empty and the shard settles at 0.290x. Level 9
+# stays the default for the memory it keeps.
 LISTING_LEVEL = 3
 
 
@@ -69,7 +73,7 @@ def _frame_params(level: int) -> zstandard.ZstdCompressionParameters:
         write_content_size=1)
 
 
-_FRAME = {LEVEL: _frame_params(LEVEL), LISTING_LEVEL: _frame_params(LISTING_LEVEL)}
+_FRAME = {LEVEL: _frame_params(LEVEL), LISTING_LEVEL: _frame_params(LISTING_LEVEL)}   # the levels used
 
 
 # A compressed entry that does not decode (its checksum or its frame is damaged) raises libzstd's error itself:
@@ -85,6 +89,7 @@ class CompressionConfig:
     batch: int = 4096                # entries per pass
     recheck: float = 15.0            # seconds between passes while only hot entries wait (time makes them cold)
     hot_events: int | None = None    # None: the whole event window is hot; N: only the newest N events' entries
+    listing_level: int = LEVEL       # zstd level of the frames made while a list is read (see LISTING_LEVEL)
     # (the test flag --cache-compression-eager sets min_objects=2, interval=0.05, hot_events=0: every entry, hot
     # ones too, so the differential suites, which hold few objects, really serve compressed entries)
 
@@ -361,14 +366,17 @@ class Compressor:
             self._listing = (fut, batch, codec)
 
     def _listing_codec(self) -> Codec:
-        """What a list's frames are made with: the current dictionary at LISTING_LEVEL, installed as the
-        retiring codec so that the passes re-encode its frames at LEVEL once the cache is ready. If a retired
-        dictionary's entries are still being re-encoded (a relist right after a retraining), the current codec
-        itself (LEVEL)."""
+        """What a list's frames are made with: the current codec, or with a faster `listing_level` the current
+        dictionary at that level, installed as the retiring codec so that the passes re-encode its frames at
+        LEVEL once the cache is ready (if a retired dictionary's entries are still being re-encoded, a relist
+        right after a retraining, the current codec)."""
+        level = self.config.listing_level
+        if level == self.codec.level:
+            return self.codec
         r = self.retiring
         if r is not None:
-            return r if r.level == LISTING_LEVEL else self.codec
-        fast = Codec(self._next_id, self.codec.dictionary(), self.codec.ratio, level=LISTING_LEVEL)
+            return r if r.level == level else self.codec
+        fast = Codec(self._next_id, self.codec.dictionary(), self.codec.ratio, level=level)
         self._next_id += 1
         self.retiring = fast
         return fast

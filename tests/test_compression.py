@@ -147,13 +147,15 @@ async def test_older_versions_the_window_keeps_turn_cold_too():
     assert tree is not None and {e.key: e.data for e in wc.iter_prefix(tree, PREFIX)} == old
 
 
-async def test_a_list_is_compressed_while_it_is_read(monkeypatch):
+@pytest.mark.parametrize("level", [compression.LEVEL, compression.LISTING_LEVEL])
+async def test_a_list_is_compressed_while_it_is_read(monkeypatch, level):
     """Listed entries are cold (no event refers to them): a (re)list is compressed a batch at a time while its
     pages are read, each batch in the worker while the next page is ingested, so at most about two batches are
-    ever held as wire bytes (not the whole list, compressed only once the cache is ready)."""
+    ever held as wire bytes (not the whole list, compressed only once the cache is ready). With a faster
+    listing level, the passes re-encode those frames at LEVEL once ready."""
     monkeypatch.setattr(compression, "LISTING_BATCH_BYTES", 20_000)   # ~60 of these ConfigMaps
     wc = WatchCache(PREFIX, time.monotonic)
-    wc.compressor = Compressor(wc, CompressionConfig(min_objects=100))
+    wc.compressor = Compressor(wc, CompressionConfig(min_objects=100, listing_level=level))
     pages, per = 12, 100
     want = {f"{PREFIX}default/c{i:05d}": cm(i) for i in range(pages * per)}
     wc.begin_replace()
@@ -169,6 +171,10 @@ async def test_a_list_is_compressed_while_it_is_read(monkeypatch):
     st = c.stats()
     assert st["entries_compressed"] == pages * per and st["entries_plain"] == 0 and st["trainings"] == 1
     assert c.compressed == pages * per and {k: e.data for k, e in wc.store.items()} == want
+    if level == compression.LEVEL:
+        assert c.retiring is None and all(e.codec is c.codec for e in wc.slots) and c.settled(quiet=True)
+        assert await run_passes(wc) == 0             # nothing left for the passes
+        return
     # made fast (level 3) with the trained dictionary, then re-encoded at level 9 by the passes once ready
     fast = c.retiring
     assert fast.level == compression.LISTING_LEVEL and c.codec.level == compression.LEVEL
@@ -380,22 +386,27 @@ class CompressedCacheMachine(RuleBasedStateMachine):
         self.loop = asyncio.new_event_loop()
         self.now = [0.0]
         self.hot: int | None = None
+        self.level = compression.LEVEL
         self.rv = 100
         self.state: dict[str, bytes] = {}
         self.states: dict[int, dict[str, bytes]] = {}   # rv -> the model's state after it
         self.tmp = None
 
-    @initialize(hot=st.sampled_from([None, 0, 2]), keys=st.lists(KEYS, max_size=12))
-    def start(self, hot, keys):
-        """A cache listed with some objects; hot: the whole window is hot (None), nothing is (0), or 2 events."""
+    @initialize(hot=st.sampled_from([None, 0, 2]), keys=st.lists(KEYS, max_size=12),
+                level=st.sampled_from([compression.LEVEL, compression.LISTING_LEVEL]))
+    def start(self, hot, keys, level):
+        """A cache listed with some objects; hot: the whole window is hot (None), nothing is (0), or 2 events;
+        level: what paged relists compress at."""
         self.hot = hot
+        self.level = level
         self.wc = self._new_cache()
         self.state = {k: cm(i, extra=k[-3:]) for i, k in enumerate(keys)}
         self.relist()
 
     def _new_cache(self) -> WatchCache:
         wc = WatchCache(PREFIX, lambda: self.now[0], lower_capacity=8, upper_capacity=16)
-        wc.compressor = Compressor(wc, CompressionConfig(min_objects=4, batch=7, hot_events=self.hot))
+        wc.compressor = Compressor(wc, CompressionConfig(min_objects=4, batch=7, hot_events=self.hot,
+                                                         listing_level=self.level))
         return wc
 
     def teardown(self) -> None:

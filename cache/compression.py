@@ -125,7 +125,8 @@ class Codec:
 
     def compressor(self) -> zstandard.ZstdCompressor:
         """A new compression context, for one worker call (it loads the dictionary, and is dropped after)."""
-        return zstandard.ZstdCompressor(dict_data=self._dict, compression_params=_FRAME[self.level])
+        params = _FRAME.get(self.level) or _frame_params(self.level)
+        return zstandard.ZstdCompressor(dict_data=self._dict, compression_params=params)
 
     def native_bytes(self) -> int:
         """What stays allocated: the dictionary's bytes (kept to build compression contexts) and the decoder's

@@ -245,7 +245,7 @@ async def test_damaged_entry_fails_the_request_and_the_cache_relists(etcd_client
 async def test_a_cache_lists_its_objects_already_compressed(etcd_client, unique_prefix, monkeypatch):
     """Over a real etcd: a Cacher's initial list, read in pages, is compressed while it is read, so the cache is
     ready with its listed objects compressed before any background pass has run (they would wait a minute
-    here), and answers them byte for byte as etcd holds them."""
+    here), and decodes each to the object etcd holds, with its mod revision as resourceVersion."""
     from cache import compression
     from cache.cacher import Cacher
     from cache.compression import CompressionConfig

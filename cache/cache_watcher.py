@@ -115,11 +115,12 @@ class CacheWatcher:
 
     def try_add(self, ev: CacheEvent, cache: dict) -> bool | None:
         """Non-blocking put. None: not interested; True: queued; False: queue full."""
-        if ev.rv <= self.last_rv or self.done or self.closing:
+        rv = ev.rv   # read once: the watch cache's events derive it from their entry
+        if rv <= self.last_rv or self.done or self.closing:
             return None   # already covered by the initial/replay phase (S4.7)
         frame = self.convert(ev, cache)
         if frame is None:
-            self.last_rv = ev.rv
+            self.last_rv = rv
             return None
         if len(self.queue) >= self.queue_size:
             return False
@@ -128,13 +129,13 @@ class CacheWatcher:
         # `flush` (all events of one dispatch round in one socket write) instead of waking this
         # watcher's writer task per event. Ordering holds: the queue is empty while frames are
         # pending, and a bookmark moves them to the queue first.
-        self.sent_rv = ev.rv
+        self.sent_rv = rv
         if not self.queue and self.direct is not None and encoded[0] == "FRAME":
             self.pending.append(encoded[1])
-            self.last_rv = ev.rv
+            self.last_rv = rv
             return True
         self.queue.append(encoded)
-        self.last_rv = ev.rv
+        self.last_rv = rv
         self._wakeup.set()
         return True
 

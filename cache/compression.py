@@ -30,6 +30,7 @@ import random
 import time
 from collections import deque
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import zstandard
@@ -95,10 +96,6 @@ class CompressionConfig:
 
 
 EAGER = dict(min_objects=2, interval=0.05, hot_events=0)
-
-
-def _rv(e) -> int:
-    return e.rv
 
 
 class Codec:
@@ -306,7 +303,7 @@ class Compressor:
         if self._seed:
             self._seed = False
             self.pending = deque(sorted((e for e in self.wc.slots if e is not None and e.codec is None),
-                                        key=_rv))
+                                        key=attrgetter("rv")))
         if self.retiring is not None:
             await self._reencode(loop)
         batch = self._cold_candidates()

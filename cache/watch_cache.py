@@ -266,17 +266,15 @@ class WatchCache:
 
     def add_listed(self, objects: Iterable[tuple[str, int, bytes, str, str, dict[str, str]]]) -> None:
         c = self.compressor
-        if c is None:
-            for key, orv, data, uid, ns, labels in objects:
-                self.store.insert(key, self._new_entry(key, orv, data, uid, ns, labels))
-            return
-        note, size = c.note, 0
+        size = 0
         for key, orv, data, uid, ns, labels in objects:
             e = self._new_entry(key, orv, data, uid, ns, labels)
             self.store.insert(key, e)
-            note(e)
-            size += len(data)
-        c.listed_bytes += size   # what Compressor.listed compresses while the list goes on
+            if c is not None:
+                c.note(e)
+                size += len(data)
+        if c is not None:
+            c.listed_bytes += size   # what Compressor.listed compresses while the list goes on
 
     # A warm start (cache/snapshot.py) installs a saved state the same way: begin_replace, add_restored per
     # chunk (entries keep their saved slots), then restore_indexes and finish_replace at the saved RV.

@@ -6,7 +6,7 @@ code this reuses.
     .venv/bin/python -m bench.deployment                 # the full run (figures in the README)
     .venv/bin/python -m bench.deployment --quick         # small sizes, two ladder steps, memory read warm (smoke)
 
-Sections (`--sections`, default all four, run in this order: memory, saturation, lists, throughput):
+Sections (`--sections`, default all five, run in this order: memory, saturation, lists, biglists, throughput):
 
 * `saturation`: watch fan-out at saturation (`bench.vs_upstream`'s section: the writer is a third apiserver over
   the same etcd; rates rise by sqrt(2) every 10 s; score = highest deliveries/s of a step that delivered every
@@ -14,7 +14,13 @@ Sections (`--sections`, default all four, run in this order: memory, saturation,
   server, interleaved; medians compared. Target: the deployment >= 1.2x kube.
 * `lists`: 20 concurrent consistent lists of 10,000 1 KB ConfigMaps (each client lists `--list-reps` times):
   p50 / p99. Target: p99 <= 0.6x kube.
+* `biglists`: 20 concurrent consistent lists of 100 MB each (1,000 realistic 100 KB Pods, `bench.corpus.ai_pod`,
+  loaded through kube-apiserver; each client lists `--big-list-reps` times): p50 / p99. Target: p99 <= 0.8x kube.
 * `throughput`: creates/s and updates/s of 1 KB ConfigMaps from 16 keep-alive client processes. Target >= 1.5x.
+
+`lists`, `biglists` and `throughput` also record each server's CPU seconds (the deployment: every process of it)
+and etcd's over the measurement, so a list's and a write's CPU cost can be compared (per-core figures for a
+projection to bigger machines).
 * `memory`: the whole server's memory once it holds 20,000 1 KB ConfigMaps (loaded through kube; read once
   our caches have compressed their cold entries): kube's RSS; ours single-process its RSS (and PSS); the
   deployment the sum of its processes' PSS (/proc/PID/smaps_rollup), the supervisor included. Target: the
@@ -37,6 +43,7 @@ import urllib.request
 import aiohttp
 import orjson
 
+from bench import corpus
 from bench.harness import Apiserver, BenchError, compression_settled, current_etcd, log, proc_cpu_s, versions, write_json
 from bench.report import render
 from bench.vs_upstream import (Servers, Side, ensure_ns, fanout_ladder, fanout_objects, load, ratio, run_clients,
@@ -47,7 +54,7 @@ from storage.embedded import free_port
 from tests.helpers import ROOT
 from tests.helpers.etcd import load_tool
 
-TARGETS = {"saturation": (">=", 1.2), "lists_p99": ("<=", 0.6), "creates": (">=", 1.5), "updates": (">=", 1.5),
+TARGETS = {"saturation": (">=", 1.2), "lists_p99": ("<=", 0.6), "biglists_p99": ("<=", 0.8), "creates": (">=", 1.5), "updates": (">=", 1.5),
            "memory": ("<=", 0.6)}
 
 
@@ -165,18 +172,45 @@ def load_configmaps(sv: Servers, sides: list[Side], ns: str, name: str, n: int) 
     return path
 
 
-def section_lists(sv: Servers, sides: list[Side], n: int, clients: int, reps: int) -> dict:
-    path = load_configmaps(sv, sides, "dep-lists", "cm", n)
-    out = {}
-    for side in sides:
-        jobs = [{"kind": "list", "path": path, "params": {}, "follow": False, "n": reps}] * clients
-        out[side.name] = run_clients(side, jobs)
-        log(f"  {side.name}: {clients} concurrent consistent lists: p50 {out[side.name]['p50_ms']:.0f} ms, "
-            f"p99 {out[side.name]['p99_ms']:.0f} ms")
+def measured(side: Side, etcd_pid: int, run) -> dict:
+    """run() -> a run_clients result, with the side's and etcd's CPU seconds over it added."""
+    c0, e0 = side.cpu_s(), proc_cpu_s(etcd_pid)
+    out = run()
+    out["server_cpu_s"], out["etcd_cpu_s"] = side.cpu_s() - c0, proc_cpu_s(etcd_pid) - e0
     return out
 
 
-def section_throughput(sv: Servers, sides: list[Side], n: int, clients: int) -> dict:
+def section_lists(sv: Servers, sides: list[Side], etcd_pid: int, n: int, clients: int, reps: int) -> dict:
+    path = load_configmaps(sv, sides, "dep-lists", "cm", n)
+    return concurrent_lists(sides, etcd_pid, path, clients, reps)
+
+
+def concurrent_lists(sides: list[Side], etcd_pid: int, path: str, clients: int, reps: int) -> dict:
+    out = {}
+    for side in sides:
+        jobs = [{"kind": "list", "path": path, "params": {}, "follow": False, "n": reps}] * clients
+        out[side.name] = r = measured(side, etcd_pid, lambda: run_clients(side, jobs))
+        log(f"  {side.name}: {clients} concurrent consistent lists of {r['bytes'] / 1e6:,.1f} MB: "
+            f"p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms, server {r['server_cpu_s']:.1f} CPU-s, "
+            f"etcd {r['etcd_cpu_s']:.1f}")
+    return out
+
+
+def section_biglists(sv: Servers, sides: list[Side], etcd_pid: int, n: int, clients: int, reps: int) -> dict:
+    """n realistic 100 KB Pods (about 100 MB at n = 1,000), loaded through kube-apiserver."""
+    ns = "dep-biglists"
+    path = f"/api/v1/namespaces/{ns}/pods"
+    asyncio.run(ensure_ns(sv.kube_side, ns))
+    make = corpus.as_posted(corpus.ai_pod)
+    log(f"{ns}: loading {n} x 100 KB Pods through kube-apiserver")
+    load(sv.kube_side, path, lambda i: make(ns, i), n)
+    for side in sides:
+        if asyncio.run(synced_count(side, path)) != n:
+            raise BenchError(f"{side.name} does not list {n} Pods")
+    return concurrent_lists(sides, etcd_pid, path, clients, reps)
+
+
+def section_throughput(sv: Servers, sides: list[Side], etcd_pid: int, n: int, clients: int) -> dict:
     out: dict = {}
     for side in sides:
         asyncio.run(ensure_ns(sv.kube_side, f"dep-tp-{side.name}"))
@@ -190,10 +224,11 @@ def section_throughput(sv: Servers, sides: list[Side], n: int, clients: int) -> 
             else:
                 ops = [("PUT", f"{path}/cm-{i:06d}", orjson.dumps(sized_configmap(
                     f"cm-{i:06d}", 1024, f"dep-tp-{side.name}", extra={"gen": "2"}))) for i in range(n)]
-            row[side.name] = run_clients(side, [{"kind": "ops", "conns": 1, "ops": ops[k::clients]}
-                                                for k in range(clients)])
-            log(f"throughput {verb} on {side.name}: {row[side.name]['per_s']:,.0f}/s, "
-                f"p99 {row[side.name]['p99_ms']:.0f} ms")
+            jobs = [{"kind": "ops", "conns": 1, "ops": ops[k::clients]} for k in range(clients)]
+            row[side.name] = r = measured(side, etcd_pid, lambda: run_clients(side, jobs))
+            log(f"throughput {verb} on {side.name}: {r['per_s']:,.0f}/s, p99 {r['p99_ms']:.0f} ms, "
+                f"server {r['server_cpu_s'] / r['n'] * 1e3:.2f} CPU-ms per write, "
+                f"etcd {r['etcd_cpu_s'] / r['n'] * 1e3:.2f}")
         out[verb] = row
     return out
 
@@ -245,6 +280,12 @@ def table(doc: dict) -> str:
             {k: v["p99_ms"] for k, v in doc["lists"].items()}, "lists_p99", "{:,.0f}", False)
         rows.append(["  (p50 ms)"] + [f"{doc['lists'][x]['p50_ms']:,.0f}" if x in doc["lists"] else "-"
                                       for x in names] + ["", ""])
+    if doc.get("biglists"):
+        mb = min(v["bytes"] for v in doc["biglists"].values()) / 1e6
+        add(f"20 concurrent consistent lists of {mb:,.0f} MB: p99 ms",
+            {k: v["p99_ms"] for k, v in doc["biglists"].items()}, "biglists_p99", "{:,.0f}", False)
+        rows.append(["  (p50 ms)"] + [f"{doc['biglists'][x]['p50_ms']:,.0f}" if x in doc["biglists"] else "-"
+                                      for x in names] + ["", ""])
     for verb in ("create", "update"):
         if doc.get("throughput"):
             add(f"{verb}s/s, 16 keep-alive clients", {k: v["per_s"] for k, v in doc["throughput"][verb].items()},
@@ -259,23 +300,24 @@ def table(doc: dict) -> str:
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench.deployment", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--sections", default="memory,saturation,lists,throughput",
+    ap.add_argument("--sections", default="memory,saturation,lists,biglists,throughput",
                     help="comma-separated; they run in this order whatever the order given (memory first: it "
                          "reads whole-server memory, which the other sections' objects would add to)")
     ap.add_argument("--fronts", type=int, default=0, help="the deployment's fronts (default: its own, the cores)")
     ap.add_argument("--shards", type=int, default=0, help="the deployment's shards (default: its own, 1)")
     ap.add_argument("--saturation-reps", type=int, default=2)
+    ap.add_argument("--big-list-reps", type=int, default=2, help="lists of 100 MB per client (biglists)")
     ap.add_argument("--out", default="bench/out/deployment.json")
     p = ap.parse_args(argv)
     p.sections = [x.strip() for x in p.sections.split(",") if x.strip()]
     if p.quick:
         p.saturation = {"counts": {100: 50.0}, "steps": 2, "step_s": 3.0, "drain_s": 3.0, "reps": 1}
-        p.list_n, p.list_reps, p.tp_n, p.mem_n = 500, 2, 200, 1000
+        p.list_n, p.list_reps, p.tp_n, p.mem_n, p.big_n = 500, 2, 200, 1000, 20
     else:
         # bench.vs_upstream's ladders (rates all three servers sustain at first)
         p.saturation = {"counts": {100: 50.0, 1000: 8.0}, "steps": 9, "step_s": 10.0, "drain_s": 10.0,
                         "reps": p.saturation_reps}
-        p.list_n, p.list_reps, p.tp_n, p.mem_n = 10_000, 5, 4_000, 20_000
+        p.list_n, p.list_reps, p.tp_n, p.mem_n, p.big_n = 10_000, 5, 4_000, 20_000, 1_000
     return p
 
 
@@ -299,9 +341,11 @@ def main(argv=None) -> int:
             if "saturation" in p.sections:
                 doc["saturation"] = section_saturation(sv, sides, **p.saturation)
             if "lists" in p.sections:
-                doc["lists"] = section_lists(sv, sides, p.list_n, 20, p.list_reps)
+                doc["lists"] = section_lists(sv, sides, etcd.pid, p.list_n, 20, p.list_reps)
+            if "biglists" in p.sections:
+                doc["biglists"] = section_biglists(sv, sides, etcd.pid, p.big_n, 20, p.big_list_reps)
             if "throughput" in p.sections:
-                doc["throughput"] = section_throughput(sv, sides, p.tp_n, 16)
+                doc["throughput"] = section_throughput(sv, sides, etcd.pid, p.tp_n, 16)
         finally:
             if dep is not None:
                 stop_deployment(dep)

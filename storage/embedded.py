@@ -185,6 +185,13 @@ class EmbeddedEtcd:
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.client_port}"
 
+    @property
+    def pid(self) -> int:
+        """The running etcd's process id (benchmarks read its CPU time)."""
+        if self._proc is None:
+            raise RuntimeError("etcd is not running")
+        return self._proc.pid
+
     def start(self, timeout: float = 30.0) -> "EmbeddedEtcd":
         self.binary = self.binary or find_etcd_binary()
         if self.data_dir is None:

@@ -73,6 +73,19 @@ class DeploymentSide(Side):
     def cpu_s(self) -> float:
         return sum(proc_cpu_s(p) for p in self.pids())
 
+    def roles(self) -> dict[int, str]:
+        """Each child's pid and role ("front", "shard"), asked once (the report costs the children CPU)."""
+        with urllib.request.urlopen(self.dbase + "/debug/residency", timeout=20) as r:
+            rep = orjson.loads(r.read())
+        return {p["pid"]: p["role"] for p in rep["processes"] if p["pid"]}
+
+    def cpu_by_role(self, roles: dict[int, str]) -> dict[str, float]:
+        """CPU seconds so far of the fronts, the shards and the supervisor, each summed."""
+        out = {"supervisor": proc_cpu_s(self.pid), "front": 0.0, "shard": 0.0}
+        for pid, role in roles.items():
+            out[role] += proc_cpu_s(pid)
+        return out
+
     def rss(self) -> int:   # the deployment's memory: its processes' PSS (shared pages counted once)
         return sum(pss_bytes(p) for p in self.pids())
 
@@ -174,9 +187,15 @@ def load_configmaps(sv: Servers, sides: list[Side], ns: str, name: str, n: int) 
 
 def measured(side: Side, etcd_pid: int, run) -> dict:
     """run() -> a run_clients result, with the side's and etcd's CPU seconds over it added."""
-    c0, e0 = side.cpu_s(), proc_cpu_s(etcd_pid)
+    roles = side.roles() if isinstance(side, DeploymentSide) else {}
+    c0, e0, r0 = proc_cpu_s(side.pid), proc_cpu_s(etcd_pid), side.cpu_by_role(roles) if roles else {}
     out = run()
-    out["server_cpu_s"], out["etcd_cpu_s"] = side.cpu_s() - c0, proc_cpu_s(etcd_pid) - e0
+    if roles:   # where the deployment's CPU went (a shard is one core: it bounds what N fronts can do)
+        out["cpu_s_by_role"] = {k: v - r0[k] for k, v in side.cpu_by_role(roles).items()}
+        out["server_cpu_s"] = sum(out["cpu_s_by_role"].values())
+    else:
+        out["server_cpu_s"] = proc_cpu_s(side.pid) - c0
+    out["etcd_cpu_s"] = proc_cpu_s(etcd_pid) - e0
     return out
 
 

@@ -19,6 +19,7 @@ from cache.delegator import CacheDelegator
 from cache.residency import DEFAULT_FULL_RESOURCES, Residency
 from machinery.encoding import encode_obj, wire_head
 from machinery.resources import Registry, Resource
+from storage.reflector import NameSet, reflect
 from storage.router import Router
 from storage.store import EtcdStore
 
@@ -175,6 +176,7 @@ class APIServer:
             self._snapshot_task = asyncio.create_task(self._snapshot_forever())
         if self.rbac is not None:
             await self._feed_rbac()
+        await self._know_namespaces()
         self._tasks.append(asyncio.create_task(self.controllers.sync_crds_forever()))
         if self.config.compaction_interval > 0 and not self.config.read_only:
             # One compactor per etcd cluster, as upstream's per-endpoint compactors: an override's etcd (a Lease
@@ -198,6 +200,17 @@ class APIServer:
             else:
                 self._tasks.append(await authz.reflect_from_etcd(
                     self.rbac, plural, self.store_for(res), res.prefix(self.etcd_prefix)))
+
+    async def _know_namespaces(self) -> None:
+        """Without a watch cache of namespaces (a front, --watch-cache=false), keep their names from a reflector,
+        so a create's NamespaceLifecycle check does not read etcd (upstream's admission reads an informer); a
+        name not known yet is still asked of etcd (endpoints.write.ensure_namespace)."""
+        res = self.registry.lookup("", "v1", "namespaces")
+        st = self.storage_for(res)
+        if st.cacher is None:
+            prefix = res.prefix(self.etcd_prefix)
+            st.known = NameSet(prefix)
+            self._tasks.append(await reflect(self.store_for(res), prefix, st.known, "namespaces"))
 
     # --- warm restart: the caches' snapshot (cache/snapshot.py) ----------------------------------------------
 

@@ -48,6 +48,8 @@ class CacheDelegator:
         self.cacher = cacher
         self.residency = residency
         self.resource_prefix = resource_prefix  # `/registry/<resource>/`, what shard filters cut keys by
+        # Without a cacher: the keys a reflector keeps (storage.reflector.NameSet; namespaces in a front).
+        self.known: Any = None
 
     async def stop(self) -> None:
         if self.cacher is not None:
@@ -97,9 +99,12 @@ class CacheDelegator:
     # --- the cache's copy, for writes (upstream GuaranteedUpdate's cachedExistingObject) ------
 
     def holds(self, key: str) -> bool:
-        """The ready cache holds this key (a namespace that exists for NamespaceLifecycle)."""
+        """The ready cache holds this key (a namespace that exists for NamespaceLifecycle); without a cache, the
+        reflector's names do."""
         c = self.cacher
-        return c is not None and c.ready and c.wc.store.get(key) is not None
+        if c is None:
+            return self.known is not None and key in self.known
+        return c.ready and c.wc.store.get(key) is not None
 
     def cached_object(self, key: str) -> Obj | None:
         """The ready cache's copy of an object (possibly stale: only a CAS may rely on it)."""

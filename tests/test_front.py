@@ -293,6 +293,43 @@ def test_writes_and_gets_through_the_front(slice2, http, history):
         "resourceVersionMatch": "Exact"}).content
 
 
+def etcd_requests(base: str, operation: str, resource: str) -> int:
+    text = requests.get(base + "/metrics", timeout=10).text
+    return sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
+               if line.startswith("etcd_requests_total{") and f'operation="{operation}"' in line
+               and f'type="{resource}"' in line)
+
+
+def test_a_front_knows_namespaces_without_reading_etcd(slice2, http, history):
+    """NamespaceLifecycle in a front (no watch cache): the namespaces' names come from its own list and watch
+    (storage.reflector), as upstream's admission reads an informer, so a create does not read its namespace from
+    etcd; a namespace created a moment ago is still found (a name not known yet is asked of etcd), a missing one
+    is upstream's 404 (`namespaces "x" not found`, as tests/test_http_core.py asserts for one process)."""
+    f = slice2.front.base
+    before = etcd_requests(f, "get", "namespaces")
+    for i in range(5):
+        r = http.post(f + "/api/v1/namespaces/b/configmaps", json={"metadata": {"name": f"known{i}"}})
+        assert r.status_code == 201, r.text
+    assert etcd_requests(f, "get", "namespaces") == before
+    # Created and used at once: known from the watch, or read from etcd; never a false 404.
+    assert http.post(f + "/api/v1/namespaces", json={"metadata": {"name": "fresh"}}).status_code == 201
+    r = http.post(f + "/api/v1/namespaces/fresh/configmaps", json={"metadata": {"name": "x"}})
+    assert r.status_code == 201, r.text
+    deadline = time.monotonic() + 10
+    while True:   # once the front's watch has the new namespace, creates in it read no namespace from etcd
+        before = etcd_requests(f, "get", "namespaces")
+        r = http.post(f + "/api/v1/namespaces/fresh/configmaps", json={"metadata": {"generateName": "y"}})
+        assert r.status_code == 201, r.text
+        if etcd_requests(f, "get", "namespaces") == before:
+            break
+        assert time.monotonic() < deadline, "the front's namespace reflector never saw namespace fresh"
+        time.sleep(0.2)
+    missing = http.post(f + "/api/v1/namespaces/nowhere/configmaps", json={"metadata": {"name": "x"}})
+    assert missing.status_code == 404, missing.text
+    assert missing.json()["reason"] == "NotFound"
+    assert missing.json()["message"] == 'namespaces "nowhere" not found'
+
+
 def test_a_shard_down_fails_what_needs_it(current_etcd, http):
     """A shard down: unsharded lists and watches fail with a Status (504, as for an unreachable etcd), never a
     partial answer; a list inside the other shard's range still works; /readyz fails naming the shard; GETs

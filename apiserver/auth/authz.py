@@ -31,6 +31,7 @@ from urllib.parse import unquote
 
 from machinery import errors
 from machinery.gocompat import quote
+from storage.reflector import reflect
 
 from ..status import status_response
 
@@ -208,27 +209,5 @@ def observe_cache(rbac: Any, plural: str, cacher: Any) -> None:
 
 
 async def reflect_from_etcd(rbac: Any, plural: str, store: Any, prefix: str, retry: float = 1.0) -> asyncio.Task:
-    """Feed `rbac` from etcd: the first list now (the authorizer has its data before the server answers),
-    then a task that watches from the list's revision, and lists again after any failure (a compacted
-    watch included) until cancelled."""
-    kind = RBAC_KINDS[plural]
-    res = await store.list(prefix)
-    rbac.replace(kind, res.items)
-
-    async def run(rv: int) -> None:
-        while True:
-            try:
-                if rv == 0:
-                    res = await store.list(prefix)
-                    rbac.replace(kind, res.items)
-                    rv = res.resource_version
-                async for ev in store.watch(prefix, rv):
-                    if ev.type in ("ADDED", "MODIFIED", "DELETED"):
-                        rbac.apply(kind, ev.type, ev.obj)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                log.warning("rbac reflector restarting resource=%s error=%r", plural, e)
-            rv = 0
-            await asyncio.sleep(retry)
-    return asyncio.create_task(run(res.resource_version))
+    """Feed `rbac` from its own list and watch on etcd (storage.reflector), where no watch cache holds the kind."""
+    return await reflect(store, prefix, _KindObserver(rbac, RBAC_KINDS[plural]), plural, retry)

@@ -5,8 +5,10 @@
 * **Forward.** A renewal the tier holds reaches the control plane once it is about `interval` newer than the
   control plane's copy (at the kubelet's 10.2 s period and the default 30 s: every third renewal, so the
   control plane's copy is at most ~31 s old against the 40 s Lease and the 50 s grace period of the node
-  lifecycle controller), or at once when the Lease's next renewal is overdue (1.1 renewal periods since the
-  last: its kubelet may have stopped, and its last renewal must not wait). At most `qps` forwards a second, or
+  lifecycle controller), or before the control plane's copy is 32 s old (`_cap`: a Lease whose renewals are
+  out of step with its control-plane copy, just created, loaded or changed elsewhere, would otherwise wait for
+  the renewal after the threshold, up to 35 s), or at once when the Lease's next renewal is overdue (1.1
+  renewal periods since the last: its kubelet may have stopped, and its last renewal must not wait). At most `qps` forwards a second, or
   the rate of renewals absorbed over the last RATE_WINDOW seconds where that is more (the steady state needs a
   third of it on average, but all of it while Leases whose forwards fell into step are due together: a fixed
   500 a second held back every Lease beyond 15,000 nodes, half the rate aged some copies to 40 s), the longest
@@ -45,6 +47,8 @@ RATE_WINDOW = 10.0       # seconds over which the renewal rate that scales the f
 RATE_SHARE = 1.0         # forwards a second may reach this share of that rate: a forward follows a renewal, so
                          # the steady state never waits, however the Leases' forward phases bunch up (at half the
                          # rate, Leases created together bunched up and the control plane's copies aged to 40 s)
+RENEW_JITTER = 0.04      # a kubelet's renewal period is jittered up to 4 % longer (nodelease.go: JitterUntil)
+CAP_SLACK = 0.8          # seconds beyond the in-step age at which the control plane's copy is forwarded anyway
 EVENT_WINDOW = 60.0      # seconds of the tier's own history kept for its watchers (older: 410)
 
 
@@ -149,12 +153,23 @@ class Forwarder:
         p = st.renew_period
         return min(self.interval, 3 * p) - p / 2
 
+    def _cap(self, st: LeaseState) -> float:
+        """The oldest the control plane's copy gets while the tier holds a newer renewal: the age at which a
+        kubelet renewing in step with that copy reaches the interval (its period up to 4 % longer), plus
+        CAP_SLACK; 32 s at the defaults. In step, the renewal that crosses the threshold comes before it, so
+        the cap never sends an older one. Out of step (renewals 3, 13, 23, 33 s after the copy), the renewal
+        whose successor would come past the cap (23 s) goes as it arrives, instead of the next one at 33-35 s,
+        and the next cycle is in step. (Sent at the cap instead, the Leases created together went together
+        and queued behind the forward budget: 32-34 s at 5,000 nodes.) The cap itself is the bound for a
+        kubelet renewing late."""
+        return (1 + RENEW_JITTER) * min(self.interval, 3 * st.renew_period) + CAP_SLACK
+
     def due(self, st: LeaseState, now: float, mono: float) -> bool:
         """A renewal newer than the control plane's copy goes when it is about `interval` newer than that copy
         (half a renewal period early: the renewal that arrives closest to the interval is the one sent, so at
         a 10.2 s period and 30 s every third one is, and the control plane's copy is never more than ~31 s
-        old), or when the control plane's copy is already older than that (a kubelet renewing late), or when
-        the next renewal is overdue. The interval is at most three renewal periods (30 s of a 40 s Lease)."""
+        old), or before the control plane's copy is `_cap` old (a kubelet out of step, or renewing late), or
+        when the next renewal is overdue. The interval is at most three renewal periods (30 s of a 40 s Lease)."""
         at = self.next_due(st, now, mono)
         return at is not None and at <= mono
 
@@ -165,9 +180,10 @@ class Forwarder:
             return None
         p = st.renew_period
         threshold = self._threshold(st)
-        if st.tier_renew - st.cp_renew >= threshold:
-            return mono
-        return max(mono, min(mono + (st.cp_renew + threshold + p - now), st.renewed_at + OVERDUE_SHARE * p))
+        ahead = st.tier_renew - st.cp_renew
+        if ahead >= threshold or ahead > self._cap(st) - (1 + RENEW_JITTER) * p:
+            return mono             # crossed the threshold, or out of step: its next one would come past the cap
+        return max(mono, min(mono + (st.cp_renew + self._cap(st) - now), st.renewed_at + OVERDUE_SHARE * p))
 
     def schedule(self, name: str, not_before: float = 0.0) -> None:
         """(Re)compute when the Lease is next due; called on every change of its state."""

@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import datetime
 import time
+import types
 import uuid
 
 import pytest
 
-from nodetier.leases import renewal_only
+from nodetier.forwarder import Forwarder
+from nodetier.leases import LeaseState, renewal_only
 from nodetier.memkv import MemoryKV
 from nodetier.split import NodeRanges
 from storage import errors as serr
@@ -111,6 +113,44 @@ def test_renewal_only_ignores_renew_time_managed_fields_and_resource_version():
     assert renewal_only(a, b)
     assert not renewal_only(a, {**b, "spec": {**b["spec"], "holderIdentity": "someone-else"}})
     assert not renewal_only(a, {**b, "metadata": {**b["metadata"], "labels": {"x": "y"}}})
+
+
+# --- when a renewal is forwarded (nodetier.forwarder.Forwarder.next_due) ------------------------------------
+
+def forward_times(offsets: list[float], period: float, interval: float = 30.0) -> list[float]:
+    """A kubelet renewing at `offsets` seconds after the control plane's copy (renewTime 0), each renewal
+    absorbed at its own time, nothing forwarded meanwhile: the times (seconds after the copy) at which the
+    forwarder would send one, checked at each renewal and every 0.1 s in between, up to the last offset."""
+    fw = Forwarder(types.SimpleNamespace(states={}), None, interval=interval)
+    st = LeaseState(cp_rv=1, cp_renew=0.0, renew_period=period)
+    sent, t, i = [], 0.0, 0
+    while t <= offsets[-1] + 1e-9 and not sent:
+        while i < len(offsets) and offsets[i] <= t + 1e-9:
+            st.tier_renew, st.renewed_at = offsets[i], offsets[i]
+            i += 1
+        if fw.due(st, now=t, mono=t):
+            sent.append(round(t, 1))
+        t += 0.1
+    return sent
+
+
+def test_a_renewal_in_step_is_forwarded_at_the_third_and_one_out_of_step_by_32_s():
+    """At the defaults (30 s interval, 10 s period, up to 4 % jitter): in step with the control plane's copy the
+    third renewal is the one sent, never an older one before it, however the period jitters; out of step (a
+    Lease just created, loaded or changed elsewhere: renewals 3, 13, 23, 33 s after the copy) a renewal goes
+    by 32 s, where it waited for the one at 33-35 s (the control plane's copy then read 35 s old; with the
+    node lifecycle controller's 5 s poll past the 40 s margin of issue 22)."""
+    for p in (10.0, 10.2, 10.4):
+        assert forward_times([p, 2 * p, 3 * p], p) == [round(3 * p, 1)], p
+    for first in (0.5, 1.5, 3.0, 5.0, 8.0):
+        sent = forward_times([first, first + 10, first + 20, first + 30, first + 40], 10.0)
+        assert sent and sent[0] <= 32.0, (first, sent)
+    # Out of step, the renewal whose successor would come past 32 s goes as it arrives (so Leases created
+    # together are spread by their renewals, not sent together at 32 s).
+    assert forward_times([3.0, 13.0, 23.0, 33.0], 10.0) == [23.0]
+    assert forward_times([1.5, 11.5, 21.5, 31.5], 10.0) == [31.5]
+    # An overdue renewal (the kubelet stopped after its second) still goes at 1.1 periods.
+    assert forward_times([10.0, 20.0, 40.0], 10.0) == [31.0]
 
 
 # --- a tier in front of our apiserver ----------------------------------------------------------------

@@ -8,9 +8,9 @@
   lifecycle controller), or before the control plane's copy is 32 s old (`_cap`: a Lease whose renewals are
   out of step with its control-plane copy, just created, loaded or changed elsewhere, would otherwise wait for
   the renewal after the threshold, up to 35 s), or at once when the Lease's next renewal is overdue (1.1
-  renewal periods since the last: its kubelet may have stopped, and its last renewal must not wait). At most `qps` forwards a second, or
-  the rate of renewals absorbed over the last RATE_WINDOW seconds where that is more (the steady state needs a
-  third of it on average, but all of it while Leases whose forwards fell into step are due together: a fixed
+  renewal periods since the last: its kubelet may have stopped, and its last renewal must not wait). At most
+  `qps` forwards a second, or the rate of renewals absorbed over the last RATE_WINDOW seconds where that is more
+  (the steady state needs a third of it on average, but all of it while Leases whose forwards fell into step are due together: a fixed
   500 a second held back every Lease beyond 15,000 nodes, half the rate aged some copies to 40 s), the longest
   due first, so a control plane back from an outage does not get every Lease at once. Each Lease's next due time
   is computed when its state changes and kept in a heap: a tick costs what is due, not a scan of every Lease
@@ -180,10 +180,10 @@ class Forwarder:
             return None
         p = st.renew_period
         threshold = self._threshold(st)
-        ahead = st.tier_renew - st.cp_renew
-        if ahead >= threshold or ahead > self._cap(st) - (1 + RENEW_JITTER) * p:
+        ahead, cap = st.tier_renew - st.cp_renew, self._cap(st)
+        if ahead >= threshold or ahead > cap - (1 + RENEW_JITTER) * p:
             return mono             # crossed the threshold, or out of step: its next one would come past the cap
-        return max(mono, min(mono + (st.cp_renew + self._cap(st) - now), st.renewed_at + OVERDUE_SHARE * p))
+        return max(mono, min(mono + (st.cp_renew + cap - now), st.renewed_at + OVERDUE_SHARE * p))
 
     def schedule(self, name: str, not_before: float = 0.0) -> None:
         """(Re)compute when the Lease is next due; called on every change of its state."""

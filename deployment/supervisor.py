@@ -193,7 +193,12 @@ class Deployment:
         if not values.port and not values.secure_port:
             raise DeploymentError("nothing to serve: both --port and --secure-port are 0")
         self.k, self.n, self.flags, self.values = shards, fronts, flags, values
-        self.deployment_port = deployment_port or free_port()
+        # Ports handed to this process that nothing has bound yet: the children's own picks must not take them
+        # (free_port in a range walks from a random start, so a shard or an admin port could land on the
+        # fronts' --port before they bind it, or on the deployment's port before it listens).
+        self._taken = {p for p in (values.port, values.secure_port, deployment_port) if p}
+        self.deployment_port = deployment_port or self._port()
+        self.started = False   # /readyz says 'starting' until every child has been ready once
         self.state_dir = os.path.abspath(values.state_dir)
         self.log_dir = os.path.join(self.state_dir, "logs")
         self.etcd: EmbeddedEtcd | None = None
@@ -201,6 +206,11 @@ class Deployment:
         self.children: list[Child] = []
         self.stop_requested = threading.Event()
         self.server: ThreadingHTTPServer | None = None
+
+    def _port(self) -> int:
+        p = free_port(avoid=self._taken)
+        self._taken.add(p)
+        return p
 
     # --- the children's command lines ---------------------------------------------------------------
 
@@ -223,7 +233,7 @@ class Deployment:
         drop = {"etcd_servers_overrides"} if common_extra else set()
         shard_urls = []
         for i, sel in enumerate(complementary(self.k)):
-            port = free_port()
+            port = self._port()
             url = f"http://127.0.0.1:{port}"
             shard_urls.append(url)
             argv = self._apiserver() + self._pass(SHARD - drop) + common_extra + [
@@ -234,7 +244,7 @@ class Deployment:
                 argv += ["--residency", str(sel)]
             self.children.append(Child(f"shard-{i}", "shard", argv, url, self.log_dir))
         for j in range(self.n):
-            admin = free_port()
+            admin = self._port()
             argv = self._apiserver() + self._pass(FRONT - drop) + common_extra + self._divided() + [
                 "--front", "--shards", ",".join(shard_urls), "--reuse-port", "--admin-port", str(admin),
                 "--state-dir", os.path.join(self.state_dir, f"front-{j}"), "--etcd-compaction-interval", "0"]
@@ -254,16 +264,20 @@ class Deployment:
 
     def start(self) -> None:
         os.makedirs(self.log_dir, exist_ok=True)
+        # The deployment's own port first: a port that cannot be bound fails the start before any child runs.
+        self._serve_endpoints()
         if self.values.etcd_servers:
             self.etcd_servers = self.values.etcd_servers
         else:
             binary = find_etcd()
-            self.etcd = EmbeddedEtcd(data_dir=os.path.join(self.state_dir, "etcd"), binary=binary.path).start()
+            self.etcd = EmbeddedEtcd(data_dir=os.path.join(self.state_dir, "etcd"), binary=binary.path,
+                                     client_port=self._port(), peer_port=self._port()).start()
             self.etcd_servers = self.etcd.endpoint
             say(f"embedded etcd: {self.etcd.endpoint} data={self.etcd.data_dir} binary={binary.path} "
                 f"version={binary.version or 'unknown'} ({binary.source})")
         if self.values.embedded_lease_etcd:
-            self.lease_etcd = lease_etcd(find_etcd().path, state_dir=self.state_dir)
+            self.lease_etcd = lease_etcd(find_etcd().path, state_dir=self.state_dir,
+                                        ports=(self._port(), self._port()))
             say(f"embedded lease etcd: {self.lease_etcd.endpoint} (no fsync, tmpfs)")
         self.plan()
         deadline = time.monotonic() + START_TIMEOUT
@@ -272,7 +286,7 @@ class Deployment:
             for c in group:
                 c.start()
             self._wait_ready(group, deadline)
-        self._serve_endpoints()
+        self.started = True
 
     def _wait_ready(self, group: list[Child], deadline: float) -> None:
         waiting = list(group)
@@ -336,7 +350,7 @@ class Deployment:
                 if path == "/healthz":
                     body, ctype, code = b"ok", "text/plain", 200
                 elif path == "/readyz":
-                    down = [c.name for c in dep.children if not c.ready()]
+                    down = [c.name for c in dep.children if not c.ready()] if dep.started else ["starting"]
                     body = (b"ok" if not down else ("not ready: " + ", ".join(down)).encode())
                     ctype, code = "text/plain", 200 if not down else 500
                 elif path == "/metrics":

@@ -157,11 +157,29 @@ async def run(recipe: Recipe, *, implementation: str = "ours", scale: str = "sma
             shutil.rmtree(run_dir, ignore_errors=True)
         elif not ok:
             say(f"  the run failed; logs kept in {run_dir}")
+            say_log_tails(run_dir, say)
     if out:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         with open(out, "w") as f:
             json.dump(doc, f, indent=2)
     return doc
+
+
+def say_log_tails(run_dir: str, say, lines: int = 12) -> None:
+    """The last lines of every process log of a failed run (a deployment's children's too), so a failure in
+    CI, where the run directory is gone with the machine, still says which process stopped and why."""
+    for root, _, files in sorted(os.walk(run_dir)):
+        for name in sorted(f for f in files if f.endswith(".log")):
+            path = os.path.join(root, name)
+            try:
+                with open(path, "rb") as f:
+                    f.seek(max(0, os.path.getsize(path) - 8000))
+                    tail = f.read().decode(errors="replace").splitlines()[-lines:]
+            except OSError:
+                continue
+            say(f"  --- {os.path.relpath(path, run_dir)} (last {len(tail)} lines)")
+            for t in tail:
+                say(f"  | {t}")
 
 
 def members_of(topo: Topology) -> list[tuple]:

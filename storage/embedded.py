@@ -254,7 +254,7 @@ class EmbeddedEtcd:
 LEASE_ETCD_RETENTION = "1m"
 
 
-def lease_etcd(binary: str = "", state_dir: str | None = None) -> EmbeddedEtcd:
+def lease_etcd(binary: str = "", state_dir: str | None = None, ports: tuple[int, int] = (0, 0)) -> EmbeddedEtcd:
     """An etcd for Leases alone, started: no fsync (`--unsafe-no-fsync`: a crash of the machine may lose
     acknowledged writes, which for heartbeats costs one renewal period), data on tmpfs (/dev/shm where there is
     one), its history compacted every minute. With `state_dir`, its data directory is named after it and kept
@@ -268,7 +268,7 @@ def lease_etcd(binary: str = "", state_dir: str | None = None) -> EmbeddedEtcd:
         os.makedirs(data_dir, mode=0o700, exist_ok=True)
     else:
         data_dir = tmp = tempfile.mkdtemp(prefix="lease-etcd-", dir=shm)
-    e = EmbeddedEtcd(data_dir=data_dir, binary=binary,
+    e = EmbeddedEtcd(data_dir=data_dir, binary=binary, client_port=ports[0], peer_port=ports[1],
                      extra_args=["--unsafe-no-fsync", "--auto-compaction-mode=periodic",
                                  f"--auto-compaction-retention={LEASE_ETCD_RETENTION}"])
     e._tmp = tmp

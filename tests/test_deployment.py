@@ -140,3 +140,24 @@ def test_on_the_default_embedded_etcd_across_a_restart(tmp_path):
         assert evs[1]["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
     finally:
         assert d.stop() == 0
+
+
+def test_the_deployment_never_hands_a_child_the_ports_it_was_given(monkeypatch, tmp_path):
+    """The fronts' --port and the deployment's own port are handed to the supervisor before anything binds them;
+    its own picks (shards, admin ports, an embedded etcd) walk the same port range from a random start, so
+    they must step around them (a shard or an admin port on one of them refused or misanswered a recipe's
+    first calls). In a range of 12 ports, 8 taken by the plan: no pick is one of the given ones, none twice."""
+    from apiserver.flags import build_parser
+    from deployment.supervisor import Deployment as Supervisor
+    from deployment.supervisor import split_flags
+    lo = 30000 + os.getpid() % 2000
+    monkeypatch.setenv("RESIDENCY_PORT_RANGE", f"{lo}-{lo + 12}")
+    for start in range(12):   # whatever the walk's first pick
+        port, dport = lo + start, lo + (start + 5) % 12
+        rest = ["--port", str(port), "--secure-port", "0", "--state-dir", str(tmp_path), "--etcd-servers",
+                "http://127.0.0.1:1"]
+        dep = Supervisor(3, 3, split_flags(build_parser(), rest), build_parser().parse_args(rest), dport)
+        dep.etcd_servers = "http://127.0.0.1:1"
+        dep.plan()
+        picked = [int(c.probe.rsplit(":", 1)[1]) for c in dep.children]
+        assert len(set(picked)) == 6 and not {port, dport} & set(picked), (port, dport, picked)

@@ -1,7 +1,9 @@
 """`FrontStorage`: the storage contract the endpoints call (as `cache.delegator.CacheDelegator`), answered by
 the shards instead of a watch cache.
 
-* Writes, GETs and counts go to etcd (`storage.store.EtcdStore`), as with `--watch-cache=false`.
+* Writes, GETs and counts go to etcd (`storage.store.EtcdStore`), as with `--watch-cache=false`; a write
+  starts from the front's copy of what it last wrote or read of the object (`RecentObjects`), where a process
+  with a watch cache starts from the cache's.
 * A list or watch one shard can answer alone (a resource every shard keeps whole, or a `shardSelector` inside
   one shard's range) is proxied to it, item by item / frame by frame.
 * Any other list is the merge of the shards' lists at one resourceVersion R (the current etcd revision for a
@@ -19,7 +21,8 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from typing import Any, AsyncIterator
+from collections import OrderedDict
+from typing import Any, AsyncIterator, Callable
 
 from cache.cacher import next_bookmark_time, progress_requests_supported
 from cache.delegator import CacheDelegator
@@ -64,6 +67,47 @@ async def open_each(opening) -> list:
     return list(got)
 
 
+class RecentObjects:
+    """The objects this front last wrote or read from etcd, as JSON bytes, newest last, bounded in count and
+    bytes: the copy a write starts from (upstream GuaranteedUpdate's cachedExistingObject, which a front has
+    no watch cache to take it from), so an update of an object the front has seen is one etcd Txn instead of a
+    Range and a Txn. It may be stale (another front wrote since): the Txn compares the resourceVersion and, on a
+    conflict, returns etcd's current object, from which the write retries."""
+
+    def __init__(self, max_entries: int = 4096, max_bytes: int = 4 << 20):
+        self.max_entries, self.max_bytes = max_entries, max_bytes
+        self._items: OrderedDict[str, bytes] = OrderedDict()
+        self.bytes = 0
+
+    def put(self, key: str, obj: Obj | None) -> None:
+        if obj is None:
+            return
+        self.drop(key)
+        b = jsonenc.dumps(obj)
+        if len(b) > self.max_bytes // 8:   # a large object would push out many small ones
+            return
+        self._items[key] = b
+        self.bytes += len(b)
+        while len(self._items) > self.max_entries or self.bytes > self.max_bytes:
+            _, old = self._items.popitem(last=False)
+            self.bytes -= len(old)
+
+    def drop(self, key: str) -> None:
+        old = self._items.pop(key, None)
+        if old is not None:
+            self.bytes -= len(old)
+
+    def get(self, key: str) -> Obj | None:
+        b = self._items.get(key)
+        if b is None:
+            return None
+        self._items.move_to_end(key)
+        return jsonenc.loads(b)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
 class FrontStorage(CacheDelegator):
     """One resource's storage contract in the front (writes and GETs: the etcd path of CacheDelegator)."""
 
@@ -78,6 +122,59 @@ class FrontStorage(CacheDelegator):
         self.feed: Feed | None = None   # the shared stream of this resource's watches (front.feed)
         self.feed_disabled = feed_disabled
         self._feed_lock = asyncio.Lock()
+        self.recent = RecentObjects()
+
+    # --- writes and quorum reads: etcd, remembering what was read or written ------------------
+
+    def cached_object(self, key: str) -> Obj | None:
+        return self.recent.get(key)
+
+    async def get(self, key: str) -> Obj:
+        try:
+            obj = await self.store.get(key)
+        except serr.StorageError:
+            self.recent.drop(key)
+            raise
+        self.recent.put(key, obj)
+        return obj
+
+    async def create(self, key: str, obj: Obj) -> Obj:
+        out = await self.store.create(key, obj)
+        self.recent.put(key, out)
+        return out
+
+    async def update(self, key: str, obj: Obj, expected_rv: int) -> Obj:
+        try:
+            out = await self.store.update(key, obj, expected_rv)
+        except serr.StorageError:
+            self.recent.drop(key)
+            raise
+        self.recent.put(key, out)
+        return out
+
+    async def try_update(self, key: str, obj: Obj, expected_rv: int) -> tuple[Obj | None, Obj | None]:
+        try:
+            out, current = await self.store.try_update(key, obj, expected_rv)
+        except serr.StorageError:
+            self.recent.drop(key)
+            raise
+        if out is not None:
+            self.recent.put(key, out)
+        elif current is not None:
+            self.recent.put(key, current)
+        else:
+            self.recent.drop(key)
+        return out, current
+
+    async def guaranteed_update(self, key: str, fn: Callable[[Obj], Obj | None], retries: int = 20) -> Obj:
+        self.recent.drop(key)
+        out = await self.store.guaranteed_update(key, fn, retries)
+        self.recent.put(key, out)
+        return out
+
+    async def delete(self, key: str, **kw) -> tuple[Obj, int]:
+        self.recent.drop(key)
+        return await self.store.delete(key, **kw)
 
     # --- helpers -------------------------------------------------------------------------------
 

@@ -330,6 +330,47 @@ def test_a_front_knows_namespaces_without_reading_etcd(slice2, http, history):
     assert missing.json()["message"] == 'namespaces "nowhere" not found'
 
 
+def test_a_front_updates_from_its_recent_copy_and_retries_a_stale_one(slice2, http, history):
+    """A front has no watch cache to start a write from (upstream GuaranteedUpdate's cachedExistingObject): it
+    keeps the objects it last wrote or read, so updating an object it created is one etcd Txn, no Range. A copy
+    made stale by another server's write is caught by the Txn's resourceVersion compare and the write retries
+    from etcd's object: the answer is as if there were no copy (the other writer's field kept, the RV new), and
+    a client's own stale resourceVersion still gets upstream's 409."""
+    f, full = slice2.front.base, slice2.full.base
+    cm = f + "/api/v1/namespaces/a/configmaps"
+    created = http.post(cm, json={"metadata": {"name": "recent"}, "data": {"n": "0"}})
+    assert created.status_code == 201, created.text
+    before = etcd_requests(f, "get", "configmaps")
+    for i in range(1, 4):
+        r = http.patch(cm + "/recent", json={"data": {"n": str(i)}},
+                       headers={"Content-Type": "application/merge-patch+json"})
+        assert r.status_code == 200 and r.json()["data"]["n"] == str(i), r.text
+    assert etcd_requests(f, "get", "configmaps") == before   # every write started from the front's copy
+    # Another server writes: the front's copy is stale; the front's next write still builds on the other's.
+    other = http.patch(full + "/api/v1/namespaces/a/configmaps/recent", json={"data": {"other": "x"}},
+                       headers={"Content-Type": "application/merge-patch+json"})
+    assert other.status_code == 200, other.text
+    r = http.patch(cm + "/recent", json={"data": {"n": "4"}}, headers={"Content-Type": "application/merge-patch+json"})
+    assert r.status_code == 200, r.text
+    assert r.json()["data"] == {"n": "4", "other": "x"}
+    assert int(r.json()["metadata"]["resourceVersion"]) > int(other.json()["metadata"]["resourceVersion"])
+    assert http.get(full + "/api/v1/namespaces/a/configmaps/recent", params={
+        "resourceVersion": r.json()["metadata"]["resourceVersion"], "resourceVersionMatch": "NotOlderThan"}
+    ).json()["data"] == {"n": "4", "other": "x"}
+    # A PUT with the client's stale RV: 409 Conflict, as upstream, whatever copy the front held.
+    stale = dict(created.json(), data={"n": "5"})
+    c = http.put(cm + "/recent", json=stale)
+    assert c.status_code == 409 and c.json()["reason"] == "Conflict", c.text
+    # Deleted and created again elsewhere: the front's copy (of the old object) is not what it updates.
+    assert http.delete(full + "/api/v1/namespaces/a/configmaps/recent").status_code == 200
+    again = http.post(full + "/api/v1/namespaces/a/configmaps", json={"metadata": {"name": "recent"},
+                                                                     "data": {"new": "1"}})
+    assert again.status_code == 201, again.text
+    r = http.patch(cm + "/recent", json={"data": {"n": "6"}}, headers={"Content-Type": "application/merge-patch+json"})
+    assert r.status_code == 200, r.text
+    assert r.json()["data"] == {"new": "1", "n": "6"} and r.json()["metadata"]["uid"] == again.json()["metadata"]["uid"]
+
+
 def test_a_shard_down_fails_what_needs_it(current_etcd, http):
     """A shard down: unsharded lists and watches fail with a Status (504, as for an unreachable etcd), never a
     partial answer; a list inside the other shard's range still works; /readyz fails naming the shard; GETs

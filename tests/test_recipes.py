@@ -159,3 +159,19 @@ def test_index_converts_state_gb_at_the_measured_object_size(tmp_path):
     assert index.answer(state_gb=0.05, directory=str(tmp_path))["picks"]["state"]["recipe"] == "state-bound"
     far = index.answer(state_gb=0.1, directory=str(tmp_path))["picks"]["state"]
     assert far["recipe"] is None and far["largest_measured"] == pytest.approx(0.06)
+
+
+def test_a_failed_run_prints_the_tail_of_every_process_log(tmp_path):
+    """A run that fails keeps its directory, which in CI goes with the machine: the runner prints the last lines
+    of every log under it (a deployment's children's included), so the failure says which process stopped."""
+    from recipes.runner import say_log_tails
+    (tmp_path / "etcd-main.log").write_text("".join(f"etcd line {i}\n" for i in range(30)))
+    (tmp_path / "deployment" / "logs").mkdir(parents=True)
+    (tmp_path / "deployment" / "logs" / "front-0.log").write_text("serving\nerror: cannot listen on 13705\n")
+    (tmp_path / "data.db").write_text("not a log")
+    said: list[str] = []
+    say_log_tails(str(tmp_path), said.append, lines=5)
+    text = "\n".join(said)
+    assert "--- etcd-main.log (last 5 lines)" in text and "| etcd line 29" in text and "etcd line 24" not in text
+    assert "--- deployment/logs/front-0.log (last 2 lines)" in text and "| error: cannot listen on 13705" in text
+    assert "not a log" not in text

@@ -18,6 +18,8 @@ import sys
 
 from aiohttp import web
 
+from machinery import pauses
+
 from .flags import build_parser
 
 SHUTDOWN_DUMP_AFTER = 7.0   # s; tests kill a process still running 10 s after SIGTERM
@@ -95,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="time=%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)s")
     if a.verbosity < 6:
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    pauses.install()      # python_gc_duration_seconds on /metrics, from the start
     from storage.embedded import EmbeddedEtcd, find_etcd
     from cache.compression import EAGER, CompressionConfig
     from .app import APIServer, Config
@@ -175,6 +178,7 @@ async def _serve(server, a) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    pauses.install().start_lag()     # python_event_loop_lag_seconds
     runner, urls = await start_sites(server.app(), a)
     print(f"apiserver ready: {' '.join(urls)} etcd={','.join(server.config.etcd_servers)} "
           f"etcd_version={server.etcd_version}", file=sys.stderr)

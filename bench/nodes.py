@@ -98,7 +98,7 @@ def parse_metrics(text: str) -> dict[tuple[str, frozenset], float]:
                             "apiserver_watch_cache_resource_version", "nodetier_renewals_absorbed",
                             "nodetier_renewals_fast_path", "nodetier_control_plane_renewal_age_seconds",
                             "nodetier_forward_duration_seconds", "nodetier_forward_wait_seconds",
-                            "nodetier_forwards"):
+                            "nodetier_forwards", "python_gc_duration_seconds", "python_event_loop_lag_seconds"):
             continue
         for s in fam.samples:
             out[(s.name, frozenset(s.labels.items()))] = s.value
@@ -143,10 +143,15 @@ def histogram_quantile(a: dict, b: dict, q: float, name: str = "apiserver_reques
     return bounds[-1]
 
 
-def histogram_max(a: dict, b: dict, name: str) -> float | None:
+def histogram_max(a: dict, b: dict, name: str, **labels: str) -> float | None:
     """The upper bound of the bucket that holds the largest observation of histogram `name` between snapshots
     a and b (the smallest bound whose cumulative count reached the total; inf if only +Inf did)."""
-    cum = {float(dict(k[1])["le"]): v - a.get(k, 0.0) for k, v in b.items() if k[0] == name + "_bucket"}
+    want = set(labels.items())
+    cum: dict[float, float] = {}
+    for k, v in b.items():
+        if k[0] == name + "_bucket" and want <= k[1]:
+            le = float(dict(k[1])["le"])
+            cum[le] = cum.get(le, 0.0) + v - a.get(k, 0.0)
     total = cum.get(float("inf"), 0.0)
     if total <= 0:
         return None
@@ -550,6 +555,21 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
         "tier_forwards_failed": {r: delta_sum(m0, m1, "nodetier_forwards_total", why="renewal", result=r)
                                  for r in {dict(k[1]).get("result") for k in m1 if k[0] == "nodetier_forwards_total"}
                                  if r != "ok"} if tier else None,
+        # what stopped the event loop of the process the nodes talk to (the tier, or our apiserver direct;
+        # machinery.pauses): the share of the window spent collecting garbage, the longest full collection's
+        # bucket, and how late the loop ran a callback it had scheduled (p99, highest bucket)
+        "front_gc_share": sum(delta_sum(m0, m1, "python_gc_duration_seconds_sum", generation=g) for g in "012") / el
+        if config != "kube" else None,
+        "front_gc_share_by_generation": [delta_sum(m0, m1, "python_gc_duration_seconds_sum", generation=g) / el
+                                         for g in "012"] if config != "kube" else None,
+        "front_gc_collections_by_generation": [delta_sum(m0, m1, "python_gc_duration_seconds_count", generation=g)
+                                               for g in "012"] if config != "kube" else None,
+        "front_gc2_max_bucket_s": histogram_max(m0, m1, "python_gc_duration_seconds", generation="2")
+        if config != "kube" else None,
+        "front_loop_lag_p99_s": histogram_quantile(m0, m1, 0.99, "python_event_loop_lag_seconds")
+        if config != "kube" else None,
+        "front_loop_lag_max_bucket_s": histogram_max(m0, m1, "python_event_loop_lag_seconds")
+        if config != "kube" else None,
         "etcd_cpu_cores": (ecpu1 - ecpu0) / el,
         "lease_etcd_cpu_cores": (lcpu1 - lcpu0) / el if lease_db else None,
         "lease_etcd_writes_per_s": (lrev1 - lrev0) / el if lease_db else None,
@@ -636,6 +656,8 @@ def table(runs: list[dict]) -> str:
             ("KCM NotReady", lambda r: "-" if r.get("kcm_nodes_not_ready") is None
              else str(r["kcm_nodes_not_ready"])),
             ("cache lag (revs)", lambda r: str(r["lease_cache_lag_revisions"])),
+            ("front GC % / loop lag p99", lambda r: "-" if r.get("front_loop_lag_p99_s") is None
+             else f"{100 * r['front_gc_share']:.1f} % / {fmt_s(r['front_loop_lag_p99_s'])}"),
             ("driver", lambda r: r.get("generator", "kwok")),
             ("driver cores", lambda r: f"{r.get('kwok_cpu_cores') or r.get('leasegen_cpu_cores') or 0:.2f}"),
             ("RSS MiB", lambda r: f"{r['apiserver_rss_mib']:.0f}"),

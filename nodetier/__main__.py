@@ -13,6 +13,7 @@ import sys
 
 from apiserver.__main__ import SHUTDOWN_DUMP_AFTER, start_sites
 from apiserver.flags import _address, _bool, _duration, _port
+from machinery import pauses
 
 from .controlplane import Identity
 from .server import NodeTier
@@ -73,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if a.verbosity >= 4 else logging.INFO,
                         format="time=%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)s")
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    pauses.install()      # python_gc_duration_seconds on /metrics, from the start
+    pauses.fewer_full_collections()
     tier = NodeTier(a.identity, forward_interval=a.forward_interval, forward_qps=a.forward_qps,
                     token_auth_file=a.token_auth_file, client_ca_file=a.client_ca_file,
                     anonymous_auth=a.anonymous_auth, ranges=a.ranges)
@@ -89,6 +92,7 @@ async def _serve(tier: NodeTier, a) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    pauses.install().start_lag()     # python_event_loop_lag_seconds
     runner, urls = await start_sites(tier.app(), a)
     print(f"nodetier ready: {' '.join(urls)} control-plane={a.identity.server} "
           f"forward-interval={a.forward_interval:g}s holds={a.ranges.describe()}", file=sys.stderr, flush=True)

@@ -1,0 +1,106 @@
+"""What stops a process's event loop, timed. A request's own timing starts when its handler runs, so a loop that
+was busy elsewhere (a garbage collection, a long callback, a compaction pass) shows up only in the client's
+latency. Two figures on /metrics:
+
+* `python_gc_duration_seconds{generation}`: every collection, as Go processes (kube-apiserver's among them)
+  expose `go_gc_duration_seconds`;
+* `python_event_loop_lag_seconds`: how late the loop ran a callback it had scheduled `LAG_PERIOD` ahead (the
+  time any request arriving then waited before it could be read).
+
+The GC callback must not take a lock: a collection can start inside any allocation, including one made while
+prometheus_client holds a metric's lock, so the counts live in plain lists and a collector reads them at scrape
+time.
+"""
+from __future__ import annotations
+
+import asyncio
+import bisect
+import gc
+import time
+
+from prometheus_client.core import REGISTRY, HistogramMetricFamily
+
+BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+LAG_PERIOD = 0.1
+
+
+class _Histogram:
+    """Counts per bucket and a sum, lock-free (single writer under the GIL)."""
+    __slots__ = ("counts", "sum")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(BUCKETS) + 1)      # +Inf last
+        self.sum = 0.0
+
+    def observe(self, v: float) -> None:
+        self.counts[bisect.bisect_left(BUCKETS, v)] += 1
+        self.sum += v
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        acc, out = 0, []
+        for bound, n in zip((*map(str, BUCKETS), "+Inf"), self.counts):
+            acc += n
+            out.append((bound, acc))
+        return out
+
+
+class Pauses:
+    def __init__(self) -> None:
+        self.gc = [_Histogram(), _Histogram(), _Histogram()]
+        self.lag = _Histogram()
+        self._gc_started = 0.0
+        self._lag_task: asyncio.Task | None = None
+
+    def gc_callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        else:
+            self.gc[info.get("generation", 2)].observe(time.perf_counter() - self._gc_started)
+
+    async def measure_lag(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            due = loop.time() + LAG_PERIOD
+            await asyncio.sleep(LAG_PERIOD)
+            self.lag.observe(max(0.0, loop.time() - due))
+
+    def start_lag(self) -> None:
+        """Start sampling the running loop's lag (once; from inside the loop)."""
+        if self._lag_task is None or self._lag_task.done():
+            self._lag_task = asyncio.get_running_loop().create_task(self.measure_lag())
+
+    def collect(self):
+        g = HistogramMetricFamily("python_gc_duration_seconds",
+                                  "Seconds each garbage collection stopped the process, per generation",
+                                  labels=["generation"])
+        for gen, h in enumerate(self.gc):
+            g.add_metric([str(gen)], h.cumulative(), h.sum)
+        yield g
+        lag = HistogramMetricFamily("python_event_loop_lag_seconds",
+                                    f"How late the event loop ran a callback scheduled {LAG_PERIOD:g} s ahead")
+        lag.add_metric([], self.lag.cumulative(), self.lag.sum)
+        yield lag
+
+
+def fewer_full_collections(young_collections: int = 100) -> None:
+    """A full collection only after `young_collections` collections of the middle generation (CPython's
+    default is 10). A full collection walks every tracked object the process holds, so its pause grows with the
+    state (0.1-0.25 s in a node tier holding 30,000 Leases, every 3.4 s at 2,900 renewals a second: the loop's
+    lag p99); the young generations, where a request's garbage dies, are collected as before. Cyclic garbage
+    that reached the old generation waits longer to be freed."""
+    g0, g1, _ = gc.get_threshold()
+    gc.set_threshold(g0, g1, young_collections)
+
+
+_installed: Pauses | None = None
+
+
+def install() -> Pauses:
+    """Time this process's collections from now on and register the metrics (once per process; later calls
+    return the same). The loop's lag is sampled once `start_lag()` is called from inside the loop."""
+    global _installed
+    if _installed is None:
+        _installed = Pauses()
+        gc.callbacks.append(_installed.gc_callback)
+        REGISTRY.register(_installed)
+    return _installed

@@ -1,0 +1,50 @@
+"""machinery.pauses: the garbage collector's pauses and the event loop's lag, as /metrics exposes them."""
+import asyncio
+import gc
+import time
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from machinery.pauses import BUCKETS, LAG_PERIOD, Pauses
+
+
+def _scrape(p: Pauses) -> str:
+    reg = CollectorRegistry()
+    reg.register(p)
+    return generate_latest(reg).decode()
+
+
+def test_every_collection_is_timed_in_its_generation():
+    p = Pauses()
+    gc.callbacks.append(p.gc_callback)
+    try:
+        gc.collect(0)
+        gc.collect(2)
+        gc.collect(2)
+    finally:
+        gc.callbacks.remove(p.gc_callback)
+    assert sum(p.gc[2].counts) == 2
+    assert sum(p.gc[0].counts) >= 1     # (allocations meanwhile may start more young collections)
+    assert p.gc[2].sum > 0
+    text = _scrape(p)
+    assert 'python_gc_duration_seconds_count{generation="2"} 2.0' in text
+    assert 'python_gc_duration_seconds_bucket{generation="2",le="+Inf"} 2.0' in text
+
+
+def test_a_blocked_loop_shows_as_lag():
+    p = Pauses()
+
+    async def run():
+        p.start_lag()
+        await asyncio.sleep(LAG_PERIOD * 1.5)     # the sampler's first sleep is under way
+        time.sleep(0.3)                           # the loop is blocked: the sampler wakes ~0.25 s late
+        await asyncio.sleep(LAG_PERIOD * 2)
+        p._lag_task.cancel()
+
+    asyncio.run(run())
+    late = [b for b, n in zip((*BUCKETS, float("inf")), p.lag.counts) if n and b >= 0.1]
+    assert late, p.lag.counts
+    assert p.lag.sum >= 0.15
+    text = _scrape(p)
+    count = [ln for ln in text.splitlines() if ln.startswith("python_event_loop_lag_seconds_count")]
+    assert count and float(count[0].split()[-1]) >= 2

@@ -171,7 +171,8 @@ class _SlowControlPlane:
         finally:
             self.in_flight -= 1
         self.done += 1
-        return {**body, "metadata": {**body["metadata"], "resourceVersion": str(int(body["metadata"]["resourceVersion"]) + 1)}}
+        md = body["metadata"]
+        return {**body, "metadata": {**md, "resourceVersion": str(int(md["resourceVersion"]) + 1)}}
 
 
 async def test_a_control_plane_slower_than_the_due_renewals_leaves_them_in_the_heap_not_as_tasks():

@@ -115,16 +115,23 @@ def delta_sum(a: dict, b: dict, name: str, **labels: str) -> float:
     return sum(v - a.get(k, 0.0) for k, v in b.items() if k[0] == name and want <= k[1])
 
 
-def histogram_quantile(a: dict, b: dict, q: float, name: str = "apiserver_request_duration_seconds",
-                       **labels: str) -> float | None:
-    """The q-quantile of the observations between snapshots a and b of the histogram `name` (bucket deltas;
-    linear interpolation inside the bucket, as Prometheus' histogram_quantile)."""
+def bucket_deltas(a: dict, b: dict, name: str, **labels: str) -> dict[float, float]:
+    """{upper bound: cumulative count} of histogram `name` between snapshots a and b, summed over the series
+    whose labels include `labels`."""
     want = set(labels.items())
     buckets: dict[float, float] = {}
     for k, v in b.items():
         if k[0] == name + "_bucket" and want <= k[1]:
             le = float(dict(k[1])["le"])
             buckets[le] = buckets.get(le, 0.0) + v - a.get(k, 0.0)
+    return buckets
+
+
+def histogram_quantile(a: dict, b: dict, q: float, name: str = "apiserver_request_duration_seconds",
+                       **labels: str) -> float | None:
+    """The q-quantile of the observations between snapshots a and b of the histogram `name` (bucket deltas;
+    linear interpolation inside the bucket, as Prometheus' histogram_quantile)."""
+    buckets = bucket_deltas(a, b, name, **labels)
     if not buckets:
         return None
     bounds = sorted(buckets)
@@ -146,12 +153,7 @@ def histogram_quantile(a: dict, b: dict, q: float, name: str = "apiserver_reques
 def histogram_max(a: dict, b: dict, name: str, **labels: str) -> float | None:
     """The upper bound of the bucket that holds the largest observation of histogram `name` between snapshots
     a and b (the smallest bound whose cumulative count reached the total; inf if only +Inf did)."""
-    want = set(labels.items())
-    cum: dict[float, float] = {}
-    for k, v in b.items():
-        if k[0] == name + "_bucket" and want <= k[1]:
-            le = float(dict(k[1])["le"])
-            cum[le] = cum.get(le, 0.0) + v - a.get(k, 0.0)
+    cum = bucket_deltas(a, b, name, **labels)
     total = cum.get(float("inf"), 0.0)
     if total <= 0:
         return None

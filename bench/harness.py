@@ -55,6 +55,36 @@ def proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_ticks() -> list[int]:
+    """The machine's CPU time so far, in ticks, from the first line of /proc/stat: user, nice, system, idle,
+    iowait, irq, softirq, steal."""
+    with open("/proc/stat") as f:
+        return [int(x) for x in f.readline().split()[1:9]]
+
+
+def machine_shares(t0: list[int], t1: list[int]) -> dict[str, float]:
+    """What the machine's cores did between two `machine_ticks`: busy (user, nice, system, irq, softirq), idle
+    (with iowait), and stolen by the hypervisor for other guests. A run whose every process spent more CPU per
+    operation than another run's, with the steal share up, ran on a slower machine, not in a slower state."""
+    d = [b - a for a, b in zip(t0, t1)]
+    total = sum(d) or 1
+    return {"busy_share": (d[0] + d[1] + d[2] + d[5] + d[6]) / total, "idle_share": (d[3] + d[4]) / total,
+            "steal_share": d[7] / total}
+
+
+def cpu_probe_ms(rounds: int = 5) -> float:
+    """Median milliseconds of a fixed pure-Python loop, one core: the machine's speed before a run starts its
+    processes (a frequency change or a noisy neighbour shows here; on a busy machine it measures the contention)."""
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        x = 0
+        for i in range(300_000):
+            x += i & 7
+        times.append((time.perf_counter() - t) * 1e3)
+    return sorted(times)[rounds // 2]
+
+
 class Apiserver(ApiserverProcess):
     """A benchmark's apiserver: `--watch-cache=<watch_cache>` unless None, log under
     <tmp>/bench-apiserver-<port>.log, memory and CPU readings, stopped by kill if SIGTERM is not enough."""

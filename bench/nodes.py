@@ -64,8 +64,8 @@ import time
 import aiohttp
 import orjson
 
-from bench.harness import (JSON_CT, Apiserver, BenchError, check, current_etcd, get_json, log, proc_cpu_s,
-                           proc_mem_mib, run_pool, ssl_context, versions, wait_all_ready_async, write_json)
+from bench.harness import (JSON_CT, Apiserver, BenchError, check, cpu_probe_ms, current_etcd, get_json, log,
+                           machine_shares, machine_ticks, proc_cpu_s, proc_mem_mib, run_pool, ssl_context, versions, wait_all_ready_async, write_json)
 from tests.helpers.apiserver import ApiserverError
 from tests.helpers.kube import KubeApiserver
 from tests.helpers.kwok import (NODE_LEASE_NAMESPACE, KubeControllerManagerProcess, KwokProcess, kwok_node,
@@ -426,6 +426,7 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
     "lease-etcd" or "tier-lease-etcd" (the same, Leases on their own no-fsync etcd)."""
     etcd_ep = etcd.endpoint
     prefix = f"/registry-nodes-{os.getpid()}-{config}-{n}"
+    probe_ms = cpu_probe_ms()      # before this count's processes start: how fast the machine is now
     driver = tier = lease_db = kcm = None
     if config == "kube":
         srv = KubeTarget(KubeApiserver(etcd_ep, prefix=prefix, protobuf=True, sharding_gate=False))
@@ -445,7 +446,8 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
             await wait_all_ready_async([srv], 120)
         front = srv.base
         if config in ("tier", "tier-lease-etcd"):
-            tier = NodeTierProcess(srv.base, name=f"nodetier-{n}", log_name=f"bench-nodetier-{n}",
+            tier = NodeTierProcess(srv.base, *p.tier_flags.split(), name=f"nodetier-{n}",
+                                   log_name=f"bench-nodetier-{n}",
                                    ready_timeout=60).start()
             await wait_all_ready_async([tier], 60)
             front = tier.base
@@ -467,6 +469,7 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
             lcpu0 = proc_cpu_s(lease_db._proc.pid) if lease_db else 0.0
             lrev0 = await etcd_rev(lease_db.endpoint) if lease_db else 0
             rev0 = await etcd_rev(etcd_ep)
+            ticks0 = machine_ticks()
             t0 = time.perf_counter()
             stop = asyncio.Event()
             ptask = asyncio.create_task(probe(s, front, stop))
@@ -477,6 +480,7 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
             stop.set()
             lat, probe_429 = await ptask
             el = time.perf_counter() - t0
+            machine = machine_shares(ticks0, machine_ticks())
             # (leasegen may have exited at its window's end: it reports its own CPU)
             kcpu1 = kcpu0 if isinstance(driver, LeaseGen) else proc_cpu_s(driver.pid)
             cpu1, ecpu1 = srv.cpu_s(), proc_cpu_s(etcd._proc.pid)
@@ -576,6 +580,11 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
         "lease_etcd_cpu_cores": (lcpu1 - lcpu0) / el if lease_db else None,
         "lease_etcd_writes_per_s": (lrev1 - lrev0) / el if lease_db else None,
         "control_plane_writes_per_s": cp_writes / el, "control_plane_lease_puts_per_s": cp_lease_puts / el,
+        # behind a tier: the control plane's own time for the forwarded PUTs (server-side p50 / p99)
+        "control_plane_put_p50_server_s": histogram_quantile(c0, c1, 0.50, verb="PUT", resource="leases")
+        if tier else None,
+        "control_plane_put_p99_server_s": histogram_quantile(c0, c1, 0.99, verb="PUT", resource="leases")
+        if tier else None,
         "control_plane_writes_per_renewal": cp_lease_puts / lease_puts if lease_puts else None,
         "control_plane_cpu_s_per_renewal": ((cpu1 - cpu0) + (ecpu1 - ecpu0) + (lcpu1 - lcpu0)) / lease_puts
         if lease_puts else None,
@@ -597,6 +606,14 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
         "apiserver_rss_mib": rss, "tier_rss_mib": tier_rss,
         "lease_cache_lag_revisions": max(0, (lrev1 if lease_db else rev1) - cache_rv), **{f"leases_{k}": v for k, v in stale.items()},
         "loadavg_after": list(os.getloadavg()),
+        # the machine itself: a fixed loop's time before the count started its processes, and what its cores did
+        # during the window (stolen by the hypervisor included); with the CPU each process spent per operation
+        # below, a run that is slower because the machine was slower is told from one in a slower state
+        "machine_cpu_probe_ms": probe_ms, **{f"machine_{k}": v for k, v in machine.items()},
+        "cpu_us_per_op": cpu_per_op(config, el, lease_puts, cp_lease_puts, cp_writes, rev1 - rev0,
+                                    cpu1 - cpu0, tcpu1 - tcpu0, ecpu1 - ecpu0,
+                                    gen["cpu_s"] if gen else None, gen["renewals_per_s"] * gen["window_s"]
+                                    if gen else None),
         # the real node lifecycle controller (upstream's defaults: 50 s grace, 5 s period) on the control plane
         "kcm_nodes": verdicts["nodes"] if verdicts else None,
         "kcm_cpu_cores": (kcpu_kcm1 - kcpu_kcm0) / el if kcm is not None else None,
@@ -619,6 +636,20 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
            f"{out['tier_cp_age_max_bucket_s']} s)" if tier else "") + ": "
         f"{'sustained' if out['sustained'] else 'NOT sustained'}")
     return out
+
+
+def cpu_per_op(config: str, el: float, renewals: float, cp_puts: float, cp_writes: float, etcd_writes: int,
+               api_cpu: float, tier_cpu: float, etcd_cpu: float, gen_cpu: float | None,
+               gen_renewals: float | None) -> dict:
+    """Microseconds of CPU per operation of each process over the window: the apiserver per write it took,
+    the tier per request it answered or forwarded, etcd per revision, leasegen per renewal it sent. Work per
+    operation that does not depend on the others' state (leasegen's, etcd's) going up with everyone else's says
+    the machine was slower, not the software."""
+    us = lambda cpu, ops: cpu / ops * 1e6 if ops else None   # noqa: E731
+    tiered = config.startswith("tier")
+    return {"apiserver": us(api_cpu, cp_writes if tiered else renewals),
+            "tier": us(tier_cpu, renewals + cp_puts) if tiered else None,
+            "etcd": us(etcd_cpu, etcd_writes), "leasegen": us(gen_cpu, gen_renewals) if gen_cpu else None}
 
 
 async def etcd_rev(endpoint: str) -> int:
@@ -663,6 +694,10 @@ def table(runs: list[dict]) -> str:
             ("driver", lambda r: r.get("generator", "kwok")),
             ("driver cores", lambda r: f"{r.get('kwok_cpu_cores') or r.get('leasegen_cpu_cores') or 0:.2f}"),
             ("RSS MiB", lambda r: f"{r['apiserver_rss_mib']:.0f}"),
+            ("CPU us/op api·tier·etcd·gen", lambda r: "-" if not r.get("cpu_us_per_op") else "·".join(
+                "-" if v is None else f"{v:.0f}" for v in r["cpu_us_per_op"].values())),
+            ("machine probe / steal", lambda r: "-" if r.get("machine_cpu_probe_ms") is None
+             else f"{r['machine_cpu_probe_ms']:.0f} ms / {100 * r['machine_steal_share']:.1f} %"),
             ("sustained", lambda r: "yes" if r["sustained"] else "NO")]
     rows = [[c[0] for c in cols]] + [[f(r) for _, f in cols] for r in runs]
     widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
@@ -717,6 +752,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="run kube-controller-manager's node lifecycle controller (upstream's 50 s grace) on the "
                          "control plane and report the nodes it marked NotReady (default true; leasegen's runs "
                          "then create a Ready Node for each of its Leases)")
+    ap.add_argument("--tier-flags", default="", help="more flags for the node tier (`python -m nodetier`), "
+                    "space-separated, e.g. \"--forward-concurrency 128\"")
     ap.add_argument("--out", default="bench/out/nodes.json")
     ap.add_argument("--docs", help="copy of the JSON (default docs/nodes.json; --quick: none)")
     p = ap.parse_args(argv)

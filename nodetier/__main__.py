@@ -41,8 +41,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "plane's copy (at most 3 renewal periods), and at once when the next renewal is overdue "
                         "(default 30s: every third renewal of a 40 s Lease)")
     p.add_argument("--forward-qps", type=float, default=500.0,
-                   help="at most this many forwards a second (after an outage too), or half the renewals absorbed "
-                        "a second where that is more (the steady state forwards a third of them)")
+                   help="at most this many forwards a second (after an outage too), or the renewals absorbed a "
+                        "second where that is more (the steady state forwards a third of them)")
+    p.add_argument("--forward-concurrency", type=int, default=64,
+                   help="at most this many forwards in flight to the control plane at once; the Leases due "
+                        "beyond them wait, longest due first")
     p.add_argument("--tiers", default="", help="several tiers splitting the nodes: every tier's URL, this one "
                    "included, comma-separated, the same list and order for each; tier i holds the Leases whose "
                    "name's FNV-1a 64 hash lies in the i-th of as many equal ranges, and sends a request for "
@@ -56,8 +59,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--secure-port needs --tls-cert-file and --tls-private-key-file")
     if not a.port and not a.secure_port:
         p.error("nothing to serve: both --port and --secure-port are 0")
-    if a.forward_interval <= 0 or a.forward_qps <= 0:
-        p.error("--forward-interval and --forward-qps must be positive")
+    if a.forward_interval <= 0 or a.forward_qps <= 0 or a.forward_concurrency <= 0:
+        p.error("--forward-interval, --forward-qps and --forward-concurrency must be positive")
     try:
         a.ranges = NodeRanges([t for t in a.tiers.split(",") if t], a.tier_index)
     except ValueError as e:
@@ -77,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     pauses.install()      # python_gc_duration_seconds on /metrics, from the start
     pauses.fewer_full_collections()
     tier = NodeTier(a.identity, forward_interval=a.forward_interval, forward_qps=a.forward_qps,
-                    token_auth_file=a.token_auth_file, client_ca_file=a.client_ca_file,
+                    forward_concurrency=a.forward_concurrency, token_auth_file=a.token_auth_file, client_ca_file=a.client_ca_file,
                     anonymous_auth=a.anonymous_auth, ranges=a.ranges)
     import uvloop
     try:

@@ -50,7 +50,7 @@ _FAST_BODY_MAX = 64 * 1024
 
 class NodeTier:
     def __init__(self, identity: Identity, *, forward_interval: float = 30.0, forward_qps: float = 500.0,
-                 token_auth_file: str = "", client_ca_file: str = "", anonymous_auth: bool | None = None,
+                 forward_concurrency: int = 64, token_auth_file: str = "", client_ca_file: str = "", anonymous_auth: bool | None = None,
                  ranges: NodeRanges | None = None):
         self.registry = Registry()
         self.res = self.registry.lookup("coordination.k8s.io", "v1", "leases")
@@ -60,7 +60,7 @@ class NodeTier:
         self.leases = TierLeases(self.res, self.kv, prefix, self.cp, on_renewal=self._renewed)
         self.ranges = ranges or NodeRanges()
         self.forwarder = Forwarder(self.leases, self.cp, interval=forward_interval, qps=forward_qps,
-                                   owns=self.ranges.owns)
+                                   concurrency=forward_concurrency, owns=self.ranges.owns)
         self.ctx = Context(registry=self.registry, etcd_prefix="/registry", storage=lambda _r: self.leases,
                            after_write=_nothing, watch_list_enabled=False)
         self.auth_config = SimpleNamespace(token_auth_file=token_auth_file, client_ca_file=client_ca_file,

@@ -79,6 +79,12 @@ def test_nodes_leasegen_quick(tmp_path):
     assert direct["control_plane_writes_per_renewal"] >= 0.95, direct
     assert tier["control_plane_writes_per_renewal"] <= 0.6, tier
     assert tier["tier_fast_path_share"] >= 0.99, tier      # leasegen's renewals are the kubelet's form
+    for run in doc["runs"]:   # the machine's state and each process's CPU per operation are reported
+        assert run["machine_cpu_probe_ms"] > 0 and 0 < run["machine_busy_share"] <= 1, run
+        assert 0 <= run["machine_steal_share"] < 1 and 0 < run["machine_idle_share"] < 1, run
+        ops = run["cpu_us_per_op"]
+        assert ops["apiserver"] > 0 and ops["etcd"] > 0 and ops["leasegen"] > 0, run
+        assert (ops["tier"] > 0) if run["config"] == "tier" else ops["tier"] is None, run
     for run in doc["runs"]:   # the real node lifecycle controller judged a Ready Node per Lease: none NotReady
         assert run["kcm_nodes"] == 200 and run["kcm_nodes_not_ready"] == 0, run
         assert run["kcm_node_not_ready_events"] == 0 and run["kcm_cpu_cores"] > 0, run

@@ -59,6 +59,25 @@ def test_window_grows_while_fresh_and_evicts_when_stale():
     assert [e.rv for e in wc.events_since(last - 3)] == [last - 2, last - 1, last]
 
 
+def test_a_stale_window_halves_at_most_once_a_second():
+    """S4.18's shrink, looked for at most once a second of the cache's clock (the deque's middle is O(n) to
+    reach): a window grown to 8x that goes stale halves once per second of events, down to its lower bound
+    (while the event capacity/4 from the newest is older than the window)."""
+    clock = Clock()
+    wc = WatchCache("/r/", clock)
+    wc.replace([], 10)
+    rv = fill(wc, clock, 700)                  # one instant: 100 -> 200 -> 400 -> 800
+    assert wc.capacity == 8 * LOWER_CAPACITY
+    clock.t += 100                             # all of it older than the window
+    rv = fill(wc, clock, 10, start_rv=rv)      # 10 events within that instant: one halving, not three
+    assert wc.capacity == 4 * LOWER_CAPACITY and wc.capacity_changes.count(-1) == 1
+    for expected in (2 * LOWER_CAPACITY, LOWER_CAPACITY, LOWER_CAPACITY):
+        clock.t += 1.0
+        rv = fill(wc, clock, 5, start_rv=rv)
+        assert wc.capacity == expected
+    assert len(wc.history) <= LOWER_CAPACITY
+
+
 def test_snapshot_per_event_and_retention_with_the_window():
     """S2.14, S2.16.1: a snapshot per event; greatest RV <= r; dropped with evicted events."""
     clock = Clock()

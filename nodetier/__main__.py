@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="time=%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)s")
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     pauses.install()      # python_gc_duration_seconds on /metrics, from the start
-    pauses.fewer_full_collections()
+    pauses.fewer_collections()
     tier = NodeTier(a.identity, forward_interval=a.forward_interval, forward_qps=a.forward_qps,
                     forward_concurrency=a.forward_concurrency, token_auth_file=a.token_auth_file, client_ca_file=a.client_ca_file,
                     anonymous_auth=a.anonymous_auth, ranges=a.ranges)

@@ -52,3 +52,17 @@ def test_a_blocked_loop_shows_as_lag():
     text = _scrape(p)
     count = [ln for ln in text.splitlines() if ln.startswith("python_event_loop_lag_seconds_count")]
     assert count and float(count[0].split()[-1]) >= 2
+
+
+def test_fewer_collections_sets_the_young_and_the_full_thresholds():
+    """The tier's thresholds (pauses.fewer_collections): the youngest generation after 10,000 new objects, a
+    full collection after 100 of the middle one; the middle generation's own threshold is CPython's."""
+    from machinery.pauses import fewer_collections
+    before = gc.get_threshold()
+    try:
+        fewer_collections()
+        assert gc.get_threshold() == (10_000, before[1], 100)
+        fewer_collections(2_000, 50)
+        assert gc.get_threshold() == (2_000, before[1], 50)
+    finally:
+        gc.set_threshold(*before)

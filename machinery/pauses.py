@@ -84,12 +84,15 @@ class Pauses:
 
 def fewer_collections(young_objects: int = 10_000, young_collections: int = 100) -> None:
     """Collect the youngest generation after `young_objects` new tracked objects (CPython: 700), and the oldest
-    only after `young_collections` collections of the middle one (CPython: 10). The node tier installs it.
+    only after `young_collections` collections of the middle one (CPython: 10). `python -m apiserver` and `python -m nodetier` install it.
 
     * A young collection walks every young object still alive, mostly those of the requests in flight. In a
       node tier answering 2,200-2,900 renewals a second at 30,000 nodes (bench.nodes, 60 s windows), CPython's
       700 gave 1,950 young collections of 1.9 ms each (6.2 % of the tier's time); 10,000 gave 35 of 18 ms
-      (1.0 %): most objects die by reference counting between two collections instead of being walked.
+      (1.0 %): most objects die by reference counting between two collections instead of being walked. The
+      apiserver with 10,000 Leases renewed on it directly: 2,420 young, 220 middle and 20 full collections a
+      minute (5.8 % of its time, loop lag p99 61 ms) against 5, 1 and 0 (0.1 %, 29 ms). CPython counts new
+      objects net of the ones freed, so a server's in-flight set rarely reaches 10,000.
     * A full collection walks every tracked object the process holds, so its pause grows with the state
       (0.1-0.25 s in a tier holding 30,000 Leases, every 3.4 s at 2,900 renewals a second: the loop's lag p99).
     Cyclic garbage waits longer to be freed (the young generation holds up to `young_objects` more objects)."""

@@ -43,9 +43,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--forward-qps", type=float, default=500.0,
                    help="at most this many forwards a second (after an outage too), or the renewals absorbed a "
                         "second where that is more (the steady state forwards a third of them)")
-    p.add_argument("--forward-concurrency", type=int, default=64,
-                   help="at most this many forwards in flight to the control plane at once; the Leases due "
-                        "beyond them wait, longest due first")
+    p.add_argument("--forward-concurrency", type=int, default=192,
+                   help="at most this many forwards in flight to the control plane at once (default 192); the "
+                        "Leases due beyond them wait, longest due first")
     p.add_argument("--tiers", default="", help="several tiers splitting the nodes: every tier's URL, this one "
                    "included, comma-separated, the same list and order for each; tier i holds the Leases whose "
                    "name's FNV-1a 64 hash lies in the i-th of as many equal ranges, and sends a request for "

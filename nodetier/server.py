@@ -50,7 +50,8 @@ _FAST_BODY_MAX = 64 * 1024
 
 class NodeTier:
     def __init__(self, identity: Identity, *, forward_interval: float = 30.0, forward_qps: float = 500.0,
-                 forward_concurrency: int = 64, token_auth_file: str = "", client_ca_file: str = "", anonymous_auth: bool | None = None,
+                 forward_concurrency: int = 192, token_auth_file: str = "", client_ca_file: str = "",
+                 anonymous_auth: bool | None = None,
                  ranges: NodeRanges | None = None):
         self.registry = Registry()
         self.res = self.registry.lookup("coordination.k8s.io", "v1", "leases")

@@ -64,8 +64,8 @@ def machine_ticks() -> list[int]:
 
 def machine_shares(t0: list[int], t1: list[int]) -> dict[str, float]:
     """What the machine's cores did between two `machine_ticks`: busy (user, nice, system, irq, softirq), idle
-    (with iowait), and stolen by the hypervisor for other guests. A run whose every process spent more CPU per
-    operation than another run's, with the steal share up, ran on a slower machine, not in a slower state."""
+    (with iowait), and stolen by the hypervisor for other guests: with `cpu_probe_ms`, whether a slower run
+    had a slower machine under it."""
     d = [b - a for a, b in zip(t0, t1)]
     total = sum(d) or 1
     return {"busy_share": (d[0] + d[1] + d[2] + d[5] + d[6]) / total, "idle_share": (d[3] + d[4]) / total,

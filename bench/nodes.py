@@ -65,7 +65,8 @@ import aiohttp
 import orjson
 
 from bench.harness import (JSON_CT, Apiserver, BenchError, check, cpu_probe_ms, current_etcd, get_json, log,
-                           machine_shares, machine_ticks, proc_cpu_s, proc_mem_mib, run_pool, ssl_context, versions, wait_all_ready_async, write_json)
+                           machine_shares, machine_ticks, proc_cpu_s, proc_mem_mib, run_pool, ssl_context, versions,
+                           wait_all_ready_async, write_json)
 from tests.helpers.apiserver import ApiserverError
 from tests.helpers.kube import KubeApiserver
 from tests.helpers.kwok import (NODE_LEASE_NAMESPACE, KubeControllerManagerProcess, KwokProcess, kwok_node,
@@ -610,7 +611,7 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
         # during the window (stolen by the hypervisor included); with the CPU each process spent per operation
         # below, a run that is slower because the machine was slower is told from one in a slower state
         "machine_cpu_probe_ms": probe_ms, **{f"machine_{k}": v for k, v in machine.items()},
-        "cpu_us_per_op": cpu_per_op(config, el, lease_puts, cp_lease_puts, cp_writes, rev1 - rev0,
+        "cpu_us_per_op": cpu_per_op(config, lease_puts, cp_lease_puts, cp_writes, rev1 - rev0,
                                     cpu1 - cpu0, tcpu1 - tcpu0, ecpu1 - ecpu0,
                                     gen["cpu_s"] if gen else None, gen["renewals_per_s"] * gen["window_s"]
                                     if gen else None),
@@ -638,13 +639,14 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
     return out
 
 
-def cpu_per_op(config: str, el: float, renewals: float, cp_puts: float, cp_writes: float, etcd_writes: int,
+def cpu_per_op(config: str, renewals: float, cp_puts: float, cp_writes: float, etcd_writes: int,
                api_cpu: float, tier_cpu: float, etcd_cpu: float, gen_cpu: float | None,
                gen_renewals: float | None) -> dict:
     """Microseconds of CPU per operation of each process over the window: the apiserver per write it took,
-    the tier per request it answered or forwarded, etcd per revision, leasegen per renewal it sent. Work per
-    operation that does not depend on the others' state (leasegen's, etcd's) going up with everyone else's says
-    the machine was slower, not the software."""
+    the tier per request it answered or forwarded, etcd per revision, leasegen per renewal it sent. Read beside
+    the machine's steal share and probe: these rise in a slower state too (fewer writes share an etcd batch or
+    a watch event's dispatch, leasegen waits on slower round trips), so they alone do not say the machine was
+    slower."""
     us = lambda cpu, ops: cpu / ops * 1e6 if ops else None   # noqa: E731
     tiered = config.startswith("tier")
     return {"apiserver": us(api_cpu, cp_writes if tiered else renewals),

@@ -84,7 +84,8 @@ class Pauses:
 
 def fewer_collections(young_objects: int = 10_000, young_collections: int = 100) -> None:
     """Collect the youngest generation after `young_objects` new tracked objects (CPython: 700), and the oldest
-    only after `young_collections` collections of the middle one (CPython: 10). `python -m apiserver` and `python -m nodetier` install it.
+    only after `young_collections` collections of the middle one (CPython: 10). `python -m apiserver` and
+    `python -m nodetier` install it.
 
     * A young collection walks every young object still alive, mostly those of the requests in flight. In a
       node tier answering 2,200-2,900 renewals a second at 30,000 nodes (bench.nodes, 60 s windows), CPython's

@@ -80,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     pauses.install()      # python_gc_duration_seconds on /metrics, from the start
     pauses.fewer_collections()
     tier = NodeTier(a.identity, forward_interval=a.forward_interval, forward_qps=a.forward_qps,
-                    forward_concurrency=a.forward_concurrency, token_auth_file=a.token_auth_file, client_ca_file=a.client_ca_file,
-                    anonymous_auth=a.anonymous_auth, ranges=a.ranges)
+                    forward_concurrency=a.forward_concurrency, token_auth_file=a.token_auth_file,
+                    client_ca_file=a.client_ca_file, anonymous_auth=a.anonymous_auth, ranges=a.ranges)
     import uvloop
     try:
         uvloop.run(_serve(tier, a))

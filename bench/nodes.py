@@ -611,8 +611,8 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
         # during the window (stolen by the hypervisor included); with the CPU each process spent per operation
         # below, a run that is slower because the machine was slower is told from one in a slower state
         "machine_cpu_probe_ms": probe_ms, **{f"machine_{k}": v for k, v in machine.items()},
-        "cpu_us_per_op": cpu_per_op(config, lease_puts, cp_lease_puts, cp_writes, rev1 - rev0,
-                                    cpu1 - cpu0, tcpu1 - tcpu0, ecpu1 - ecpu0,
+        "cpu_us_per_op": cpu_per_op(config, lease_puts, cp_lease_puts, cp_writes, (rev1 - rev0) + (lrev1 - lrev0),
+                                    cpu1 - cpu0, tcpu1 - tcpu0, (ecpu1 - ecpu0) + (lcpu1 - lcpu0),
                                     gen["cpu_s"] if gen else None, gen["renewals_per_s"] * gen["window_s"]
                                     if gen else None),
         # the real node lifecycle controller (upstream's defaults: 50 s grace, 5 s period) on the control plane
@@ -643,7 +643,8 @@ def cpu_per_op(config: str, renewals: float, cp_puts: float, cp_writes: float, e
                api_cpu: float, tier_cpu: float, etcd_cpu: float, gen_cpu: float | None,
                gen_renewals: float | None) -> dict:
     """Microseconds of CPU per operation of each process over the window: the apiserver per write it took,
-    the tier per request it answered or forwarded, etcd per revision, leasegen per renewal it sent. Read beside
+    the tier per request it answered or forwarded, etcd per revision (the main etcd and the Lease etcd together,
+    where there is one), leasegen per renewal it sent. Read beside
     the machine's steal share and probe: these rise in a slower state too (fewer writes share an etcd batch or
     a watch event's dispatch, leasegen waits on slower round trips), so they alone do not say the machine was
     slower."""

@@ -96,7 +96,9 @@ def fewer_collections(young_objects: int = 10_000, young_collections: int = 100)
       objects net of the ones freed, so a server's in-flight set rarely reaches 10,000.
     * A full collection walks every tracked object the process holds, so its pause grows with the state
       (0.1-0.25 s in a tier holding 30,000 Leases, every 3.4 s at 2,900 renewals a second: the loop's lag p99).
-    Cyclic garbage waits longer to be freed (the young generation holds up to `young_objects` more objects)."""
+    Cyclic garbage waits longer to be freed (the young generation holds up to `young_objects` more objects): an
+    empty apiserver after discovery, OpenAPI and a list and a watch of each of its 62 resources had 82.3-83.0 MiB
+    of RSS against 81.0 MiB with CPython's thresholds (medians of three, an ad hoc script)."""
     _, g1, _ = gc.get_threshold()
     gc.set_threshold(young_objects, g1, young_collections)
 

@@ -562,21 +562,8 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
         "tier_forwards_failed": {r: delta_sum(m0, m1, "nodetier_forwards_total", why="renewal", result=r)
                                  for r in {dict(k[1]).get("result") for k in m1 if k[0] == "nodetier_forwards_total"}
                                  if r != "ok"} if tier else None,
-        # what stopped the event loop of the process the nodes talk to (the tier, or our apiserver direct;
-        # machinery.pauses): the share of the window spent collecting garbage, the longest full collection's
-        # bucket, and how late the loop ran a callback it had scheduled (p99, highest bucket)
-        "front_gc_share": sum(delta_sum(m0, m1, "python_gc_duration_seconds_sum", generation=g) for g in "012") / el
-        if config != "kube" else None,
-        "front_gc_share_by_generation": [delta_sum(m0, m1, "python_gc_duration_seconds_sum", generation=g) / el
-                                         for g in "012"] if config != "kube" else None,
-        "front_gc_collections_by_generation": [delta_sum(m0, m1, "python_gc_duration_seconds_count", generation=g)
-                                               for g in "012"] if config != "kube" else None,
-        "front_gc2_max_bucket_s": histogram_max(m0, m1, "python_gc_duration_seconds", generation="2")
-        if config != "kube" else None,
-        "front_loop_lag_p99_s": histogram_quantile(m0, m1, 0.99, "python_event_loop_lag_seconds")
-        if config != "kube" else None,
-        "front_loop_lag_max_bucket_s": histogram_max(m0, m1, "python_event_loop_lag_seconds")
-        if config != "kube" else None,
+        # what stopped the event loop of the process the nodes talk to (the tier, or our apiserver direct)
+        **front_pauses(m0, m1, el, ours=config != "kube"),
         "etcd_cpu_cores": (ecpu1 - ecpu0) / el,
         "lease_etcd_cpu_cores": (lcpu1 - lcpu0) / el if lease_db else None,
         "lease_etcd_writes_per_s": (lrev1 - lrev0) / el if lease_db else None,
@@ -611,7 +598,8 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
         # during the window (stolen by the hypervisor included); with the CPU each process spent per operation
         # below, a run that is slower because the machine was slower is told from one in a slower state
         "machine_cpu_probe_ms": probe_ms, **{f"machine_{k}": v for k, v in machine.items()},
-        "cpu_us_per_op": cpu_per_op(config, lease_puts, cp_lease_puts, cp_writes, (rev1 - rev0) + (lrev1 - lrev0),
+        "cpu_us_per_op": cpu_per_op(tier is not None, lease_puts, cp_lease_puts, cp_writes,
+                                    (rev1 - rev0) + (lrev1 - lrev0),
                                     cpu1 - cpu0, tcpu1 - tcpu0, (ecpu1 - ecpu0) + (lcpu1 - lcpu0),
                                     gen["cpu_s"] if gen else None, gen["renewals_per_s"] * gen["window_s"]
                                     if gen else None),
@@ -639,17 +627,34 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
     return out
 
 
-def cpu_per_op(config: str, renewals: float, cp_puts: float, cp_writes: float, etcd_writes: int,
+def front_pauses(m0: dict, m1: dict, el: float, ours: bool) -> dict:
+    """machinery.pauses figures of our process over the window (None for kube-apiserver): the share of the window
+    spent collecting garbage (all told and per generation), the collections per generation, the longest full
+    collection's bucket, and how late the loop ran a callback it had scheduled (p99, highest bucket)."""
+    if not ours:
+        return dict.fromkeys(("front_gc_share", "front_gc_share_by_generation", "front_gc_collections_by_generation",
+                              "front_gc2_max_bucket_s", "front_loop_lag_p99_s", "front_loop_lag_max_bucket_s"))
+    gc_sums = [delta_sum(m0, m1, "python_gc_duration_seconds_sum", generation=g) for g in "012"]
+    return {
+        "front_gc_share": sum(gc_sums) / el,
+        "front_gc_share_by_generation": [v / el for v in gc_sums],
+        "front_gc_collections_by_generation": [delta_sum(m0, m1, "python_gc_duration_seconds_count", generation=g)
+                                               for g in "012"],
+        "front_gc2_max_bucket_s": histogram_max(m0, m1, "python_gc_duration_seconds", generation="2"),
+        "front_loop_lag_p99_s": histogram_quantile(m0, m1, 0.99, "python_event_loop_lag_seconds"),
+        "front_loop_lag_max_bucket_s": histogram_max(m0, m1, "python_event_loop_lag_seconds"),
+    }
+
+
+def cpu_per_op(tiered: bool, renewals: float, cp_puts: float, cp_writes: float, etcd_writes: int,
                api_cpu: float, tier_cpu: float, etcd_cpu: float, gen_cpu: float | None,
                gen_renewals: float | None) -> dict:
     """Microseconds of CPU per operation of each process over the window: the apiserver per write it took,
     the tier per request it answered or forwarded, etcd per revision (the main etcd and the Lease etcd together,
-    where there is one), leasegen per renewal it sent. Read beside
-    the machine's steal share and probe: these rise in a slower state too (fewer writes share an etcd batch or
-    a watch event's dispatch, leasegen waits on slower round trips), so they alone do not say the machine was
-    slower."""
+    where there is one), leasegen per renewal it sent. Read beside the machine's steal share and probe: these
+    rise in a slower state too (fewer writes share an etcd batch or a watch event's dispatch, leasegen waits on
+    slower round trips), so they alone do not say the machine was slower."""
     us = lambda cpu, ops: cpu / ops * 1e6 if ops else None   # noqa: E731
-    tiered = config.startswith("tier")
     return {"apiserver": us(api_cpu, cp_writes if tiered else renewals),
             "tier": us(tier_cpu, renewals + cp_puts) if tiered else None,
             "etcd": us(etcd_cpu, etcd_writes), "leasegen": us(gen_cpu, gen_renewals) if gen_cpu else None}

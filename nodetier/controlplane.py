@@ -110,8 +110,9 @@ class ControlPlaneError(Exception):
 
 
 class ControlPlane:
-    def __init__(self, identity: Identity, namespace: str = "kube-node-lease"):
+    def __init__(self, identity: Identity, namespace: str = "kube-node-lease", max_idle: int = 64):
         self.identity = identity
+        self.max_idle = max_idle      # kept-alive connections of `call`: at least the forwards in flight
         self.namespace = namespace
         self.base = identity.server.rstrip("/")
         self.session: aiohttp.ClientSession | None = None     # as the tier (its certificate)
@@ -126,7 +127,7 @@ class ControlPlane:
                                                                         limit=0),
                                          auto_decompress=False, skip_auto_headers=("User-Agent",))
         self.session, self.bare = session(True), session(False)
-        self.calls = H1Client(self.base, self.identity.ssl_context(True))
+        self.calls = H1Client(self.base, self.identity.ssl_context(True), max_idle=self.max_idle)
 
     async def close(self) -> None:
         for s in (self.session, self.bare):

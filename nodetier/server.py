@@ -55,7 +55,9 @@ class NodeTier:
                  ranges: NodeRanges | None = None):
         self.registry = Registry()
         self.res = self.registry.lookup("coordination.k8s.io", "v1", "leases")
-        self.cp = ControlPlane(identity, NAMESPACE)
+        # (a connection per forward in flight stays open: beyond H1Client's 64, every forward above them paid
+        # for a new connection, at both ends)
+        self.cp = ControlPlane(identity, NAMESPACE, max_idle=forward_concurrency + 16)
         self.kv = MemoryKV()
         prefix = self.res.prefix("/registry", NAMESPACE)
         self.leases = TierLeases(self.res, self.kv, prefix, self.cp, on_renewal=self._renewed)

@@ -136,8 +136,8 @@ async def test_memkv_watch_replays_then_follows_and_refuses_a_compacted_start():
 
 async def test_the_tier_keeps_a_connection_per_forward_in_flight():
     """The forwarder runs up to --forward-concurrency calls at once; the control-plane client must keep that many
-    connections alive. With H1Client's default 64 kept, every call beyond them dialled anew: at 20,000 nodes
-    the apiserver spent 772 against 628 us per forward and leasegen's renewal p99 was 988 ms against 98-201 ms."""
+    connections alive. With H1Client's default 64 kept, every call beyond them dialled anew (a 20,000-node
+    leasegen run opened 14,997 TCP connections in its 2 minutes, 343 with one kept per forward in flight)."""
     from nodetier.controlplane import ControlPlane, Identity
     opened = 0
 

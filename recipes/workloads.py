@@ -148,8 +148,11 @@ def kwok_node(name: str, kwok: str) -> dict:
     res = {"cpu": "32", "memory": "256Gi", "pods": "110"}
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": kwok, "node.alpha.kubernetes.io/ttl": "0"},
+                         # GA and beta os/arch labels, as a kubelet registers them (else the node lifecycle
+                         # controller patches every Node to add the beta ones)
                          "labels": {"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                                    "kubernetes.io/arch": "amd64"}},
+                                    "kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
+                                    "beta.kubernetes.io/arch": "amd64"}},
             "status": {"allocatable": dict(res), "capacity": dict(res)}}
 
 

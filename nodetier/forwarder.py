@@ -230,7 +230,7 @@ class Forwarder:
             last = mono
             if not sweeping and mono - swept >= SWEEP:
                 swept, sweeping = mono, list(states)
-            if sweeping:    # a slice per wake: all 20,000 Leases at once held the loop (and every renewal) ~60 ms
+            if sweeping:    # a slice per wake: all 20,000 Leases at once held the loop 24 ms (measured alone)
                 for name in sweeping[-SWEEP_SLICE:]:
                     self.schedule(name)
                 del sweeping[-SWEEP_SLICE:]

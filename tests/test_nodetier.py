@@ -152,7 +152,7 @@ async def test_the_tier_keeps_a_connection_per_forward_in_flight():
             pass
         writer.close()
 
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    server = await asyncio.start_server(serve, "127.0.0.1", 0, backlog=512)   # (150 dials at once)
     port = server.sockets[0].getsockname()[1]
     for concurrency, kept in ((150, 150 + 16), (150, 64)):
         opened = 0

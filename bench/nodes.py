@@ -410,17 +410,33 @@ async def start_kwok(s, n: int, config: str, p: argparse.Namespace, srv, front: 
     return kwok, create_s, settle_s
 
 
+# The node lifecycle controller records a `RegisteredNode` event for every Node it first sees, at its client's
+# QPS: at the default 20, 5,000 Nodes took ~250 s, so the events (~0.06 cores of apiserver and etcd, a fifth of
+# our control plane's CPU at 5,000 nodes) ran through the whole window. The controller gets the QPS large
+# clusters give it, and the window starts once they are drained (KCM_DRAIN_S); the window's event POSTs are
+# reported (`control_plane_event_posts_per_s`) so a run shows whether they were.
+KCM_QPS = 100
+
+
+def kcm_drain_s(n: int) -> float:
+    """Seconds for the controller manager to record its `RegisteredNode` events for n Nodes, with margin."""
+    return n / KCM_QPS * 1.2 + 10
+
+
 def start_kcm(srv, config: str) -> KubeControllerManagerProcess:
-    """kube-controller-manager v1.37.2's node lifecycle controller on the control plane, upstream's defaults."""
+    """kube-controller-manager v1.37.2's node lifecycle controller on the control plane: upstream's lease and
+    grace defaults, its client at KCM_QPS."""
     tls = {"ca": srv.ca, "cert": srv.cert} if config == "kube" else {}
-    return KubeControllerManagerProcess(srv.base, grace=50, monitor_period=5, **tls).start()
+    return KubeControllerManagerProcess(srv.base, grace=50, monitor_period=5, **tls,
+                                        extra=(f"--kube-api-qps={KCM_QPS}", f"--kube-api-burst={KCM_QPS}")).start()
 
 
-async def start_leasegen(n: int, config: str, p: argparse.Namespace, srv, front: str, tier: bool):
+async def start_leasegen(n: int, config: str, p: argparse.Namespace, srv, front: str, tier: bool,
+                         min_warmup: float = 0.0):
     """leasegen with N Leases; returns once its window starts (the Leases exist, then the same settling as
-    kwok's). (leasegen, None, seconds until its window)"""
+    kwok's, or `min_warmup` seconds if longer). (leasegen, None, seconds until its window)"""
     t_gen = time.perf_counter()
-    warmup = (TIER_FORWARD_INTERVAL if tier else RENEW_SECONDS) + 2
+    warmup = max((TIER_FORWARD_INTERVAL if tier else RENEW_SECONDS) + 2, min_warmup)
     gen = await LeaseGen(p.leasegen, front, n, p.window, warmup,
                          (srv.ca, srv.cert) if config == "kube" else None).start()
     log(f"N={n} {config}: leasegen renewing {n} Leases; its window starts {warmup:.0f} s after they exist")
@@ -465,11 +481,14 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
                     log(f"N={n} {config}: creating {n} Ready nodes for leasegen's Leases")
                     await create_ready_nodes(s, srv.base, n)
                     kcm = start_kcm(srv, config)
-                driver, create_s, settle_s = await start_leasegen(n, config, p, srv, front, tier is not None)
+                driver, create_s, settle_s = await start_leasegen(
+                    n, config, p, srv, front, tier is not None, kcm_drain_s(n) if p.controller_manager else 0.0)
             else:
                 driver, create_s, settle_s = await start_kwok(s, n, config, p, srv, front, tier is not None)
                 if p.controller_manager:
                     kcm = start_kcm(srv, config)
+                    log(f"N={n} {config}: {kcm_drain_s(n):.0f} s for the controller manager's RegisteredNode events")
+                    await asyncio.sleep(kcm_drain_s(n))
             m0, c0 = await metrics(s, front), await metrics(s, srv.base)
             cpu0, kcpu0, ecpu0 = srv.cpu_s(), proc_cpu_s(driver.pid), proc_cpu_s(etcd._proc.pid)
             kcpu_kcm0 = proc_cpu_s(kcm.pid) if kcm is not None else 0.0
@@ -575,6 +594,8 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
         "lease_etcd_cpu_cores": (lcpu1 - lcpu0) / el if lease_db else None,
         "lease_etcd_writes_per_s": (lrev1 - lrev0) / el if lease_db else None,
         "control_plane_writes_per_s": cp_writes / el, "control_plane_lease_puts_per_s": cp_lease_puts / el,
+        "control_plane_event_posts_per_s": delta_sum(c0, c1, "apiserver_request_total", verb="POST",
+                                                     resource="events") / el,
         # behind a tier: the control plane's own time for the forwarded PUTs (server-side p50 / p99)
         "control_plane_put_p50_server_s": histogram_quantile(c0, c1, 0.50, verb="PUT", resource="leases")
         if tier else None,

@@ -413,7 +413,7 @@ async def start_kwok(s, n: int, config: str, p: argparse.Namespace, srv, front: 
 # The node lifecycle controller records a `RegisteredNode` event for every Node it first sees, at its client's
 # QPS: at the default 20, 5,000 Nodes took ~250 s, so the events (~0.06 cores of apiserver and etcd, a fifth of
 # our control plane's CPU at 5,000 nodes) ran through the whole window. The controller gets the QPS large
-# clusters give it, and the window starts once they are drained (KCM_DRAIN_S); the window's event POSTs are
+# clusters give it, and the window starts once they are drained (kcm_drain_s); the window's event POSTs are
 # reported (`control_plane_event_posts_per_s`) so a run shows whether they were.
 KCM_QPS = 100
 

@@ -787,7 +787,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--controller-manager", type=lambda v: v.lower() in ("1", "true", "yes"), default=True,
                     help="run kube-controller-manager's node lifecycle controller (upstream's 50 s grace) on the "
                          "control plane and report the nodes it marked NotReady (default true; leasegen's runs "
-                         "then create a Ready Node for each of its Leases)")
+                         "then create a Ready Node for each of its Leases). Its client runs at 100 QPS, and the "
+                         "window starts once its RegisteredNode events are recorded (n / 100 x 1.2 + 10 s)")
     ap.add_argument("--tier-flags", default="", help="more flags for the node tier (`python -m nodetier`), "
                     "space-separated, e.g. \"--forward-concurrency 128\"")
     ap.add_argument("--out", default="bench/out/nodes.json")

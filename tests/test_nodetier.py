@@ -83,7 +83,7 @@ async def test_memkv_cas_ranges_at_a_revision_and_compaction():
     assert b"/a/1" not in kv._versions                          # a deleted key is gone once compacted
 
 
-async def test_memkv_compaction_in_steps_keeps_what_a_full_scan_would():
+async def test_memkv_compaction_in_steps_keeps_only_the_newest_version_at_or_below_it():
     """After any sequence of writes and compactions each key keeps exactly its versions newer than the
     compacted revision plus the newest at or below it (a deleted key none), and the key index matches."""
     import random

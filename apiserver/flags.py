@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "custom resources are accepted too")
     p.add_argument("--embedded-lease-etcd", action="store_true",
                    help="start a second embedded etcd for coordination.k8s.io/leases (node heartbeats, leader "
-                        "election): --unsafe-no-fsync, data on tmpfs (/dev/shm, named after --state-dir: kept across "
+                        "election): --unsafe-no-fsync, data on tmpfs (/dev/shm, belonging to --state-dir: kept across "
                         "restarts of the process, not of the machine), its own history compacted every minute")
     p.add_argument("--bind-address", type=_address, default="127.0.0.1")
     p.add_argument("--port", type=_port, default=8080, help="plain HTTP port (0 disables it)")

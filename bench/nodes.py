@@ -428,7 +428,7 @@ def start_kcm(srv, config: str) -> KubeControllerManagerProcess:
     grace defaults, its client at KCM_QPS."""
     tls = {"ca": srv.ca, "cert": srv.cert} if config == "kube" else {}
     return KubeControllerManagerProcess(srv.base, grace=50, monitor_period=5, **tls,
-                                        extra=(f"--kube-api-qps={KCM_QPS}", f"--kube-api-burst={KCM_QPS}")).start()
+                                        qps=KCM_QPS).start()
 
 
 async def start_leasegen(n: int, config: str, p: argparse.Namespace, srv, front: str, tier: bool,

@@ -143,16 +143,19 @@ class Workload:
 
 # --- node-bound -------------------------------------------------------------------------------------------
 
-def kwok_node(name: str, kwok: str) -> dict:
-    """A Node the kwok process named `kwok` manages (its annotation selector), with a kubelet's capacity."""
-    res = {"cpu": "32", "memory": "256Gi", "pods": "110"}
+def kwok_node(name: str, kwok: str = "fake", *, labels: dict | None = None, cpu: str = "32", memory: str = "256Gi",
+              pods: str = "110") -> dict:
+    """A Node the kwok process named `kwok` manages (its annotation selector), with a kubelet's usual capacity;
+    kwok fills in the status. The tests' and benchmarks' kwok nodes are these too (tests/helpers/kwok.py)."""
+    res = {"cpu": cpu, "memory": memory, "pods": pods}
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": kwok, "node.alpha.kubernetes.io/ttl": "0"},
-                         # GA and beta os/arch labels, as a kubelet registers them (else the node lifecycle
-                         # controller patches every Node to add the beta ones)
+                         # both the GA and the beta os/arch labels, as a kubelet registers them: without the beta
+                         # ones the node lifecycle controller GETs and PATCHes every Node to add them, at its
+                         # client's QPS (at 5,000 nodes and the default 20, ~9 Nodes a second for ten minutes)
                          "labels": {"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
                                     "kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
-                                    "beta.kubernetes.io/arch": "amd64"}},
+                                    "beta.kubernetes.io/arch": "amd64", **(labels or {})}},
             "status": {"allocatable": dict(res), "capacity": dict(res)}}
 
 

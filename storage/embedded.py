@@ -257,15 +257,13 @@ LEASE_ETCD_RETENTION = "1m"
 def lease_etcd(binary: str = "", state_dir: str | None = None, ports: tuple[int, int] = (0, 0)) -> EmbeddedEtcd:
     """An etcd for Leases alone, started: no fsync (`--unsafe-no-fsync`: a crash of the machine may lose
     acknowledged writes, which for heartbeats costs one renewal period), data on tmpfs (/dev/shm where there is
-    one), its history compacted every minute. With `state_dir`, its data directory is named after it and kept
-    (on tmpfs: until the machine restarts), so a restarted apiserver finds its Leases and the same etcd cluster
-    id (its warm-restart snapshot stays valid); without, a temporary directory removed when it stops."""
+    one), its history compacted every minute. With `state_dir`, its data directory belongs to that state dir
+    (`lease_data_dir`) and is kept (on tmpfs: until the machine restarts), so a restarted apiserver finds its
+    Leases and the same etcd cluster id (its warm-restart snapshot stays valid); without, a temporary directory
+    removed when it stops."""
     shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
     if state_dir:
-        import hashlib
-        tag = hashlib.sha1(os.path.abspath(state_dir).encode()).hexdigest()[:12]
-        data_dir, tmp = os.path.join(shm, f"residency-lease-etcd-{tag}"), None
-        os.makedirs(data_dir, mode=0o700, exist_ok=True)
+        data_dir, tmp = lease_data_dir(shm, state_dir), None
     else:
         data_dir = tmp = tempfile.mkdtemp(prefix="lease-etcd-", dir=shm)
     e = EmbeddedEtcd(data_dir=data_dir, binary=binary, client_port=ports[0], peer_port=ports[1],
@@ -273,6 +271,82 @@ def lease_etcd(binary: str = "", state_dir: str | None = None, ports: tuple[int,
                                  f"--auto-compaction-retention={LEASE_ETCD_RETENTION}"])
     e._tmp = tmp
     return e.start()
+
+
+LEASE_DIR_PREFIX = "residency-lease-etcd-"
+LEASE_ID_FILE = "lease-etcd.id"     # in the state dir: which tmpfs directory is its Lease etcd's
+LEASE_OWNER_FILE = "owner"          # in that directory: the state dir it belongs to
+
+
+def lease_data_dir(shm: str, state_dir: str) -> str:
+    """The Lease etcd's data directory for `state_dir`, made if need be, on tmpfs (`shm`).
+
+    It lives outside the state dir (tmpfs) but belongs to it: the state dir holds a random id naming the
+    directory, so a deleted and re-made state dir (with, for the embedded main etcd, a fresh main etcd) starts a
+    fresh Lease etcd instead of meeting the old one's Leases. Directories whose state dir is gone or names
+    another id are removed here, unless an etcd still holds them open, so tmpfs does not fill with them."""
+    import secrets
+    state_dir = os.path.abspath(state_dir)
+    os.makedirs(state_dir, exist_ok=True)
+    id_path = os.path.join(state_dir, LEASE_ID_FILE)
+    try:
+        with open(id_path) as f:
+            token = f.read().strip()
+    except FileNotFoundError:
+        token = ""
+    if not re.fullmatch(r"[0-9a-f]{12,64}", token):
+        token = secrets.token_hex(8)
+        with open(id_path + ".tmp", "w") as f:
+            f.write(token + "\n")
+        os.replace(id_path + ".tmp", id_path)
+    remove_orphan_lease_dirs(shm)
+    data_dir = os.path.join(shm, LEASE_DIR_PREFIX + token)
+    if not os.path.isdir(data_dir):
+        # Made whole under a temporary name, then renamed: a directory without its owner is never seen.
+        part = tempfile.mkdtemp(prefix=".making-", dir=shm)
+        with open(os.path.join(part, LEASE_OWNER_FILE), "w") as f:
+            f.write(state_dir + "\n")
+        os.rename(part, data_dir)
+    return data_dir
+
+
+def _lease_dir_owner(data_dir: str) -> str | None:
+    """The state dir that `data_dir` belongs to, or None (gone, or names another id: an orphan)."""
+    try:
+        with open(os.path.join(data_dir, LEASE_OWNER_FILE)) as f:
+            owner = f.read().strip()
+        with open(os.path.join(owner, LEASE_ID_FILE)) as f:
+            token = f.read().strip()
+    except OSError:
+        return None
+    return owner if os.path.basename(data_dir) == LEASE_DIR_PREFIX + token else None
+
+
+def _etcd_holds(data_dir: str) -> bool:
+    """Whether a running etcd has `data_dir` open: bbolt keeps an exclusive flock on its db file (under the
+    `--data-dir` that `EmbeddedEtcd` gives it)."""
+    import fcntl
+    try:
+        fd = os.open(os.path.join(data_dir, "member-data", "member", "snap", "db"), os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def remove_orphan_lease_dirs(shm: str) -> list[str]:
+    """Remove the Lease etcd directories on `shm` that no state dir claims and no etcd holds. Returns them."""
+    removed = []
+    for d in glob.glob(os.path.join(shm, LEASE_DIR_PREFIX + "*")):
+        if _lease_dir_owner(d) is None and not _etcd_holds(d):
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
 
 
 def stop_process(proc: subprocess.Popen | None, timeout: float) -> None:

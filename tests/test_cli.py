@@ -157,7 +157,7 @@ def test_an_overrides_etcd_is_compacted_too(etcd):
 
 def test_embedded_lease_etcd_takes_the_leases(etcd, tmp_path):
     """--embedded-lease-etcd: Leases (node heartbeats) go to a second etcd without fsync on tmpfs, started with the
-    process, its data kept across a restart (named after --state-dir); everything else stays on the main etcd
+    process, its data kept across a restart (its directory belongs to --state-dir); everything else stays on the main etcd
     (issue 22 §3)."""
     import re
     import shutil
@@ -185,6 +185,14 @@ def test_embedded_lease_etcd_takes_the_leases(etcd, tmp_path):
         srv, _, again = start()     # the same state dir: the same lease etcd data, the Lease is still there
         assert again == data_dir
         assert requests.get(f"{srv.base}{lease_path}/n1").json()["spec"]["holderIdentity"] == "n1"
+        srv.stop()
+        # The state dir deleted and made anew at the same path: a fresh Lease etcd, not the old one's Leases,
+        # and the old directory, claimed by no state dir any more, removed.
+        shutil.rmtree(state)
+        srv, _, fresh = start()
+        assert fresh != data_dir and not os.path.exists(data_dir)
+        assert requests.get(f"{srv.base}{lease_path}/n1").status_code == 404
+        data_dir = fresh
     finally:
         srv.stop()
         shutil.rmtree(data_dir, ignore_errors=True)

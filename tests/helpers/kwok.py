@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import tempfile
 
+from recipes.workloads import kwok_node  # noqa: F401  (re-exported: the one kwok Node of tests, bench and recipes)
 from storage.embedded import free_port, stop_process
 from tests.helpers.etcd import load_tool
 
@@ -52,21 +53,6 @@ def write_kubeconfig(path: str, server: str, *, ca: str | None = None, cert: tup
     with open(path, "w") as f:
         f.write(text)
     return path
-
-
-def kwok_node(name: str, *, labels: dict | None = None, cpu: str = "32", memory: str = "256Gi",
-              pods: str = "110") -> dict:
-    """A Node kwok manages (its annotation), with a kubelet's usual capacity; kwok fills in the status."""
-    res = {"cpu": cpu, "memory": memory, "pods": pods}
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "annotations": {ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
-                         # both the GA and the beta os/arch labels, as a kubelet registers them: without the beta
-                         # ones the node lifecycle controller GETs and PATCHes every Node to add them, at its 20
-                         # QPS (at 5,000 nodes ~9 Nodes a second, for ten minutes)
-                         "labels": {"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                                    "kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
-                                    "beta.kubernetes.io/arch": "amd64", **(labels or {})}},
-            "status": {"allocatable": dict(res), "capacity": dict(res)}}
 
 
 def ready_node(name: str, message: str = "its Lease is renewed without a kubelet") -> dict:
@@ -211,14 +197,16 @@ class KubeControllerManagerProcess(_Component):
     """kube-controller-manager against `server`: leader election off, `controllers` only (default: the node
     lifecycle controller), its own HTTPS port on loopback (self-signed; /healthz needs no credentials), no
     delegated authentication or authorization lookups. `grace`/`monitor_period` are
-    --node-monitor-grace-period and --node-monitor-period in seconds (upstream: 50 and 5). Log in
-    `<dir>/kube-controller-manager.log`."""
+    --node-monitor-grace-period and --node-monitor-period in seconds (upstream: 50 and 5); `qps` its client's
+    --kube-api-qps and --kube-api-burst (None: the binary's 20 and 30). Log in `<dir>/kube-controller-manager.log`."""
     log_name = "kube-controller-manager.log"
 
     def __init__(self, server: str, *, controllers: str = "node-lifecycle-controller", grace: float = 50,
                  monitor_period: float = 5, verbosity: int = 2, ca: str | None = None,
-                 cert: tuple[str, str] | None = None, extra: tuple[str, ...] = ()):
+                 cert: tuple[str, str] | None = None, qps: int | None = None, extra: tuple[str, ...] = ()):
         super().__init__(server, "kube-controller-manager-", ca=ca, cert=cert)
+        if qps is not None:
+            extra = (f"--kube-api-qps={qps}", f"--kube-api-burst={qps}", *extra)
         self.port = free_port()
         self.url = f"https://127.0.0.1:{self.port}"
         self.argv = [kube_controller_manager_binary(), f"--kubeconfig={self.kubeconfig}", "--leader-elect=false",

@@ -111,6 +111,61 @@ async def test_memkv_compaction_in_steps_keeps_only_the_newest_version_at_or_bel
         assert cur is None or (await kv.get(k))[0].value == cur.value
 
 
+async def test_a_watch_served_without_the_cache_writes_each_watch_response_as_one_chunk():
+    """`EtcdStore.serve_watch` (the tier's Lease watches; the apiserver with --watch-cache=false): the events of
+    one watch response (here the memkv's replay, then what was queued while the pump waited) go out as one
+    write, in order; a later response is a later write. A socket write per event was the tier's largest cost."""
+    import orjson
+    from machinery.encoding import WatchFrames
+    from machinery.resources import BUILTINS
+    from storage.interface import WatchRequest
+    from storage.store import EtcdStore
+
+    kv = MemoryKV(start_revision=0)
+    store = EtcdStore(kv, "configmaps")
+    prefix = "/registry/configmaps/"
+
+    def cm(name):
+        return {"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"name": name, "namespace": "default"}}
+
+    writes: list = []
+
+    class Sink:
+        async def start(self):
+            pass
+
+        async def write(self, data):
+            writes.append([orjson.loads(line)["object"]["metadata"]["name"] for line in data.splitlines()])
+
+        async def fail(self, err):
+            writes.append(err)
+
+        def direct_writer(self):
+            return None
+
+    async def until(n):
+        deadline = time.monotonic() + 5
+        while len(writes) < n and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        return writes
+
+    rv = kv.revision
+    for name in "abc":          # before the watch starts: one replay
+        await store.create(prefix + "default/" + name, cm(name))
+    req = WatchRequest(frames=WatchFrames(next(r for r in BUILTINS if r.plural == "configmaps")), timeout=30, resource_version=str(rv))
+    task = asyncio.ensure_future(store.serve_watch(prefix, req, Sink()))
+    try:
+        assert await until(1) == [["a", "b", "c"]]
+        await store.create(prefix + "default/d", cm("d"))     # no await suspends between the two: one batch
+        await store.create(prefix + "default/e", cm("e"))
+        assert await until(2) == [["a", "b", "c"], ["d", "e"]]
+        await store.create(prefix + "default/f", cm("f"))
+        assert await until(3) == [["a", "b", "c"], ["d", "e"], ["f"]]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 async def test_memkv_watch_replays_then_follows_and_refuses_a_compacted_start():
     kv = MemoryKV(start_revision=0)
     await kv.create(b"/p/a", b"1")

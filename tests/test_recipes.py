@@ -17,12 +17,14 @@ from tests.helpers import ROOT
 
 def test_catalog_has_every_rung_and_axis():
     rs = spec.load_all()
-    rungs = {r.rung: r.name for r in rs if r.rung}
-    assert rungs == {1: "classic-ha", 2: "role-split", 3: "node-plane", 4: "partitioned-store", 5: "sharded-slice"}
+    rungs = {(r.rung, r.name) for r in rs if r.rung}
+    assert rungs == {(1, "classic-ha"), (2, "role-split"), (3, "node-plane"), (4, "partitioned-store"),
+                     (4, "store-split"), (5, "sharded-slice")}
     axes = {r.axis for r in rs if not r.rung}
     assert axes == {"node", "churn", "state"}
-    # the rungs made of stock components only also run with kube-apiserver in place of ours
-    assert {r.name for r in rs if "kube" in r.implementations} == {"classic-ha", "role-split"}
+    # the rungs made of stock components only (and rung 4's store split without the node tier) also run with
+    # kube-apiserver in place of ours
+    assert {r.name for r in rs if "kube" in r.implementations} == {"classic-ha", "role-split", "store-split"}
     for r in rs:
         assert r.summary and r.workload and r.sizes["small"] < r.sizes["full"]
         assert sum(s.default for s in r.stores) == 1

@@ -128,6 +128,42 @@ def test_etcd_servers_overrides_route_builtin_and_custom_resources(etcd):
             srv.stop()
 
 
+def test_kube_apiserver_routes_only_builtin_resources_by_its_overrides(current_etcd):
+    """The reference, for the difference above (README, recipe store-split): kube-apiserver v1.37.2 accepts an
+    --etcd-servers-overrides entry for a custom resource but stores that resource on its default etcd (the CRD
+    storage takes the default etcd servers); a built-in resource goes where its override says."""
+    from tests.helpers.kube import KubeApiserver
+    group = "ov.example.com"
+    with EmbeddedEtcd(binary=current_etcd.binary) as other:
+        overrides = f"--etcd-servers-overrides=/configmaps#{other.endpoint},{group}/things#{other.endpoint}"
+        with KubeApiserver(current_etcd.endpoint, prefix="/registry-kov", extra_args=(overrides,)) as k:
+            tls = {"cert": k.client_cert, "verify": k.ca}   # per call: a Session's verify loses to REQUESTS_CA_BUNDLE
+            assert requests.post(f"{k.url}/api/v1/namespaces/default/configmaps",
+                                 json={"metadata": {"name": "routed"}}, **tls).status_code == 201
+            crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                   "metadata": {"name": f"things.{group}"},
+                   "spec": {"group": group, "scope": "Namespaced",
+                            "names": {"plural": "things", "singular": "thing", "kind": "Thing"},
+                            "versions": [{"name": "v1", "served": True, "storage": True,
+                                          "schema": {"openAPIV3Schema": {"type": "object"}}}]}}
+            assert requests.post(f"{k.url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                                 json=crd, **tls).status_code == 201
+            deadline = time.monotonic() + 60
+            while True:     # until the new resource is served
+                code = requests.post(f"{k.url}/apis/{group}/v1/namespaces/default/things",
+                                     json={"apiVersion": f"{group}/v1", "kind": "Thing",
+                                           "metadata": {"name": "t"}}, **tls).status_code
+                if code == 201 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.3)
+            assert code == 201
+            in_other = etcd_keys(other.endpoint, "/registry-kov/")
+            in_default = etcd_keys(current_etcd.endpoint, "/registry-kov/")
+            assert "/registry-kov/configmaps/default/routed" in in_other
+            assert f"/registry-kov/{group}/things/default/t" in in_default
+            assert f"/registry-kov/{group}/things/default/t" not in in_other
+
+
 def test_an_overrides_etcd_is_compacted_too(etcd):
     """Every etcd cluster gets a compactor, as upstream runs one per storage endpoint: a Lease etcd taking every
     renewal would otherwise keep its whole history."""

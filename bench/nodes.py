@@ -427,8 +427,7 @@ def start_kcm(srv, config: str) -> KubeControllerManagerProcess:
     """kube-controller-manager v1.37.2's node lifecycle controller on the control plane: upstream's lease and
     grace defaults, its client at KCM_QPS."""
     tls = {"ca": srv.ca, "cert": srv.cert} if config == "kube" else {}
-    return KubeControllerManagerProcess(srv.base, grace=50, monitor_period=5, **tls,
-                                        qps=KCM_QPS).start()
+    return KubeControllerManagerProcess(srv.base, grace=50, monitor_period=5, qps=KCM_QPS, **tls).start()
 
 
 async def start_leasegen(n: int, config: str, p: argparse.Namespace, srv, front: str, tier: bool,
@@ -486,9 +485,9 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
             else:
                 driver, create_s, settle_s = await start_kwok(s, n, config, p, srv, front, tier is not None)
                 if p.controller_manager:
-                    kcm = start_kcm(srv, config)
-                    log(f"N={n} {config}: {kcm_drain_s(n):.0f} s for the controller manager's RegisteredNode events")
-                    await asyncio.sleep(kcm_drain_s(n))
+                    kcm, drain = start_kcm(srv, config), kcm_drain_s(n)
+                    log(f"N={n} {config}: {drain:.0f} s for the controller manager's RegisteredNode events")
+                    await asyncio.sleep(drain)
             m0, c0 = await metrics(s, front), await metrics(s, srv.base)
             cpu0, kcpu0, ecpu0 = srv.cpu_s(), proc_cpu_s(driver.pid), proc_cpu_s(etcd._proc.pid)
             kcpu_kcm0 = proc_cpu_s(kcm.pid) if kcm is not None else 0.0

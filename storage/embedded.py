@@ -310,16 +310,15 @@ def lease_data_dir(shm: str, state_dir: str) -> str:
     return data_dir
 
 
-def _lease_dir_owner(data_dir: str) -> str | None:
-    """The state dir that `data_dir` belongs to, or None (gone, or names another id: an orphan)."""
+def _claimed(data_dir: str) -> bool:
+    """Whether the state dir that `data_dir` names as its owner still names `data_dir` by its id."""
     try:
         with open(os.path.join(data_dir, LEASE_OWNER_FILE)) as f:
             owner = f.read().strip()
         with open(os.path.join(owner, LEASE_ID_FILE)) as f:
-            token = f.read().strip()
+            return os.path.basename(data_dir) == LEASE_DIR_PREFIX + f.read().strip()
     except OSError:
-        return None
-    return owner if os.path.basename(data_dir) == LEASE_DIR_PREFIX + token else None
+        return False
 
 
 def _etcd_holds(data_dir: str) -> bool:
@@ -343,7 +342,7 @@ def remove_orphan_lease_dirs(shm: str) -> list[str]:
     """Remove the Lease etcd directories on `shm` that no state dir claims and no etcd holds. Returns them."""
     removed = []
     for d in glob.glob(os.path.join(shm, LEASE_DIR_PREFIX + "*")):
-        if _lease_dir_owner(d) is None and not _etcd_holds(d):
+        if not _claimed(d) and not _etcd_holds(d):
             shutil.rmtree(d, ignore_errors=True)
             removed.append(d)
     return removed

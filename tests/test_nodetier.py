@@ -152,7 +152,8 @@ async def test_a_watch_served_without_the_cache_writes_each_watch_response_as_on
     rv = kv.revision
     for name in "abc":          # before the watch starts: one replay
         await store.create(prefix + "default/" + name, cm(name))
-    req = WatchRequest(frames=WatchFrames(next(r for r in BUILTINS if r.plural == "configmaps")), timeout=30, resource_version=str(rv))
+    configmaps = next(r for r in BUILTINS if r.plural == "configmaps")
+    req = WatchRequest(frames=WatchFrames(configmaps), timeout=30, resource_version=str(rv))
     task = asyncio.ensure_future(store.serve_watch(prefix, req, Sink()))
     try:
         assert await until(1) == [["a", "b", "c"]]

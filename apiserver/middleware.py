@@ -20,6 +20,8 @@ from .status import map_storage_error, status_response
 
 log = logging.getLogger("apiserver")
 
+HEALTH_ROOTS = frozenset(("/healthz", "/livez", "/readyz"))
+
 
 @web.middleware
 async def status_and_metrics(request: web.Request, handler) -> web.StreamResponse:
@@ -37,7 +39,8 @@ async def status_and_metrics(request: web.Request, handler) -> web.StreamRespons
         se = map_storage_error(e, scope.resource if scope else CRD)
         code = se.code
         return status_response(se)
-    except web.HTTPException:
+    except web.HTTPException as e:  # aiohttp's own answers (a body over the size limit): their code, not a 500
+        code = e.status
         raise
     except (asyncio.CancelledError, ConnectionResetError):
         code = 499
@@ -55,8 +58,20 @@ def observe(request: web.Request, code: int, seconds: float) -> None:
     scope: RequestScope | None = request.get("scope")
     dry = dry_run_label(request.query.getall("dryRun", []))
     if scope is None:
-        verb = request.method.lower()
-        labels = (verb, dry, "", "", "", "", "", "apiserver")
+        # Upstream instruments only these non-resource paths (healthz.InstallPathHandlerWithHealthyFunc,
+        # kube-aggregator's OpenAPI v3 proxier, the aggregated discovery handler): the path in the subresource
+        # label. Anything else outside a resource
+        # (/version, /openapi, /metrics, an unknown path) is not counted.
+        path = request.path
+        if path in HEALTH_ROOTS:
+            labels = ("GET", dry, "", "", "", path, "", "")
+        elif path == "/openapi/v3" or path.startswith("/openapi/v3/"):  # kube-aggregator's openapiv3 handlers
+            labels = ("GET", dry, "", "", "", "openapi/v3" if path == "/openapi/v3" else "openapi/v3/", "", "")
+        elif request.get("aggregated_discovery"):
+            labels = ("GET", dry, "", "", "", path.strip("/"), "", "apiserver")
+        else:
+            return
+        verb = "GET"
     else:
         r = scope.resource
         verb = metric_verb(request.method, scope.name is None, is_watch(request) or legacy_watch(request))

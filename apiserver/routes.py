@@ -95,6 +95,7 @@ class Routes:
             return page_not_found()
         if head in ("api", "apis") and len(parts) == 1:
             if discovery.wants_aggregated(request.headers.get("Accept")):
+                request["aggregated_discovery"] = True  # counted in apiserver_request_total, as upstream
                 # Aggregated discovery (one request instead of one per group version).
                 doc = discovery.aggregated_discovery(self.registry, core=(head == "api"))
                 etag = discovery.aggregated_etag(doc)
@@ -199,6 +200,7 @@ class Routes:
         """A review kind (create only, never stored): POST on its collection path, 405 otherwise."""
         if request.method != "POST":
             raise method_not_allowed()
+        request["scope"] = RequestScope(res, request.get("review_namespace"), None, "")  # for the request metrics
         return await reviews.HANDLERS[(res.group, res.plural)](request, res)
 
     async def verb(self, request: web.Request, scope: RequestScope, legacy_watch: bool = False) -> web.StreamResponse:

@@ -551,6 +551,39 @@ def test_401s_are_not_in_apiserver_request_total(server):
             if line.startswith("apiserver_request_total{") and 'code="401"' in line] == []
 
 
+def test_which_non_resource_requests_apiserver_request_total_counts(server):
+    """Outside the resource handlers kube-apiserver v1.37.2 instruments only the health roots (healthz.go:
+    verb GET, the path as subresource, component ""), OpenAPI v3 (kube-aggregator's specProxier: subresource
+    "openapi/v3" or "openapi/v3/") and aggregated discovery (subresource "api"/"apis", component
+    "apiserver"); /version, /openapi/v2, unaggregated discovery, a check's own path (/readyz/etcd)
+    and an unknown path are not counted at all. A review kind is counted as a create of its resource. So a
+    /readyz answered 500 before the server is ready is a "500" series there, on either server."""
+    for path in ("/readyz", "/livez", "/healthz", "/readyz/etcd", "/version", "/openapi/v2", "/openapi/v3",
+                 "/openapi/v3/api/v1", "/api", "/apis", "/no-such-path"):
+        assert server.req("GET", path, token="tok-admin").status_code in (200, 404), path
+    aggregated = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+    for path in ("/api", "/apis"):
+        assert server.req("GET", path, token="tok-admin", headers={"Accept": aggregated}).status_code == 200
+    assert server.whoami(token="tok-admin").status_code == 201
+
+    got = set()  # (verb, group, resource, subresource, scope, component, code) of the series in question
+    for line in server.req("GET", "/metrics", token="tok-admin").text.splitlines():
+        if line.startswith("apiserver_request_total{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}", 1)[0]))
+            if not labels["resource"] or labels["resource"] == "selfsubjectreviews":
+                got.add(tuple(labels[k] for k in ("verb", "group", "resource", "subresource", "scope", "component",
+                                                  "code")))
+    for path in ("/readyz", "/livez", "/healthz"):
+        assert ("GET", "", "", path, "", "", "200") in got, (path, got)
+    assert ("GET", "", "", "api", "", "apiserver", "200") in got and ("GET", "", "", "apis", "", "apiserver", "200") \
+        in got, got
+    assert ("GET", "", "", "openapi/v3", "", "", "200") in got and ("GET", "", "", "openapi/v3/", "", "", "200") in got
+    assert ("POST", "authentication.k8s.io", "selfsubjectreviews", "", "resource", "apiserver", "201") in got, got
+    instrumented = ("/readyz", "/livez", "/healthz", "api", "apis", "openapi/v3", "openapi/v3/")
+    others = [k for k in got if not k[2] and k[3] not in instrumented]
+    assert others == [], others
+
+
 def test_unauthenticated_requests_never_take_in_flight_seats(current_etcd, token_file):
     """Authentication runs before the in-flight limit, as upstream's chain (WithAuthentication outside
     WithMaxInFlightLimit): with every seat taken, a request without valid credentials is still 401, not 429.

@@ -166,8 +166,10 @@ def test_kwok_nodes_leases_and_pods(current_etcd, kwok_binary, unique_prefix):
                          if ln.startswith("{") and json.loads(ln).get("level") == "ERROR"]
         unexpected = [e for e in errors_logged if not (e.get("stage") == "pod-delete" and "not found" in e.get("err", ""))]
         assert not unexpected, unexpected
+        # (A /readyz polled before the cache is ready is a 500, as upstream, counted under its path.)
         server_errors = [ln for ln in api.get("/metrics").text.splitlines()
-                         if ln.startswith("apiserver_request_total{") and re.search(r'code="5\d\d"', ln)]
+                         if ln.startswith("apiserver_request_total{") and re.search(r'code="5\d\d"', ln)
+                         and 'subresource="/readyz"' not in ln]
         assert not server_errors, server_errors
     finally:
         if kwok is not None:

@@ -276,6 +276,8 @@ def lease_etcd(binary: str = "", state_dir: str | None = None, ports: tuple[int,
 LEASE_DIR_PREFIX = "residency-lease-etcd-"
 LEASE_ID_FILE = "lease-etcd.id"     # in the state dir: which tmpfs directory is its Lease etcd's
 LEASE_OWNER_FILE = "owner"          # in that directory: the state dir it belongs to
+MAKING_PREFIX = "." + LEASE_DIR_PREFIX + "making-"  # a directory being made (renamed once whole)
+MAKING_STALE_S = 3600.0             # a half-made one older than this was left by a start that died
 
 
 def lease_data_dir(shm: str, state_dir: str) -> str:
@@ -285,7 +287,6 @@ def lease_data_dir(shm: str, state_dir: str) -> str:
     directory, so a deleted and re-made state dir (with, for the embedded main etcd, a fresh main etcd) starts a
     fresh Lease etcd instead of meeting the old one's Leases. Directories whose state dir is gone or names
     another id are removed here, unless an etcd still holds them open, so tmpfs does not fill with them."""
-    import secrets
     state_dir = os.path.abspath(state_dir)
     os.makedirs(state_dir, exist_ok=True)
     id_path = os.path.join(state_dir, LEASE_ID_FILE)
@@ -295,19 +296,49 @@ def lease_data_dir(shm: str, state_dir: str) -> str:
     except FileNotFoundError:
         token = ""
     if not re.fullmatch(r"[0-9a-f]{12,64}", token):
-        token = secrets.token_hex(8)
-        with open(id_path + ".tmp", "w") as f:
-            f.write(token + "\n")
-        os.replace(id_path + ".tmp", id_path)
+        token = _new_lease_id(id_path, replace=bool(token))
     remove_orphan_lease_dirs(shm)
     data_dir = os.path.join(shm, LEASE_DIR_PREFIX + token)
     if not os.path.isdir(data_dir):
         # Made whole under a temporary name, then renamed: a directory without its owner is never seen.
-        part = tempfile.mkdtemp(prefix=".making-", dir=shm)
+        part = tempfile.mkdtemp(prefix=MAKING_PREFIX, dir=shm)
         with open(os.path.join(part, LEASE_OWNER_FILE), "w") as f:
             f.write(state_dir + "\n")
-        os.rename(part, data_dir)
+        try:
+            os.rename(part, data_dir)
+        except OSError:  # another start of the same state dir made it first (ENOTEMPTY): use theirs
+            shutil.rmtree(part, ignore_errors=True)
+            if not os.path.isdir(data_dir):
+                raise
     return data_dir
+
+
+def _new_lease_id(id_path: str, replace: bool) -> str:
+    """A new random id in `id_path`. With no file there it is created only if still absent (a hard link of a
+    complete file): of two starts of one state dir at once, both use the id the first wrote. An unreadable
+    id (`replace`) is overwritten."""
+    import secrets
+    token = secrets.token_hex(8)
+    tmp = tempfile.NamedTemporaryFile("w", dir=os.path.dirname(id_path), prefix=".lease-id-", delete=False)
+    with tmp as f:
+        f.write(token + "\n")
+    try:
+        if replace:
+            os.replace(tmp.name, id_path)
+            return token
+        try:
+            os.link(tmp.name, id_path)
+            return token
+        except FileExistsError:
+            with open(id_path) as f:
+                theirs = f.read().strip()
+            if re.fullmatch(r"[0-9a-f]{12,64}", theirs):
+                return theirs
+            os.replace(tmp.name, id_path)  # a half-written or damaged id: ours
+            return token
+    finally:
+        if os.path.exists(tmp.name):
+            os.unlink(tmp.name)
 
 
 def _claimed(data_dir: str) -> bool:
@@ -343,6 +374,15 @@ def remove_orphan_lease_dirs(shm: str) -> list[str]:
     removed = []
     for d in glob.glob(os.path.join(shm, LEASE_DIR_PREFIX + "*")):
         if not _claimed(d) and not _etcd_holds(d):
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    # A start that died between making a directory and renaming it left it half-made under MAKING_PREFIX.
+    for d in glob.glob(os.path.join(shm, MAKING_PREFIX + "*")):
+        try:
+            stale = time.time() - os.stat(d).st_mtime > MAKING_STALE_S
+        except OSError:
+            continue
+        if stale:
             shutil.rmtree(d, ignore_errors=True)
             removed.append(d)
     return removed

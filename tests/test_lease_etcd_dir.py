@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
 
-from storage.embedded import (LEASE_DIR_PREFIX, LEASE_ID_FILE, EmbeddedEtcd, lease_data_dir,
-                              remove_orphan_lease_dirs)
+from storage.embedded import (LEASE_DIR_PREFIX, LEASE_ID_FILE, MAKING_PREFIX, MAKING_STALE_S, EmbeddedEtcd,
+                              lease_data_dir, remove_orphan_lease_dirs)
 
 
 def test_the_lease_dir_is_kept_for_its_state_dir_and_new_for_a_new_one(tmp_path):
@@ -39,3 +41,39 @@ def test_an_unclaimed_lease_dir_is_kept_while_an_etcd_holds_it(tmp_path):
         assert etcd.endpoint
     assert remove_orphan_lease_dirs(shm) == [held]
     assert os.listdir(shm) == []
+
+
+def test_starts_of_one_state_dir_at_once_agree_on_one_lease_dir(tmp_path):
+    """Several starts racing on a state dir without an id yet: the id is created only if absent, and a
+    directory made by another start is used, not renamed over (which would fail) nor removed as an orphan."""
+    for round_ in range(20):
+        shm, state = str(tmp_path / f"shm{round_}"), str(tmp_path / f"state{round_}")
+        os.makedirs(shm)
+        with ThreadPoolExecutor(8) as pool:
+            got = set(pool.map(lambda _: lease_data_dir(shm, state), range(8)))
+        assert len(got) == 1, got
+        (only,) = got
+        assert os.listdir(shm) == [os.path.basename(only)] and os.path.isdir(only)
+        with open(os.path.join(state, LEASE_ID_FILE)) as f:
+            assert os.path.basename(only) == LEASE_DIR_PREFIX + f.read().strip()
+        assert os.listdir(state) == [LEASE_ID_FILE], "a temporary id file was left in the state dir"
+
+
+def test_a_damaged_id_is_replaced_and_a_stale_half_made_dir_removed(tmp_path):
+    shm, state = str(tmp_path / "shm"), str(tmp_path / "state")
+    os.makedirs(shm)
+    os.makedirs(state)
+    with open(os.path.join(state, LEASE_ID_FILE), "w") as f:
+        f.write("not-an-id\n")
+    stale, fresh = os.path.join(shm, MAKING_PREFIX + "dead"), os.path.join(shm, MAKING_PREFIX + "busy")
+    for d in (stale, fresh):
+        os.makedirs(d)
+    old = time.time() - MAKING_STALE_S - 60
+    os.utime(stale, (old, old))
+    other = os.path.join(shm, ".making-someone-elses")          # not ours by name: never touched
+    os.makedirs(other)
+    os.utime(other, (old, old))
+    made = lease_data_dir(shm, state)
+    with open(os.path.join(state, LEASE_ID_FILE)) as f:
+        assert os.path.basename(made) == LEASE_DIR_PREFIX + f.read().strip()
+    assert sorted(os.listdir(shm)) == sorted([os.path.basename(made), os.path.basename(fresh), ".making-someone-elses"])

@@ -44,7 +44,7 @@ from machinery.shard_selector import complementary
 
 from . import binaries
 from .spec import Process, Recipe, RecipeError, Store
-from .topology import KWOK_OPTIONS
+from .topology import KWOK_ANNOTATION, KWOK_OPTIONS
 
 ETCD_IMAGE = "registry.k8s.io/etcd:3.5.21-0"
 KUBE_VERSION = "v1.37.2"
@@ -502,7 +502,7 @@ class _Renderer:
         for j in range(p.count):
             name = p.name if p.count == 1 else f"{p.name}-{j}"
             args = ["--kubeconfig", f"{KUBECONFIG_DIR}/kubeconfig", "--manage-all-nodes=false",
-                    f"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node={name}",
+                    f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}={name}",
                     "--node-lease-duration-seconds=40", f"--server-address=0.0.0.0:{KWOK_PORT}", *p.flags]
             for f in data:
                 args += ["--config", f"/etc/kwok/{f}"]

@@ -286,7 +286,7 @@ class Topology:
             d, kc = self._go_dir(name, self.node_server)
             # each kwok holds the nodes whose annotation names it (recipes.workloads.kwok_node)
             argv = [exe, "--kubeconfig", kc, "--manage-all-nodes=false",
-                    f"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node={name}",
+                    f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}={name}",
                     "--node-lease-duration-seconds=40", f"--server-address=127.0.0.1:{self.port()}", *p.flags]
             config = os.path.join(d, "kwok-config.yaml")
             with open(config, "w") as f:
@@ -317,6 +317,7 @@ class Topology:
 
 # kwok's KwokConfiguration: a configuration file replaces every default, so the defaults are repeated
 # (tests/helpers/kwok.py CONFIG_DEFAULTS) with more lease and node parallelism for thousands of nodes.
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"   # a kwok process manages the Nodes whose annotation names it
 KWOK_OPTIONS = {"cidr": "10.0.0.0/16", "manageAllNodes": "false", "enableDebuggingHandlers": "true",
                 "enableContentionProfiling": "false", "enableProfilingHandler": "true", "podPlayStageParallelism": 8,
                 "nodePlayStageParallelism": 16, "nodeLeaseParallelism": 32, "podsOnNodeSyncParallelism": 1,

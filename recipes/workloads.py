@@ -24,7 +24,7 @@ from shardslice import widgets
 from . import corpus
 from .client import AsyncClient, Client, Sample, scrape_counter
 from .spec import Part
-from .topology import Topology
+from .topology import KWOK_ANNOTATION, Topology
 
 RUN_LABEL = "recipes.residency.io/run"
 LEASE_SECONDS = 40
@@ -149,7 +149,7 @@ def kwok_node(name: str, kwok: str = "fake", *, labels: dict | None = None, cpu:
     kwok fills in the status. The tests' and benchmarks' kwok nodes are these too (tests/helpers/kwok.py)."""
     res = {"cpu": cpu, "memory": memory, "pods": pods}
     return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": kwok, "node.alpha.kubernetes.io/ttl": "0"},
+            "metadata": {"name": name, "annotations": {KWOK_ANNOTATION: kwok, "node.alpha.kubernetes.io/ttl": "0"},
                          # both the GA and the beta os/arch labels, as a kubelet registers them: without the beta
                          # ones the node lifecycle controller GETs and PATCHes every Node to add them, at its
                          # client's QPS (at 5,000 nodes and the default 20, ~9 Nodes a second for ten minutes)
@@ -598,7 +598,7 @@ class Pods(Workload):
                                                                "resources": {"requests": {"cpu": "10m",
                                                                                           "memory": "16Mi"}}}],
                                                "nodeSelector": {"type": "kwok"},
-                                               "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists",
+                                               "tolerations": [{"key": KWOK_ANNOTATION, "operator": "Exists",
                                                                 "effect": "NoSchedule"}]}}}}
 
     async def _watch(self, started: asyncio.Event) -> None:

@@ -16,11 +16,12 @@ import shutil
 import subprocess
 import tempfile
 
+from recipes.topology import KWOK_ANNOTATION
 from recipes.workloads import kwok_node  # noqa: F401  (re-exported: the one kwok Node of tests, bench and recipes)
 from storage.embedded import free_port, stop_process
 from tests.helpers.etcd import load_tool
 
-ANNOTATION = "kwok.x-k8s.io/node"
+ANNOTATION = KWOK_ANNOTATION
 SELECTOR = f"{ANNOTATION}=fake"
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 # kwok's KwokConfiguration defaults (its defaulter-gen output): a configuration file replaces them all,

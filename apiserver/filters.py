@@ -36,6 +36,7 @@ from machinery import errors, jsonenc
 from machinery.gocompat import parse_duration, quote
 from machinery.validation import is_valid_path_segment_name
 
+from .middleware import count_dropped
 from .routes import is_watch
 from .status import status_response
 
@@ -98,6 +99,7 @@ def max_in_flight(non_mutating: int, mutating: int):
         kind = _mutating(request)
         limit = limits[kind]
         if limit and busy[kind] >= limit:
+            count_dropped(request)
             return _go_text(429, "Too many requests, please try again later.", {"Retry-After": "1"})
         busy[kind] += 1
         try:

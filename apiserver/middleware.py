@@ -14,6 +14,8 @@ from machinery.resources import CRD
 from storage import errors as serr
 
 from . import metrics
+from .auth.authz import request_info
+from .auth.requestinfo import RequestInfoError
 from .endpoints.common import RequestScope
 from .routes import is_watch
 from .status import map_storage_error, status_response
@@ -102,6 +104,47 @@ def _series(labels: tuple[str, ...], code: int, sli: bool) -> tuple:
     return (metrics.apiserver_request_total.labels(*labels, str(code)),
             metrics.apiserver_request_duration_seconds.labels(*labels),
             metrics.apiserver_request_sli_duration_seconds.labels(labels[0], *labels[2:]) if sli else None)
+
+
+_VALID_VERBS = frozenset(("APPLY", "CONNECT", "CREATE", "DELETE", "DELETECOLLECTION", "GET", "LIST", "PATCH", "POST",
+                          "PROXY", "PUT", "UPDATE", "WATCH", "WATCHLIST"))
+_CONNECT_SUBRESOURCES = frozenset(("log", "exec", "portforward", "attach", "proxy"))
+
+
+def count_dropped(request: web.Request) -> None:
+    """Upstream's RecordDroppedRequest: a request the in-flight limit refused (429) is counted in
+    apiserver_request_total only, under its RequestInfo (a resource's labels, or the empty ones)."""
+    try:
+        info = request_info(request)
+    except RequestInfoError:
+        info = None
+    # CleanScope
+    if info is not None and (info.name or info.verb == "create"):
+        scope = "resource"
+    elif info is not None and info.namespace:
+        scope = "namespace"
+    elif info is not None and info.is_resource_request:
+        scope = "cluster"
+    else:
+        scope = ""
+    # CanonicalVerb, then CleanVerb
+    verb = request.method.upper()
+    if verb in ("GET", "HEAD"):
+        verb = "LIST" if scope not in ("resource", "") else "GET"
+        if request.method == "GET" and request.query.get("watch", "").lower() not in ("", "0", "false"):
+            verb = "WATCH"
+    elif verb == "PATCH" and request.headers.get("Content-Type") == "application/apply-patch+yaml":
+        verb = "APPLY"
+    if info is not None and info.is_resource_request and info.subresource in _CONNECT_SUBRESOURCES:
+        verb = "CONNECT"
+    if verb not in _VALID_VERBS:
+        verb = "other"
+    dry = dry_run_label(request.query.getall("dryRun", []))
+    if info is not None and info.is_resource_request:
+        labels = (verb, dry, info.api_group, info.api_version, info.resource, info.subresource, scope, "apiserver")
+    else:
+        labels = (verb, dry, "", "", "", "", scope, "apiserver")
+    metrics.apiserver_request_total.labels(*labels, "429").inc()
 
 
 def dry_run_label(values: list[str]) -> str:

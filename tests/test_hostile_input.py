@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import socket
 import ssl
 import threading
@@ -699,6 +700,20 @@ def _slow_get(server: Server, out: list) -> None:
     out.append(server.api.get("/api/v1/namespaces/default/configmaps", params=FUTURE).status_code)
 
 
+def _refused(server: Server, **labels: str) -> float:
+    """apiserver_request_total{code="429", **labels}: upstream's RecordDroppedRequest counts a request the
+    in-flight limit refused there (only), under its RequestInfo (k8s.io/apiserver pkg/endpoints/metrics)."""
+    want = {"code": "429", "component": "apiserver", "dry_run": "", **labels}
+    total = 0.0
+    for line in server.api.get("/metrics").text.splitlines():
+        if line.startswith("apiserver_request_total{"):
+            head, value = line.rsplit(" ", 1)
+            got = dict(re.findall(r'(\w+)="([^"]*)"', head))
+            if all(got.get(k) == v for k, v in want.items()):
+                total += float(value)
+    return total
+
+
 def test_max_requests_inflight_is_429_and_watches_do_not_count(limited_ours):
     """--max-requests-inflight=2: a third read while two are in flight is 429 (upstream's plain text and
     Retry-After: 1); open watches take no slot; probes are never refused. (kube-apiserver exempts the
@@ -713,8 +728,11 @@ def test_max_requests_inflight_is_429_and_watches_do_not_count(limited_ours):
     for t in threads:
         t.start()
     time.sleep(0.4)
+    refused = dict(verb="LIST", group="", version="v1", resource="configmaps", subresource="", scope="namespace")
+    before = _refused(server, **refused)
     r = server.api.get("/api/v1/namespaces/default/configmaps")
     assert r.status_code == 429
+    assert _refused(server, **refused) == before + 1
     assert r.headers["Retry-After"] == "1" and r.headers["Content-Type"] == "text/plain; charset=utf-8"
     assert r.content == b"Too many requests, please try again later.\n"
     assert server.api.get("/readyz").status_code == 200
@@ -736,8 +754,11 @@ def test_max_mutating_requests_inflight_is_429(limited_ours):
     s.sendall(server.request_line("POST", "/api/v1/namespaces", {"Content-Type": "application/json"}, body) + body[:5])
     try:
         time.sleep(0.3)
+        refused = dict(verb="POST", group="", version="v1", resource="namespaces", subresource="", scope="resource")
+        before = _refused(server, **refused)
         r = server.api.post("/api/v1/namespaces", {"metadata": {"name": f"other{next(_counter)}"}})
         assert r.status_code == 429 and r.content == b"Too many requests, please try again later.\n"
+        assert _refused(server, **refused) == before + 1
         assert server.api.get("/api/v1/namespaces").status_code == 200
         status, _, _ = parse_response(s.recv(1 << 16))
         assert status == 504  # the request timeout (1 s) frees the slot

@@ -62,8 +62,8 @@ def observe(request: web.Request, code: int, seconds: float) -> None:
     if scope is None:
         # Upstream instruments only these non-resource paths (healthz.InstallPathHandlerWithHealthyFunc,
         # kube-aggregator's OpenAPI v3 proxier, the aggregated discovery handler): the path in the subresource
-        # label. Anything else outside a resource
-        # (/version, /openapi, /metrics, an unknown path) is not counted.
+        # label. Anything else outside a resource (/version, /openapi/v2, unaggregated discovery, /metrics, an
+        # unknown path) is not counted.
         path = request.path
         if path in HEALTH_ROOTS:
             labels = ("GET", dry, "", "", "", path, "", "")

@@ -370,7 +370,8 @@ def _etcd_holds(data_dir: str) -> bool:
 
 
 def remove_orphan_lease_dirs(shm: str) -> list[str]:
-    """Remove the Lease etcd directories on `shm` that no state dir claims and no etcd holds. Returns them."""
+    """Remove the Lease etcd directories on `shm` that no state dir claims and no etcd holds, and half-made ones
+    older than MAKING_STALE_S. Returns them."""
     removed = []
     for d in glob.glob(os.path.join(shm, LEASE_DIR_PREFIX + "*")):
         if not _claimed(d) and not _etcd_holds(d):

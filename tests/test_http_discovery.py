@@ -185,7 +185,9 @@ def test_aggregated_discovery_equals_kube_for_what_we_serve(api, ref, head):
     assert subsequence(builtin, theirs)
     kube_items = by([dict(i, name=i["metadata"].get("name", "")) for i in kube_doc["items"]], "name")
     if api.mode != "kube":
-        assert [g for g in theirs if g not in GAP_GROUPS] == builtin
+        # (custom groups left out: the reference may list another test's CRD, the tables tests' `kube_objects`,
+        # while it lives or a moment after it was deleted)
+        assert [g for g in theirs if g not in GAP_GROUPS and not g.endswith(".example.com")] == builtin
     for item in doc["items"]:
         name = item["metadata"].get("name", "")
         if name.endswith(".example.com"):

@@ -36,7 +36,7 @@ from machinery import errors, jsonenc
 from machinery.gocompat import parse_duration, quote
 from machinery.validation import is_valid_path_segment_name
 
-from .middleware import count_dropped
+from .middleware import count_dropped, count_termination
 from .routes import is_watch
 from .status import status_response
 
@@ -140,6 +140,7 @@ def request_timeout(seconds: float):
         except TimeoutError:
             if not deadline.expired():
                 raise  # a timeout of the handler's own, not the request's
+            count_termination(request, 504)  # whether or not the answer had begun, as upstream's postTimeoutFn
             if request.writer is not None and request.writer.output_size > 0:
                 # The answer has begun: nothing can replace it. Cut the connection, as upstream does.
                 if request.transport is not None:

@@ -24,6 +24,9 @@ apiserver_request_sli_duration_seconds = Histogram(
     "in seconds for each verb, group, version, resource, subresource, scope and component.",
     [n for n in REQUEST_LABELS if n != "dry_run"],
     buckets=(0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 45, 60))
+apiserver_request_terminations_total = Counter(
+    "apiserver_request_terminations_total", "Number of requests which apiserver terminated in self-defense.",
+    [n for n in REQUEST_LABELS if n != "dry_run"] + ["code"])
 apiserver_resource_objects = Gauge(
     "apiserver_resource_objects", "Number of stored objects at the time of last check split by kind. In case of a "
     "fetching error, the value will be -1.", ["group", "resource"])

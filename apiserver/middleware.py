@@ -111,14 +111,13 @@ _VALID_VERBS = frozenset(("APPLY", "CONNECT", "CREATE", "DELETE", "DELETECOLLECT
 _CONNECT_SUBRESOURCES = frozenset(("log", "exec", "portforward", "attach", "proxy"))
 
 
-def count_dropped(request: web.Request) -> None:
-    """Upstream's RecordDroppedRequest: a request the in-flight limit refused (429) is counted in
-    apiserver_request_total only, under its RequestInfo (a resource's labels, or the empty ones)."""
+def _request_info_labels(request: web.Request) -> tuple:
+    """(verb, info or None, scope) as upstream's RecordDroppedRequest and RecordRequestTermination compute them
+    from the RequestInfo: CleanScope, then CanonicalVerb and CleanVerb."""
     try:
         info = request_info(request)
     except RequestInfoError:
         info = None
-    # CleanScope
     if info is not None and (info.name or info.verb == "create"):
         scope = "resource"
     elif info is not None and info.namespace:
@@ -127,7 +126,6 @@ def count_dropped(request: web.Request) -> None:
         scope = "cluster"
     else:
         scope = ""
-    # CanonicalVerb, then CleanVerb
     verb = request.method.upper()
     if verb in ("GET", "HEAD"):
         verb = "LIST" if scope not in ("resource", "") else "GET"
@@ -139,12 +137,34 @@ def count_dropped(request: web.Request) -> None:
         verb = "CONNECT"
     if verb not in _VALID_VERBS:
         verb = "other"
+    if info is not None and not info.is_resource_request:
+        info = None
+    return verb, info, scope
+
+
+def count_dropped(request: web.Request) -> None:
+    """A request the in-flight limit refused (429), as upstream's WithMaxInFlightLimit records it: in
+    apiserver_request_total (RecordDroppedRequest; no duration) and apiserver_request_terminations_total."""
+    verb, info, scope = _request_info_labels(request)
     dry = dry_run_label(request.query.getall("dryRun", []))
-    if info is not None and info.is_resource_request:
+    if info is not None:
         labels = (verb, dry, info.api_group, info.api_version, info.resource, info.subresource, scope, "apiserver")
     else:
         labels = (verb, dry, "", "", "", "", scope, "apiserver")
     metrics.apiserver_request_total.labels(*labels, "429").inc()
+    count_termination(request, 429)
+
+
+def count_termination(request: web.Request, code: int) -> None:
+    """upstream's RecordRequestTermination: a request the server ended in self-defense (429 from the in-flight
+    limit, 504 from the request timeout), counted in apiserver_request_terminations_total; outside a resource
+    under its path."""
+    verb, info, scope = _request_info_labels(request)
+    if info is not None:
+        labels = (verb, info.api_group, info.api_version, info.resource, info.subresource, scope, "apiserver")
+    else:
+        labels = (verb, "", "", "", request.path, scope, "apiserver")
+    metrics.apiserver_request_terminations_total.labels(*labels, str(code)).inc()
 
 
 def dry_run_label(values: list[str]) -> str:

@@ -667,7 +667,11 @@ FUTURE = {"resourceVersion": str(10 ** 12), "resourceVersionMatch": "NotOlderTha
 
 def test_request_timeout_is_504_with_upstreams_status(limited):
     """--request-timeout=1s: a list waiting for a resourceVersion that never comes (the cache would wait 3 s)
-    is answered 504 after 1 s, written as upstream's timeout filter writes it; ?timeout= shortens it."""
+    is answered 504 after 1 s, written as upstream's timeout filter writes it; ?timeout= shortens it. Each is
+    counted in apiserver_request_terminations_total (RecordRequestTermination), on either server."""
+    terminated = dict(name="apiserver_request_terminations_total", verb="LIST", group="", version="v1",
+                      resource="configmaps", subresource="", scope="namespace", component="apiserver", code="504")
+    before = _metric_sum(limited, **terminated)
     for params, budget in ((FUTURE, 1.0), ({**FUTURE, "timeout": "300ms"}, 0.3)):
         t0 = time.monotonic()
         r = limited.api.get("/api/v1/namespaces/default/configmaps", params=params)
@@ -677,6 +681,7 @@ def test_request_timeout_is_504_with_upstreams_status(limited):
         assert r.headers["Content-Type"] == "text/plain; charset=utf-8"
         assert r.content == (b'{"metadata":{},"status":"Failure","message":"Timeout: request did not complete within '
                              b'the allotted timeout","reason":"Timeout","details":{},"code":504}\n')
+    assert _metric_sum(limited, **terminated) == before + 2
 
 
 @pytest.mark.parametrize("value,error", [("x", 'time: invalid duration "x"'), ("5", 'time: missing unit in duration "5"'),
@@ -700,18 +705,24 @@ def _slow_get(server: Server, out: list) -> None:
     out.append(server.api.get("/api/v1/namespaces/default/configmaps", params=FUTURE).status_code)
 
 
-def _refused(server: Server, **labels: str) -> float:
-    """apiserver_request_total{code="429", **labels}: upstream's RecordDroppedRequest counts a request the
-    in-flight limit refused there (only), under its RequestInfo (k8s.io/apiserver pkg/endpoints/metrics)."""
-    want = {"code": "429", "component": "apiserver", "dry_run": "", **labels}
+def _metric_sum(server: Server, name: str, **labels: str) -> float:
+    """The sum of the `name` series whose labels include `labels`."""
     total = 0.0
     for line in server.api.get("/metrics").text.splitlines():
-        if line.startswith("apiserver_request_total{"):
+        if line.startswith(name + "{"):
             head, value = line.rsplit(" ", 1)
             got = dict(re.findall(r'(\w+)="([^"]*)"', head))
-            if all(got.get(k) == v for k, v in want.items()):
+            if all(got.get(k) == v for k, v in labels.items()):
                 total += float(value)
     return total
+
+
+def _refused(server: Server, **labels: str) -> tuple[float, float]:
+    """A request the in-flight limit refused, as upstream's WithMaxInFlightLimit counts it (k8s.io/apiserver
+    pkg/endpoints/metrics): apiserver_request_total{code="429"} under its RequestInfo (RecordDroppedRequest, the
+    only place it is counted) and apiserver_request_terminations_total{code="429"} (RecordRequestTermination)."""
+    return (_metric_sum(server, "apiserver_request_total", code="429", component="apiserver", dry_run="", **labels),
+            _metric_sum(server, "apiserver_request_terminations_total", code="429", component="apiserver", **labels))
 
 
 def test_max_requests_inflight_is_429_and_watches_do_not_count(limited_ours):
@@ -732,7 +743,7 @@ def test_max_requests_inflight_is_429_and_watches_do_not_count(limited_ours):
     before = _refused(server, **refused)
     r = server.api.get("/api/v1/namespaces/default/configmaps")
     assert r.status_code == 429
-    assert _refused(server, **refused) == before + 1
+    assert _refused(server, **refused) == (before[0] + 1, before[1] + 1)
     assert r.headers["Retry-After"] == "1" and r.headers["Content-Type"] == "text/plain; charset=utf-8"
     assert r.content == b"Too many requests, please try again later.\n"
     assert server.api.get("/readyz").status_code == 200
@@ -758,7 +769,7 @@ def test_max_mutating_requests_inflight_is_429(limited_ours):
         before = _refused(server, **refused)
         r = server.api.post("/api/v1/namespaces", {"metadata": {"name": f"other{next(_counter)}"}})
         assert r.status_code == 429 and r.content == b"Too many requests, please try again later.\n"
-        assert _refused(server, **refused) == before + 1
+        assert _refused(server, **refused) == (before[0] + 1, before[1] + 1)
         assert server.api.get("/api/v1/namespaces").status_code == 200
         status, _, _ = parse_response(s.recv(1 << 16))
         assert status == 504  # the request timeout (1 s) frees the slot

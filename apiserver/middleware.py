@@ -112,8 +112,8 @@ _CONNECT_SUBRESOURCES = frozenset(("log", "exec", "portforward", "attach", "prox
 
 
 def _request_info_labels(request: web.Request) -> tuple:
-    """(verb, info or None, scope) as upstream's RecordDroppedRequest and RecordRequestTermination compute them
-    from the RequestInfo: CleanScope, then CanonicalVerb and CleanVerb."""
+    """(verb, RequestInfo of a resource request or None, scope) as upstream's RecordDroppedRequest and
+    RecordRequestTermination compute them: CleanScope, then CanonicalVerb and CleanVerb."""
     try:
         info = request_info(request)
     except RequestInfoError:

@@ -242,6 +242,28 @@ def test_v3_documents_are_memoized_per_registry_state():
     assert openapi.v3_body(reg, "apis/nope/v1") is None
 
 
+def test_documents_are_built_in_a_child_process(monkeypatch, caplog):
+    """The builds run in `python -m apiserver.openapi`, so their garbage never enters the server's heap (the
+    floor of issue 21): the bodies come back as this process would build them, a custom resource's too, and an
+    unserved path is None. If the child cannot run, the server builds them itself and says so."""
+    reg = Registry()
+    reg.apply_crd(CRD)
+    wanted = [("v2", ""), ("v3", "api/v1"), ("v3", "apis/stable.example.com/v1"), ("v3", "apis/nope/v1")]
+    here = [None if b is None else b.get() for b in openapi._build_here(reg, wanted)]
+    assert here[3] is None and all(here[:3])
+    with monkeypatch.context() as m:
+        def refuse(*_):
+            raise AssertionError("built in the server's own process")
+        m.setattr(openapi, "_build_here", refuse)
+        child = [None if b is None else b.get() for b in openapi._build_bodies(reg, wanted)]
+    assert child == here
+    monkeypatch.setattr(openapi.sys, "executable", "/nonexistent/python")
+    with caplog.at_level("WARNING", logger="apiserver"):
+        fallback = [None if b is None else b.get() for b in openapi._build_bodies(reg, wanted[1:2])]
+    assert fallback == here[1:2]
+    assert "OpenAPI build child could not run" in caplog.text
+
+
 def _patch_ops(doc, gvk):
     for path, item in doc["paths"].items():
         op = item.get("patch")

@@ -806,7 +806,7 @@ class _Body:
 # ----------------------------------------------------------------------------- building out of process
 
 # The documents are built in a child interpreter (`python -m apiserver.openapi`), which gets the served
-# Resources and sends back only the compressed bodies: a build makes millions of short-lived objects (the
+# Resources and sends back only the compressed bodies: a build makes many short-lived objects (the
 # upstream data, the document dicts), and in the server's own heap their garbage stayed as freed memory the
 # allocator kept (+12 MiB of RSS after a walk of every document, against ~1 MiB of bodies kept: the "smaller
 # floor" of issue 21). If the child cannot run, the server builds them itself, as before.

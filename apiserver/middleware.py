@@ -17,12 +17,10 @@ from . import metrics
 from .auth.authz import request_info
 from .auth.requestinfo import RequestInfoError
 from .endpoints.common import RequestScope
-from .routes import is_watch
+from .routes import NON_RESOURCE_METRIC, is_watch
 from .status import map_storage_error, status_response
 
 log = logging.getLogger("apiserver")
-
-HEALTH_ROOTS = frozenset(("/healthz", "/livez", "/readyz"))
 
 
 @web.middleware
@@ -60,19 +58,15 @@ def observe(request: web.Request, code: int, seconds: float) -> None:
     scope: RequestScope | None = request.get("scope")
     dry = dry_run_label(request.query.getall("dryRun", []))
     if scope is None:
-        # Upstream instruments only these non-resource paths (healthz.InstallPathHandlerWithHealthyFunc,
-        # kube-aggregator's OpenAPI v3 proxier, the aggregated discovery handler): the path in the subresource
-        # label. Anything else outside a resource (/version, /openapi/v2, unaggregated discovery, /metrics, an
-        # unknown path) is not counted.
-        path = request.path
-        if path in HEALTH_ROOTS:
-            labels = ("GET", dry, "", "", "", path, "", "")
-        elif path == "/openapi/v3" or path.startswith("/openapi/v3/"):  # kube-aggregator's openapiv3 handlers
-            labels = ("GET", dry, "", "", "", "openapi/v3" if path == "/openapi/v3" else "openapi/v3/", "", "")
-        elif request.get("aggregated_discovery"):
-            labels = ("GET", dry, "", "", "", path.strip("/"), "", "apiserver")
-        else:
+        # Upstream instruments only a few non-resource handlers (healthz.InstallPathHandlerWithHealthyFunc,
+        # kube-aggregator's OpenAPI v3 proxier, the aggregated discovery handler), which dispatch names; anything
+        # else outside a resource (/version, /openapi/v2, unaggregated discovery, /metrics, an unknown path) is
+        # not counted.
+        named = request.get(NON_RESOURCE_METRIC)
+        if named is None:
             return
+        subresource, component = named
+        labels = ("GET", dry, "", "", "", subresource, "", component)
         verb = "GET"
     else:
         r = scope.resource
@@ -145,21 +139,21 @@ def _request_info_labels(request: web.Request) -> tuple:
 def count_dropped(request: web.Request) -> None:
     """A request the in-flight limit refused (429), as upstream's WithMaxInFlightLimit records it: in
     apiserver_request_total (RecordDroppedRequest; no duration) and apiserver_request_terminations_total."""
-    verb, info, scope = _request_info_labels(request)
+    verb, info, scope = classified = _request_info_labels(request)
     dry = dry_run_label(request.query.getall("dryRun", []))
     if info is not None:
         labels = (verb, dry, info.api_group, info.api_version, info.resource, info.subresource, scope, "apiserver")
     else:
         labels = (verb, dry, "", "", "", "", scope, "apiserver")
     metrics.apiserver_request_total.labels(*labels, "429").inc()
-    count_termination(request, 429)
+    count_termination(request, 429, classified)
 
 
-def count_termination(request: web.Request, code: int) -> None:
+def count_termination(request: web.Request, code: int, classified: tuple | None = None) -> None:
     """upstream's RecordRequestTermination: a request the server ended in self-defense (429 from the in-flight
     limit, 504 from the request timeout), counted in apiserver_request_terminations_total; outside a resource
-    under its path."""
-    verb, info, scope = _request_info_labels(request)
+    under its path. `classified`: `_request_info_labels(request)` if the caller has it already."""
+    verb, info, scope = classified or _request_info_labels(request)
     if info is not None:
         labels = (verb, info.api_group, info.api_version, info.resource, info.subresource, scope, "apiserver")
     else:

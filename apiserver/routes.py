@@ -21,6 +21,10 @@ from machinery.resources import REVIEWS, Registry, review
 from .endpoints.common import Context, RequestScope, json_response
 from .health import Health
 
+# The request key under which dispatch names a non-resource handler upstream instruments: (the subresource
+# label, the component label) of its apiserver_request_total series (apiserver.middleware.observe).
+NON_RESOURCE_METRIC = "non_resource_metric"
+
 
 def page_not_found() -> web.Response:
     """Go's http.NotFound, which ends upstream's handler chain."""
@@ -79,6 +83,8 @@ class Routes:
                     r.group for r in REVIEWS)} if g])}))
         head = parts[0]
         if head in ("livez", "readyz", "healthz") and len(parts) <= 2:
+            if request.path == f"/{head}":  # the roots only, as upstream instruments them (healthz.go)
+                request[NON_RESOURCE_METRIC] = (request.path, "")
             return await self.health.respond(request, head, parts[1] if len(parts) == 2 else None)
         if head == "metrics" and len(parts) == 1:
             return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -90,12 +96,15 @@ class Routes:
         if head == "version" and len(parts) == 1:
             return json_response(discovery.version_json())
         if head == "openapi":
+            if request.path == "/openapi/v3" or request.path.startswith("/openapi/v3/"):
+                # kube-aggregator's OpenAPI v3 handlers (an exact path and a prefix) are instrumented
+                request[NON_RESOURCE_METRIC] = ("openapi/v3" if request.path == "/openapi/v3" else "openapi/v3/", "")
             return self.openapi(request, parts)
         if head not in ("api", "apis"):
             return page_not_found()
         if head in ("api", "apis") and len(parts) == 1:
             if discovery.wants_aggregated(request.headers.get("Accept")):
-                request["aggregated_discovery"] = True  # counted in apiserver_request_total, as upstream
+                request[NON_RESOURCE_METRIC] = (head, "apiserver")  # the aggregated discovery handler's labels
                 # Aggregated discovery (one request instead of one per group version).
                 doc = discovery.aggregated_discovery(self.registry, core=(head == "api"))
                 etag = discovery.aggregated_etag(doc)

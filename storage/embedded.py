@@ -276,6 +276,7 @@ def lease_etcd(binary: str = "", state_dir: str | None = None, ports: tuple[int,
 LEASE_DIR_PREFIX = "residency-lease-etcd-"
 LEASE_ID_FILE = "lease-etcd.id"     # in the state dir: which tmpfs directory is its Lease etcd's
 LEASE_OWNER_FILE = "owner"          # in that directory: the state dir it belongs to
+LEASE_ID = re.compile(r"[0-9a-f]{12,64}")  # an id file's content: 16 hex digits written, 12 to 64 accepted
 MAKING_PREFIX = "." + LEASE_DIR_PREFIX + "making-"  # a directory being made (renamed once whole)
 MAKING_STALE_S = 3600.0             # a half-made one older than this was left by a start that died
 
@@ -295,7 +296,7 @@ def lease_data_dir(shm: str, state_dir: str) -> str:
             token = f.read().strip()
     except FileNotFoundError:
         token = ""
-    if not re.fullmatch(r"[0-9a-f]{12,64}", token):
+    if not LEASE_ID.fullmatch(token):
         token = _new_lease_id(id_path, replace=bool(token))
     remove_orphan_lease_dirs(shm)
     data_dir = os.path.join(shm, LEASE_DIR_PREFIX + token)
@@ -332,7 +333,7 @@ def _new_lease_id(id_path: str, replace: bool) -> str:
         except FileExistsError:
             with open(id_path) as f:
                 theirs = f.read().strip()
-            if re.fullmatch(r"[0-9a-f]{12,64}", theirs):
+            if LEASE_ID.fullmatch(theirs):
                 return theirs
             os.replace(tmp.name, id_path)  # a half-written or damaged id: ours
             return token

@@ -27,7 +27,8 @@ measured while the profile's writers run:
 Then, writers stopped: `--lists` unsharded consistent lists (`/apis/.../widgets`, `/api/v1/configmaps`)
 through the front and on the full replica (p50/p99), and on one shard (the unsharded list a shard sends to
 etcd: what K shards without a front cost). RSS (VmRSS) of the front + shards, of the full replica, of the
-controllers. etcd requests (`etcd_requests_total` scraped from every apiserver's /metrics): range reads of
+controllers; and the slice's pages, each physical page resident in any of its processes once (`bench.procmem`),
+against the full replica's (issue 21 counts a deployment's memory with shared pages once). etcd requests (`etcd_requests_total` scraped from every apiserver's /metrics): range reads of
 a whole resource (`operation="list"`) by the front and shards after the slice was ready (must stay 0),
 and etcd requests per list of each path.
 
@@ -52,6 +53,7 @@ import orjson
 
 from bench.harness import (Apiserver, BenchError, current_etcd, get_json, log, post, proc_status_kib, run_pool,
                            stop_all, versions, wait_all_ready_async, write_json)
+from bench.procmem import group_bytes
 from bench.report import MIB, pct, render
 from bench.workloads import StateProfile, blob_configmap, ensure_namespace, paced
 from shardslice import widgets
@@ -422,6 +424,9 @@ async def run_k(s, k: int, etcd_ep: str, prefix: str, prof, full: Apiserver, loa
         rss = {"front": rss_bytes(sl.front.pid) if sl.front else 0,
                "shards": [rss_bytes(p.pid) for p in sl.shards], "full": rss_bytes(full.pid),
                "controllers": [rss_bytes(p.pid) for p in sl.controllers]}
+        # The slice's pages, each once (what it would occupy on a machine of its own), and the full replica's
+        rss["slice_pages"] = group_bytes(([sl.front.pid] if sl.front else []) + [p.pid for p in sl.shards])
+        rss["full_pages"] = group_bytes([full.pid])
         stop.set()
         await wt
         t_end = time.time()
@@ -550,6 +555,11 @@ def targets(doc: dict) -> list[dict]:
             full = run["rss"]["full"]
             out.append({"profile": name, "k": run["k"], "target": "total RSS (front + shards) <= 1.2x one full replica",
                         "value": f"{run['rss_slice_bytes'] / full:.2f}x", "met": run["rss_slice_bytes"] <= 1.2 * full})
+            pages, fpages = run["rss"].get("slice_pages"), run["rss"].get("full_pages")
+            if pages and fpages and name == "state" and run["k"] == 2:
+                out.append({"profile": name, "k": run["k"], "target": "issue 21: the slice's pages (each shared page "
+                            "once) <= 2.0x one full replica's", "value": f"{pages / fpages:.2f}x",
+                            "met": pages <= 2.0 * fpages})
             fr = run["lists"].get("front")
             out.append({"profile": name, "k": run["k"], "target": "unsharded list p50 through the front <= 1.5x full replica",
                         "value": ratio(fr and fr["p50"], run["lists"]["full"]["p50"]) + "x" if fr else "n/a (no front)",
@@ -589,9 +599,12 @@ def table(doc: dict) -> str:
             full = r["rss"]["full"]
             L, W, R = r["lists"], r["watch"], r["reconcile"]
             fr = L.get("front")
+            pages, fpages = r["rss"].get("slice_pages"), r["rss"].get("full_pages")
             mem.append((
                 str(r["k"]), f"{r['rss_slice_bytes'] / MIB:,.0f}", f"{full / MIB:,.0f}",
-                f"{r['rss_slice_bytes'] / full:.2f}", above_floor(r, doc["floor_rss_bytes"]),
+                f"{r['rss_slice_bytes'] / full:.2f}",
+                f"{pages / MIB:,.0f} / {fpages / MIB:,.0f} ({pages / fpages:.2f})" if pages and fpages else "n/a",
+                above_floor(r, doc["floor_rss_bytes"]),
                 f"{r['rss_slice_bytes'] / (r['k'] * full):.2f}",
                 f"{r['etcd_full_range_reads_after_startup']:.0f}",
                 " / ".join(per_list(L.get(key)) for key in ("front", "full", "shard_to_etcd")),
@@ -606,14 +619,17 @@ def table(doc: dict) -> str:
                 f"{R['throughput_per_s']:.1f}" if name == "churn" else "n/a",
                 (f"{r['backlog']['objects']} in {r['backlog']['drain_s']:.1f} s: {r['backlog']['throughput_per_s']:.0f}/s"
                  if r.get("backlog") else "n/a")))
-        lines.append(render(mem, ("K", "slice RSS MiB", "full MiB", "slice/full", "-floor", "slice/(K*full)",
+        lines.append(render(mem, ("K", "slice RSS MiB", "full MiB", "slice/full", "pages MiB slice / full (ratio)",
+                                  "-floor", "slice/(K*full)",
                                   "etcd lists", "etcd reads (lists) per list: front / full / shard", "dup / out")))
         lines.append("")
         lines.append(render(lat, ("K", "list p50 / p99 front", "list p50 / p99 full", "front/full p50",
                                   "list p50 shard->etcd", "watch p99 front / direct", "reconcile p50 / p99",
                                   "reconciles/s", "backlog drained")))
     lines.append("")
-    lines.append("# slice RSS = front + K shards (VmRSS while the writers run, after gc); -floor = the same ratio with "
+    lines.append("# slice RSS = front + K shards (VmRSS while the writers run, after gc); pages = the physical pages "
+                 "resident in any of the slice's processes, each once (bench.procmem: shared libraries counted once, as "
+                 "on a machine of the slice's own), against the full replica's; -floor = the same ratio with "
                  "an empty apiserver's RSS taken from every process; the controllers are clients and "
                  "not counted (their RSS is in the JSON); etcd lists = etcd range reads of a whole resource by the front "
                  "and shards after start-up; etcd reads (lists) per list = range reads and current-revision reads of the serving processes per unsharded list (of them, range reads of a whole resource; the periodic count and get requests every apiserver makes are in the JSON); "

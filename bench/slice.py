@@ -43,7 +43,6 @@ import os
 import random
 import re
 import signal
-import statistics
 import sys
 import tempfile
 import time

@@ -17,9 +17,10 @@ not consumed). Returns ``(items, state, last_key)``: the merged items (bytes); `
 is at its end record, -2 when ``limit`` (> 0) items were taken, else the index of a stream whose next record is
 not whole yet; the key of the last item taken (bytes, None if none).
 
-``merge_joined(bufs, pos, limit)``: the same merge, its items written as one bytes, comma-separated (what a list
-body holds between its brackets): ``(joined, count, state, last_key)``. A front writing a list through uses
-it: no bytes object per item, one copy.
+``merge_joined(bufs, pos, limit, lead=False)``: the same merge, its items written as one bytes, comma-separated
+(what a list body holds between its brackets), with ``lead`` a comma before the first item too (a run that follows
+another): ``(joined, count, state, last_key)``. A front writing a list through uses it: no bytes object per item,
+one copy, each run written as it is.
 
 The pure-Python twin is :mod:`ext.framed_py` (same functions, used as the test oracle).
 """
@@ -187,7 +188,7 @@ def merge(list bufs not None, list pos not None, Py_ssize_t limit):
     return items, state, _last(bufs, ls, la, ln)
 
 
-def merge_joined(list bufs not None, list pos not None, Py_ssize_t limit):
+def merge_joined(list bufs not None, list pos not None, Py_ssize_t limit, bint lead=False):
     cdef Pick* picks = NULL
     cdef Py_ssize_t count = 0, ls = -1, la = 0, ln = 0, i, total = 0
     cdef unsigned char* w
@@ -195,10 +196,10 @@ def merge_joined(list bufs not None, list pos not None, Py_ssize_t limit):
     try:
         for i in range(count):
             total += picks[i].length + 1
-        out = PyBytes_FromStringAndSize(NULL, total - 1 if count else 0)
+        out = PyBytes_FromStringAndSize(NULL, total - (0 if lead else 1) if count else 0)
         w = <unsigned char*>PyBytes_AS_STRING(out)
         for i in range(count):
-            if i:
+            if i or lead:
                 w[0] = 0x2C   # ','
                 w += 1
             memcpy(w, PyBytes_AS_STRING(bufs[picks[i].stream]) + picks[i].start, picks[i].length)

@@ -57,6 +57,6 @@ def merge(bufs: list, pos: list, limit: int) -> tuple[list[bytes], int, bytes | 
         pos[i] = start + il
 
 
-def merge_joined(bufs: list, pos: list, limit: int) -> tuple[bytes, int, int, bytes | None]:
+def merge_joined(bufs: list, pos: list, limit: int, lead: bool = False) -> tuple[bytes, int, int, bytes | None]:
     items, state, last = merge(bufs, pos, limit)
-    return b",".join(items), len(items), state, last
+    return (b"," if lead and items else b"") + b",".join(items), len(items), state, last

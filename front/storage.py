@@ -253,7 +253,15 @@ class FrontStorage(CacheDelegator):
         if limit:
             return await self._merged_page(parts, ns, base, req, rv, limit, prefix)
         lists = await self._open_all(parts, ns, base, req.selectors)
-        return ListPage(rv, stream=self._merged_stream(lists, req.runs), decode=self._decode)
+        return ListPage(rv, stream=self._merged_stream(lists, req.runs), decode=self._decode,
+                        stream_size=self._size(lists))
+
+    @staticmethod
+    def _size(lists: list[ShardList]) -> tuple[int, int] | None:
+        """The merged list's items and their bytes, if every shard said (its list's Content-Length)."""
+        if any(ls.size is None for ls in lists):
+            return None
+        return sum(ls.size[0] for ls in lists), sum(ls.size[1] for ls in lists)
 
     @staticmethod
     def _exact(req: ListRequest, cont_rv: int | None) -> bool:
@@ -302,6 +310,7 @@ class FrontStorage(CacheDelegator):
                 page.remaining = 0 if req.predicate is None else None
             return page
         page.stream = self._merged_stream([lst], req.runs)
+        page.stream_size = self._size([lst])
         return page
 
     @staticmethod

@@ -14,7 +14,7 @@ import orjson
 import ext
 from machinery import errors, jsonenc
 from storage import errors as serr
-from storage.interface import FRONT_FRAMED_HEADER
+from storage.interface import FRONT_FRAMED_HEADER, FRONT_FRAMED_SIZE_HEADER
 
 Obj = dict[str, Any]
 _OBJECT = b',"object":'
@@ -76,17 +76,47 @@ class ShardList:
         self.buf = b""
         self.pos = 0
         self.meta: Obj = {}
+        self.size: tuple[int, int] | None = None   # (items, their bytes), as the shard said (FRONT_FRAMED_SIZE_HEADER)
+        self._next: tuple[bytes, int] | None = None  # a piece read, to be taken from this offset after `buf`
 
     async def more(self) -> None:
-        """Read what the shard sent next (the answer ends only after its end record)."""
+        """Read what the shard sent next (the answer ends only after its end record). A piece is taken as it
+        arrived, without a copy: a record cut between two pieces is copied alone into a bridge (`buf`), the rest of
+        the piece following it."""
+        if self._next is not None:   # the bridge has been taken (else: both, in one bytes)
+            chunk, at = self._next
+            self._next = None
+            self.buf, self.pos = (chunk, at) if self.pos >= len(self.buf) else (self.buf[self.pos:] + chunk[at:], 0)
+            return
         try:
-            chunk = await self.resp.content.readany()
+            chunk, _ = await self.resp.content.readchunk()   # one piece as received: no join
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
             raise unreachable(self.url, e) from None
         if not chunk:
             raise unreachable(self.url, EOFError("list cut short"))
-        self.buf = self.buf[self.pos:] + chunk if self.pos else self.buf + chunk
+        rest = self.buf[self.pos:] if self.pos < len(self.buf) else b""
         self.pos = 0
+        if not rest:
+            self.buf = chunk
+            return
+        head = rest[:8] if len(rest) >= 8 else rest + chunk[:8 - len(rest)]
+        if len(head) == 8:
+            a, b = _HEAD.unpack(head)
+            cut = (8 + b if a == _MARK else 8 + a + b) - len(rest)   # what the cut record still needs
+            if 0 < cut < len(chunk):
+                self.buf = rest + chunk[:cut]
+                self._next = (chunk, cut)
+                return
+        self.buf = rest + chunk
+
+    def _unread(self) -> bytes:
+        """What has been read and not taken yet, in one bytes."""
+        rest = self.buf[self.pos:]
+        if self._next is not None:
+            chunk, at = self._next
+            rest += chunk[at:]
+            self._next = None
+        return rest
 
     async def _record(self) -> bytes:
         """The metadata or end record at `pos`, taken."""
@@ -104,6 +134,10 @@ class ShardList:
     async def start(self) -> "ShardList":
         if self.resp.headers.get(FRONT_FRAMED_HEADER) != "true":
             raise unreachable(self.url, ValueError("answered a list without key framing"))
+        size = self.resp.headers.get(FRONT_FRAMED_SIZE_HEADER)
+        if size:
+            count, _, nbytes = size.partition(",")
+            self.size = (int(count), int(nbytes))
         self.meta = orjson.loads(await self._record())
         return self
 
@@ -119,12 +153,15 @@ class ShardList:
 async def merged(lists: list[ShardList], runs: bool = False) -> AsyncIterator[list[bytes] | bytes]:
     """The lists' items merged in key order (each shard's list is key-ordered, keys are unique across shards),
     in batches: whatever every shard has sent so far, up to the first shard whose next item has not arrived.
-    A batch is a list of items, or with `runs` one bytes of them comma-joined (no object per item)."""
+    A batch is a list of items, or with `runs` one bytes of them comma-joined (no object per item), every run after
+    the first starting with its comma (written as it is)."""
+    lead = False
     while True:
         pos = [ls.pos for ls in lists]
         bufs = [ls.buf for ls in lists]
         if runs:
-            items, n, state, _ = ext.framed.merge_joined(bufs, pos, 0)
+            items, n, state, _ = ext.framed.merge_joined(bufs, pos, 0, lead)
+            lead = lead or n > 0
         else:
             items, state, _ = ext.framed.merge(bufs, pos, 0)
             n = len(items)
@@ -146,7 +183,7 @@ async def read_whole(lists: list[ShardList]) -> None:
             rest = await ls.resp.content.read()
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
             raise unreachable(ls.url, e) from None
-        ls.buf, ls.pos = ls.buf[ls.pos:] + rest, 0
+        ls.buf, ls.pos = ls._unread() + rest, 0
         if not ls.buf.endswith(_END):   # JSON never holds a 0xFF byte: only the end record ends so
             raise unreachable(ls.url, EOFError("list cut short"))
         ls.resp.release()

@@ -24,6 +24,9 @@ FRONT_PREV_HEADER = "X-Residency-Front-Prev"
 # A front's lists on its shards: the shard answers with key-framed items (ext.framed), which the front merges by
 # key without parsing JSON; the answer carries the header back.
 FRONT_FRAMED_HEADER = "X-Residency-Front-Framed"
+# ... and says how many items it frames and their bytes ("count,bytes"), so a front that writes them through knows its
+# answer's length before the first item arrives (a Content-Length: no chunk framing, no copy to add it).
+FRONT_FRAMED_SIZE_HEADER = "X-Residency-Front-Framed-Size"
 
 
 @dataclass
@@ -54,9 +57,13 @@ class ListPage:
     raw: list[bytes] | None = None
     decode: Callable[[bytes], Obj] | None = None
     # List items still arriving (the front streaming a shard's list through), in batches (each a list of items or, for a
-    # request with `runs`, one bytes of comma-joined items): read once, in order;
+    # request with `runs`, one bytes of comma-joined items, every run after the first starting with its comma): read
+    # once, in order;
     # the fields above are final once the stream has ended (a custom resource's list carries its metadata last).
     stream: AsyncIterator[list[bytes]] | None = None
+    # (items, their bytes) the stream yields, when its source said so before the first (a front: its shards'
+    # FRONT_FRAMED_SIZE_HEADER): the list is written with its Content-Length.
+    stream_size: tuple[int, int] | None = None
     # The raw items' keys below the list's prefix, computed when asked (the cache's pages: a front's framed list).
     keys: Callable[[], list[str]] | None = None
 

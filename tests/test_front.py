@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from machinery.shard_selector import FULL, ShardSelector, complementary
-from tests.helpers import ApiserverProcess, stop_all, wait_all_ready
+from tests.helpers import ApiserverProcess, crd, stop_all, wait_all_ready
 
 CM = "/api/v1/configmaps"
 
@@ -166,6 +166,8 @@ def test_consistent_list_and_rv_semantics(slice2, http, history):
     rv = r.json()["metadata"]["resourceVersion"]
     assert int(rv) >= int(history[-1])
     assert r.content == http.get(full + CM, params={"resourceVersion": rv, "resourceVersionMatch": "Exact"}).content
+    # The merged list announces its length (its shards said their items' count and bytes): no chunk framing.
+    assert r.headers.get("Content-Length") == str(len(r.content)) and "Transfer-Encoding" not in r.headers
     r0 = http.get(f + CM, params={"resourceVersion": "0", "limit": "3"}).json()
     assert "continue" not in r0["metadata"] and len(r0["items"]) > 3
     nt = http.get(f + CM, params={"resourceVersion": history[0], "resourceVersionMatch": "NotOlderThan"}).json()
@@ -230,6 +232,31 @@ def test_merged_watch_equals_a_direct_watch(slice2, http, history):
     # The frames are the full replica's frames, byte for byte.
     ts, got, want = runs[0]
     assert [json.dumps(e, sort_keys=True) for _, e in got] == [json.dumps(e, sort_keys=True) for _, e in want]
+
+
+def test_custom_resource_list_through_the_front(slice2, http, history):
+    """A custom resource's list carries its metadata after the items (S6.4): through the front it is the full
+    replica's list, bytes and length, its Content-Length announced before the items arrive."""
+    f, full = slice2.front.base, slice2.full.base
+    r = http.post(full + "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                  json=crd("front.example.test", "gizmos", "Gizmo"))
+    assert r.status_code == 201, r.text
+    path = "/apis/front.example.test/v1/namespaces/a/gizmos"
+    deadline = time.time() + 30
+    while http.get(f + path).status_code != 200 or any(http.get(s.base + path).status_code != 200
+                                                       for s in slice2.shards):
+        assert time.time() < deadline, "the CRD is not served everywhere"
+        time.sleep(0.2)
+    for i in range(12):
+        r = http.post(f + path, json={"apiVersion": "front.example.test/v1", "kind": "Gizmo",
+                                      "metadata": {"name": f"g{i:02d}"}, "spec": {"n": i}})
+        assert r.status_code == 201, r.text
+    for p in (path, "/apis/front.example.test/v1/gizmos"):
+        r = http.get(f + p)
+        assert r.status_code == 200 and len(r.json()["items"]) == 12
+        rv = r.json()["metadata"]["resourceVersion"]
+        assert r.content == http.get(full + p, params={"resourceVersion": rv, "resourceVersionMatch": "Exact"}).content
+        assert r.headers.get("Content-Length") == str(len(r.content))
 
 
 def test_watch_list_through_the_front(slice2, http, history):

@@ -14,7 +14,7 @@ from machinery.encoding import encode_obj
 from machinery.listoptions import ListOptions, parse_list_options
 from machinery.resources import BUILTINS, REVIEWS, Registry, Resource
 from machinery.selectors import field_selectors_for
-from storage.interface import FRONT_FRAMED_HEADER
+from storage.interface import FRONT_FRAMED_HEADER, FRONT_FRAMED_SIZE_HEADER
 
 Obj = dict[str, Any]
 
@@ -246,17 +246,18 @@ def respond_obj(request: web.Request, res: Resource, obj: Obj, status: int = 200
 
 
 async def stream_list(request: web.Request, res: Resource, meta: Obj | Callable[[], Obj],
-                      items: Iterable[bytes] | AsyncIterator[list[bytes] | bytes]) -> web.StreamResponse:
+                      items: Iterable[bytes] | AsyncIterator[list[bytes] | bytes],
+                      size: tuple[int, int] | None = None) -> web.StreamResponse:
     """Write the list item by item (streaming encoding, S6.1-S6.2). Items may arrive asynchronously in batches (the
     front), with `meta` then a function called where the envelope writes it (a custom resource's list: after the
-    items)."""
+    items), and `size` (their count and bytes) if known before they arrive."""
     resp = web.StreamResponse(status=200)
     resp.content_type = "application/json"
-    await resp.prepare(request)
     enc = jsonenc.iter_unstructured_list if res.custom else jsonenc.iter_list
     if hasattr(items, "__aiter__"):
-        await _stream_async(resp, res, enc, meta, items)
+        await _stream_async(request, resp, res, enc, meta, items, size)
         return resp
+    await resp.prepare(request)
     buf: list[bytes] = []
     size = 0
     for chunk in enc(res.list_kind, res.api_version, meta, items):
@@ -272,11 +273,17 @@ async def stream_list(request: web.Request, res: Resource, meta: Obj | Callable[
 
 
 async def write_framed(request: web.Request, meta: Obj, keys: list[str], items: list[bytes]) -> web.StreamResponse:
-    """A list key-framed for a front (ext.framed: its metadata, then each item with its key, in ~64 KiB writes)."""
-    resp = web.StreamResponse(status=200, headers={FRONT_FRAMED_HEADER: "true"})
+    """A list key-framed for a front (ext.framed: its metadata, then each item with its key, in ~64 KiB writes), with
+    its Content-Length (the front reads each piece as it arrives, without joining chunks)."""
+    nbytes = sum(map(len, items))
+    head = framed.frame_meta(jsonenc.dumps(meta))
+    resp = web.StreamResponse(status=200, headers={FRONT_FRAMED_HEADER: "true",
+                                                   FRONT_FRAMED_SIZE_HEADER: f"{len(items)},{nbytes}"})
     resp.content_type = "application/octet-stream"
+    resp.content_length = (len(head) + nbytes + 8 * len(items) + len(framed.END_RECORD) +
+                           sum(len(k) if k.isascii() else len(k.encode()) for k in keys))
     await resp.prepare(request)
-    await resp.write(framed.frame_meta(jsonenc.dumps(meta)))
+    await resp.write(head)
     start = size = 0
     for i, it in enumerate(items):
         size += len(it)
@@ -288,24 +295,57 @@ async def write_framed(request: web.Request, meta: Obj, keys: list[str], items: 
     return resp
 
 
-async def _stream_async(resp: web.StreamResponse, res: Resource, enc, meta: Callable[[], Obj],
-                        batches: AsyncIterator[list[bytes] | bytes]) -> None:
+def _wrong_size(res: Resource, written: int, expected: int) -> None:
+    """The sizes the shards announced do not add up (a bug): fail before the answer's last byte is written, so the
+    client sees a cut answer, never a wrong one of the announced length."""
+    raise RuntimeError(f"list of {res.plural}: {written} bytes before the end, {expected} announced")
+
+
+# A run of items at least this big is written as it is; smaller ones are gathered into ~64 KiB writes.
+_WRITE_AS_IS = 16 * 1024
+
+
+async def _stream_async(request: web.Request, resp: web.StreamResponse, res: Resource, enc, meta: Callable[[], Obj],
+                        batches: AsyncIterator[list[bytes] | bytes], size: tuple[int, int] | None) -> None:
+    """The front's lists: batches of items, or comma-joined runs (each after the first with its leading comma)
+    written as they arrive. With `size` known the answer has a Content-Length (the front's merged lists: their
+    metadata is final before the items arrive), so no chunk framing is added to each write, and a run is written
+    without a copy."""
     head = next(iter(enc(res.list_kind, res.api_version, meta() if not res.custom else None, ())))
+    expected = tail = None
+    if size is not None:
+        count, nbytes = size
+        tail = list(enc(res.list_kind, res.api_version, meta(), ()))[-1]
+        expected = resp.content_length = len(head) + nbytes + max(count - 1, 0) + len(tail)
+        expected -= len(tail)   # what comes before the tail
+    await resp.prepare(request)
     buf: list[bytes] = [head]
-    size = len(head)
+    pending = written = len(head)
     first = True
     async for batch in batches:
         if not batch:
             continue
-        if not first:
-            buf.append(b",")
+        if isinstance(batch, bytes):
+            run = batch
+        else:
+            run = (b"" if first else b",") + b",".join(batch)
         first = False
-        run = batch if isinstance(batch, bytes) else b",".join(batch)
+        written += len(run)
+        if expected is not None and written > expected:
+            _wrong_size(res, written, expected)
+        if len(run) >= _WRITE_AS_IS:
+            if buf:
+                await resp.write(b"".join(buf))
+                buf, pending = [], 0
+            await resp.write(run)
+            continue
         buf.append(run)
-        size += len(run)
-        if size >= 64 * 1024:
+        pending += len(run)
+        if pending >= 64 * 1024:
             await resp.write(b"".join(buf))
-            buf, size = [], 0
-    buf.append(list(enc(res.list_kind, res.api_version, meta(), ()))[-1])
+            buf, pending = [], 0
+    if expected is not None and written != expected:
+        _wrong_size(res, written, expected)
+    buf.append(tail if tail is not None else list(enc(res.list_kind, res.api_version, meta(), ()))[-1])
     await resp.write(b"".join(buf))
     await resp.write_eof()

@@ -65,7 +65,7 @@ async def list_(ctx: Context, request: web.Request, scope: RequestScope) -> web.
         return await write_framed(request, meta(), *framed_items(res, scope, page))   # a front asks (front.wire)
     if page.stream is not None:  # the front: items arrive from a shard while the list is written
         if target is None:
-            return await stream_list(request, res, meta, page.stream)
+            return await stream_list(request, res, meta, page.stream, page.stream_size)
         page.raw = [b async for batch in page.stream for b in batch]
     if target is not None:
         return json_response(converted(request, res, target, list(page.items()), meta(), is_list=True))

@@ -184,7 +184,11 @@ class CacheDelegator:
             raise not_ready(cacher) from None
         if p.source != "cache":
             return None
-        shard = entry_shard_filter(req.shard, self.resource_prefix) if req.shard is not None else None
+        shard = None
+        if req.shard is not None and not (self.residency.partial(self.res.plural) and
+                                          req.shard.contains(self.residency.selector)):
+            # (a shardSelector covering this shard's residency matches every entry it holds: no filter)
+            shard = entry_shard_filter(req.shard, self.resource_prefix)
         try:
             got = await reads.list_from_cache(cacher, self.res, p, prefix, start_key, req.predicate,
                                               req.label_requirements, req.namespace, shard=shard)
@@ -195,9 +199,9 @@ class CacheDelegator:
             raw = [list_item_bytes(res, e.data) for e in got.entries]
         except CorruptEntry as err:
             raise damaged(cacher, prefix, err) from None
-        entries, cut = got.entries, len(prefix)
+        entries = got.entries
         page = ListPage(got.resource_version, raw=raw, decode=lambda data: jsonenc.loads(wire(data)),
-                        keys=lambda: [e.key[cut:] for e in entries])
+                        keys=lambda: [e.key for e in entries], key_cut=len(prefix))
         if got.continue_key is not None:
             # S2.2: upstream's cache path strips the un-slashed prefix, so its tokens start with "/".
             page.continue_ = encode_continue(got.continue_key[len(prefix) - 1:], got.resource_version)

@@ -7,6 +7,11 @@ A shard asked for a framed list (``storage.interface.FRONT_FRAMED_HEADER``) answ
 request's prefix, UTF-8, what orders a list); last ``<0xFFFFFFFF><0>``. A front then merges K such streams
 without parsing JSON: it compares keys and slices items.
 
+``frame_piece(keys, items, start, cut, piece)``: the records of items from ``start`` under ``keys[i][cut:]`` (str; a
+cache's whole storage keys, the list's prefix cut off without a new str) until they reach ``piece`` bytes (at least
+one): ``(bytes, next start)``. ``framed_size(keys, items, cut)``: ``(bytes of every record, bytes of the items)``,
+what a shard announces before it writes them.
+
 ``frame_meta(meta)``: the metadata record (``frame_meta(b"")``, ``END_RECORD``, is the end record).
 
 ``frame_items(keys, items)``: the records of items (bytes) under keys (str), one bytes.
@@ -27,6 +32,12 @@ The pure-Python twin is :mod:`ext.framed_py` (same functions, used as the test o
 
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
+from cpython.unicode cimport PyUnicode_GET_LENGTH
+
+
+cdef extern from "Python.h":
+    bint PyUnicode_IS_COMPACT_ASCII(object o)
+    void* PyUnicode_DATA(object o)
 from libc.stdint cimport uint32_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy
@@ -68,6 +79,53 @@ def frame_items(list keys not None, list items not None) -> bytes:
         memcpy(w + 8 + kl, PyBytes_AS_STRING(it), il)
         w += 8 + kl + il
     return out
+
+
+cdef inline Py_ssize_t _key_len(str k, Py_ssize_t cut) except -1:
+    if PyUnicode_IS_COMPACT_ASCII(k):
+        return PyUnicode_GET_LENGTH(k) - cut
+    return len(k[cut:].encode())
+
+
+def framed_size(list keys not None, list items not None, Py_ssize_t cut=0):
+    cdef Py_ssize_t n = len(items), i, total = 0, nbytes = 0, il
+    if len(keys) != n:
+        raise ValueError("framed_size: as many keys as items")
+    for i in range(n):
+        il = PyBytes_GET_SIZE(<bytes>items[i])
+        nbytes += il
+        total += 8 + _key_len(<str>keys[i], cut) + il
+    return total, nbytes
+
+
+def frame_piece(list keys not None, list items not None, Py_ssize_t start, Py_ssize_t cut, Py_ssize_t piece):
+    cdef Py_ssize_t n = len(items), i, end, total = 0, kl, il
+    cdef str k
+    cdef bytes it, kb
+    if len(keys) != n or start < 0 or start > n:
+        raise ValueError("frame_piece: as many keys as items, start within them")
+    end = start
+    while end < n and (end == start or total < piece):
+        total += 8 + _key_len(<str>keys[end], cut) + PyBytes_GET_SIZE(<bytes>items[end])
+        end += 1
+    out = PyBytes_FromStringAndSize(NULL, total)
+    cdef unsigned char* w = <unsigned char*>PyBytes_AS_STRING(out)
+    for i in range(start, end):
+        k = <str>keys[i]
+        it = <bytes>items[i]
+        il = PyBytes_GET_SIZE(it)
+        if PyUnicode_IS_COMPACT_ASCII(k):
+            kl = PyUnicode_GET_LENGTH(k) - cut
+            memcpy(w + 8, <const char*>PyUnicode_DATA(k) + cut, kl)
+        else:
+            kb = k[cut:].encode()
+            kl = PyBytes_GET_SIZE(kb)
+            memcpy(w + 8, PyBytes_AS_STRING(kb), kl)
+        _put32(w, <uint32_t>kl)
+        _put32(w + 4, <uint32_t>il)
+        memcpy(w + 8 + kl, PyBytes_AS_STRING(it), il)
+        w += 8 + kl + il
+    return out, end
 
 
 def frame_meta(bytes meta not None) -> bytes:

@@ -60,3 +60,20 @@ def merge(bufs: list, pos: list, limit: int) -> tuple[list[bytes], int, bytes | 
 def merge_joined(bufs: list, pos: list, limit: int, lead: bool = False) -> tuple[bytes, int, int, bytes | None]:
     items, state, last = merge(bufs, pos, limit)
     return (b"," if lead and items else b"") + b",".join(items), len(items), state, last
+
+
+def framed_size(keys: list, items: list, cut: int = 0) -> tuple[int, int]:
+    if len(keys) != len(items):
+        raise ValueError("framed_size: as many keys as items")
+    nbytes = sum(len(it) for it in items)
+    return sum(8 + len(k[cut:].encode()) for k in keys) + nbytes, nbytes
+
+
+def frame_piece(keys: list, items: list, start: int, cut: int, piece: int) -> tuple[bytes, int]:
+    if len(keys) != len(items) or not 0 <= start <= len(items):
+        raise ValueError("frame_piece: as many keys as items, start within them")
+    end, total = start, 0
+    while end < len(items) and (end == start or total < piece):
+        total += 8 + len(keys[end][cut:].encode()) + len(items[end])
+        end += 1
+    return frame_items([k[cut:] for k in keys[start:end]], items[start:end]), end

@@ -64,8 +64,10 @@ class ListPage:
     # (items, their bytes) the stream yields, when its source said so before the first (a front: its shards'
     # FRONT_FRAMED_SIZE_HEADER): the list is written with its Content-Length.
     stream_size: tuple[int, int] | None = None
-    # The raw items' keys below the list's prefix, computed when asked (the cache's pages: a front's framed list).
+    # The raw items' keys, computed when asked (the cache's pages: a front's framed list), and how many characters
+    # to cut from each to have the key below the list's prefix (the cache's whole storage keys, not copied).
     keys: Callable[[], list[str]] | None = None
+    key_cut: int = 0
 
     def items(self) -> list[Obj]:
         """Whole objects (kind and apiVersion included), decoding the cache's bytes if needed."""

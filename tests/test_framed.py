@@ -164,3 +164,27 @@ def test_front_reads_pieces_without_joining_them(keys, k, cut, whole, data):
         return out
     got = asyncio.run(run())
     assert got == (want if whole else b",".join(want))
+
+
+@settings(max_examples=200, deadline=None)
+@given(names=st.lists(_key, min_size=0, max_size=30), prefix=st.sampled_from(["", "/registry/configmaps/", "ns/"]),
+       piece=st.integers(1, 120))
+def test_pieces_are_the_records_of_the_cut_keys(names, prefix, piece):
+    """A shard frames a cache page in pieces from its whole storage keys, the prefix cut off (frame_piece), and
+    announces the sizes first (framed_size): the same bytes as frame_items over the cut keys, each piece at least
+    one record and no more than one record past `piece` bytes."""
+    keys = [prefix + n for n in names]
+    items = [b'{"n":%d}' % i for i in range(len(keys))]
+    want = framed_py.frame_items(names, items)
+    for m in TWINS:
+        assert m.framed_size(keys, items, len(prefix)) == (len(want), sum(map(len, items)))
+        out, start, sizes = b"", 0, []
+        while start < len(items):
+            got, nxt = m.frame_piece(keys, items, start, len(prefix), piece)
+            assert nxt > start
+            sizes.append((len(got), nxt - start))
+            out += got
+            start = nxt
+        assert out == want
+        assert all(n == 1 or size - 8 - 6 * 3 - 10 < piece for size, n in sizes)
+        assert m.frame_piece(keys, items, len(items), len(prefix), piece) == (b"", len(items))

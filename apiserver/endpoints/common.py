@@ -272,25 +272,23 @@ async def stream_list(request: web.Request, res: Resource, meta: Obj | Callable[
     return resp
 
 
-async def write_framed(request: web.Request, meta: Obj, keys: list[str], items: list[bytes]) -> web.StreamResponse:
-    """A list key-framed for a front (ext.framed: its metadata, then each item with its key, in ~64 KiB writes), with
-    its Content-Length (the front reads each piece as it arrives, without joining chunks)."""
-    nbytes = sum(map(len, items))
+async def write_framed(request: web.Request, meta: Obj, keys: list[str], items: list[bytes],
+                       cut: int = 0) -> web.StreamResponse:
+    """A list key-framed for a front (ext.framed: its metadata, then each item with its key `keys[i][cut:]`, in
+    ~64 KiB writes), with its Content-Length (the front reads each piece as it arrives, without joining chunks)."""
+    records, nbytes = framed.framed_size(keys, items, cut)
     head = framed.frame_meta(jsonenc.dumps(meta))
     resp = web.StreamResponse(status=200, headers={FRONT_FRAMED_HEADER: "true",
                                                    FRONT_FRAMED_SIZE_HEADER: f"{len(items)},{nbytes}"})
     resp.content_type = "application/octet-stream"
-    resp.content_length = (len(head) + nbytes + 8 * len(items) + len(framed.END_RECORD) +
-                           sum(len(k) if k.isascii() else len(k.encode()) for k in keys))
+    resp.content_length = len(head) + records + len(framed.END_RECORD)
     await resp.prepare(request)
     await resp.write(head)
-    start = size = 0
-    for i, it in enumerate(items):
-        size += len(it)
-        if size >= 64 * 1024:
-            await resp.write(framed.frame_items(keys[start:i + 1], items[start:i + 1]))
-            start, size = i + 1, 0
-    await resp.write(framed.frame_items(keys[start:], items[start:]) + framed.END_RECORD)
+    start = 0
+    while start < len(items):
+        piece, start = framed.frame_piece(keys, items, start, cut, 64 * 1024)
+        await resp.write(piece)
+    await resp.write(framed.END_RECORD)
     await resp.write_eof()
     return resp
 

@@ -73,13 +73,14 @@ async def list_(ctx: Context, request: web.Request, scope: RequestScope) -> web.
     return await stream_list(request, res, meta(), items)
 
 
-def framed_items(res, scope: RequestScope, page: ListPage) -> tuple[list[str], list[bytes]]:
-    """A page's keys (below the list's prefix: `namespace/name` across namespaces, else `name`) and items."""
+def framed_items(res, scope: RequestScope, page: ListPage) -> tuple[list[str], list[bytes], int]:
+    """A page's keys, its items and how much of each key to cut: what is left is the key below the list's prefix
+    (`namespace/name` across namespaces, else `name`)."""
     if page.raw is not None and page.keys is not None:
-        return page.keys(), page.raw
+        return page.keys(), page.raw, page.key_cut
     objs = page.items()
     across = res.namespaced and scope.namespace is None
     keys = [f"{o['metadata']['namespace']}/{o['metadata']['name']}" if across else o["metadata"]["name"]
             for o in objs]
     raw = page.raw if page.raw is not None else [encode_list_item(res, o) for o in objs]
-    return keys, raw
+    return keys, raw, 0

@@ -12,6 +12,10 @@ cache's whole storage keys, the list's prefix cut off without a new str) until t
 one): ``(bytes, next start)``. ``framed_size(keys, items, cut)``: ``(bytes of every record, bytes of the items)``,
 what a shard announces before it writes them.
 
+``join_piece(items, start, piece, lead)``: items (bytes) from ``start`` comma-joined until they reach ``piece`` bytes
+(at least one), with ``lead`` a comma first: ``(bytes, next start)``. What a list body holds between its
+brackets, one copy per piece (a cache's list written by any apiserver).
+
 ``frame_meta(meta)``: the metadata record (``frame_meta(b"")``, ``END_RECORD``, is the end record).
 
 ``frame_items(keys, items)``: the records of items (bytes) under keys (str), one bytes.
@@ -125,6 +129,30 @@ def frame_piece(list keys not None, list items not None, Py_ssize_t start, Py_ss
         _put32(w + 4, <uint32_t>il)
         memcpy(w + 8 + kl, PyBytes_AS_STRING(it), il)
         w += 8 + kl + il
+    return out, end
+
+
+def join_piece(list items not None, Py_ssize_t start, Py_ssize_t piece, bint lead=False):
+    cdef Py_ssize_t n = len(items), i, end, total = 0, il
+    cdef bytes it
+    if start < 0 or start > n:
+        raise ValueError("join_piece: start within the items")
+    end = start
+    while end < n and (end == start or total < piece):
+        total += PyBytes_GET_SIZE(<bytes>items[end]) + 1
+        end += 1
+    if end == start:
+        return b"", end
+    out = PyBytes_FromStringAndSize(NULL, total - (0 if lead else 1))
+    cdef unsigned char* w = <unsigned char*>PyBytes_AS_STRING(out)
+    for i in range(start, end):
+        if i > start or lead:
+            w[0] = 0x2C   # ','
+            w += 1
+        it = <bytes>items[i]
+        il = PyBytes_GET_SIZE(it)
+        memcpy(w, PyBytes_AS_STRING(it), il)
+        w += il
     return out, end
 
 

@@ -77,3 +77,15 @@ def frame_piece(keys: list, items: list, start: int, cut: int, piece: int) -> tu
         total += 8 + len(keys[end][cut:].encode()) + len(items[end])
         end += 1
     return frame_items([k[cut:] for k in keys[start:end]], items[start:end]), end
+
+
+def join_piece(items: list, start: int, piece: int, lead: bool = False) -> tuple[bytes, int]:
+    if not 0 <= start <= len(items):
+        raise ValueError("join_piece: start within the items")
+    end, total = start, 0
+    while end < len(items) and (end == start or total < piece):
+        total += len(items[end]) + 1
+        end += 1
+    if end == start:
+        return b"", end
+    return (b"," if lead else b"") + b",".join(items[start:end]), end

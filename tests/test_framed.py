@@ -188,3 +188,19 @@ def test_pieces_are_the_records_of_the_cut_keys(names, prefix, piece):
         assert out == want
         assert all(n == 1 or size - 8 - 6 * 3 - 10 < piece for size, n in sizes)
         assert m.frame_piece(keys, items, len(items), len(prefix), piece) == (b"", len(items))
+
+
+@settings(max_examples=200, deadline=None)
+@given(items=st.lists(st.binary(min_size=1, max_size=20), max_size=30), piece=st.integers(1, 60))
+def test_join_piece_is_the_comma_joined_items(items, piece):
+    """A cached list is written in pieces (join_piece), each after the first with its leading comma: together the
+    comma-joined items, whatever the piece size."""
+    for m in TWINS:
+        out, start = b"", 0
+        while start < len(items):
+            got, nxt = m.join_piece(items, start, piece, start > 0)
+            assert nxt > start and (nxt - start == 1 or len(got) - 21 < piece)
+            out += got
+            start = nxt
+        assert out == b",".join(items)
+        assert m.join_piece(items, len(items), piece, True) == (b"", len(items))

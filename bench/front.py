@@ -1,10 +1,13 @@
 """The front's costs, side by side in one run: unsharded list latency through the front of K shards against a full
 replica's, and watch delivery latency through the front's merge against a direct watch on the full replica.
 
-    .venv/bin/python -m bench.front [--shards 2] [--objects 5000] [--lists 30] [--writes 200]
+    .venv/bin/python -m bench.front [--shards 2] [--objects 5000] [--lists 30] [--writes 200] [--client go|python]
+                                    [--out bench/out/front.json]
 
 One etcd, K `--residency` shards, one full replica (no `--residency`), the front; N ConfigMaps of ~1 KB in 10
-namespaces. Lists alternate front / full (consistent lists, RV unset, and `limit=500` first pages). Watches: one
+namespaces. Lists alternate front / full (consistent lists, RV unset, and `limit=500` first pages), timed by a
+compiled client (`--client go`, the default: bench/go/lister, each body read whole and not decoded, so the
+client's CPU is not taken from the servers' two cores) or by Python `requests` (`--client python`). Watches: one
 through the front, one on the full replica, opened from the same RV; a writer updates objects at ~50/s and
 each event's delivery time (arrival minus the write's start) is recorded on both. Prints a table
 and writes bench/out/front.json; the machine load (`uptime`) is part of the output.
@@ -14,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import threading
 import time
@@ -24,6 +26,7 @@ import requests
 from machinery.shard_selector import complementary
 from storage.embedded import EmbeddedEtcd
 from tests.helpers import ApiserverProcess, build_etcd_module, stop_all, wait_all_ready
+from tests.helpers.etcd import load_tool
 
 from .harness import log, write_json
 
@@ -39,7 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--objects", type=int, default=5000)
     ap.add_argument("--lists", type=int, default=30)
     ap.add_argument("--writes", type=int, default=200)
+    ap.add_argument("--client", choices=("go", "python"), default="go", help="what times the lists")
+    ap.add_argument("--out", default="bench/out/front.json")
     a = ap.parse_args(argv)
+    lister = load_tool("build_repo_go").ensure("lister") if a.client == "go" else None
     etcd = EmbeddedEtcd(binary=build_etcd_module().ensure_etcd()).start()
     procs: list[ApiserverProcess] = []
     try:
@@ -66,7 +72,16 @@ def main(argv: list[str] | None = None) -> int:
             assert r.status_code == 201, r.text
         time.sleep(1)
         lists: dict[str, list[float]] = {}
+        sizes: dict[str, int] = {}   # the last body's bytes (the compiled client)
         for q, label in (("", "list all"), ("?limit=500", "list limit=500")):
+            if lister is not None:
+                urls = [front.base + "/api/v1/configmaps" + q, full.base + "/api/v1/configmaps" + q]
+                got = json.loads(subprocess.run([lister, "-urls", ",".join(urls), "-n", str(a.lists)], check=True,
+                                                capture_output=True, text=True, timeout=600).stdout)
+                for who, u in zip(("front", "full"), urls):
+                    lists[f"{label} {who}"] = [ms / 1000 for ms in got[u]["ms"]]
+                    sizes[f"{label} {who}"] = got[u]["bytes"]
+                continue
             for who, base in (("front", front.base), ("full", full.base)):
                 s.get(base + "/api/v1/configmaps" + q)   # warm
             for _ in range(a.lists):
@@ -104,11 +119,12 @@ def main(argv: list[str] | None = None) -> int:
             t.join(30)
         delivery = {who: [arrivals[who][k] - acked[k] for k in acked if k in arrivals[who]] for who in arrivals}
         load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-        out = {"shards": a.shards, "objects": a.objects, "uptime": load, "lists_ms": {}, "watch_ms": {}}
-        print(f"\nK={a.shards} shards, {a.objects} ConfigMaps; {load}")
+        out = {"shards": a.shards, "objects": a.objects, "client": a.client, "uptime": load, "lists_ms": {},
+               "watch_ms": {}}
+        print(f"\nK={a.shards} shards, {a.objects} ConfigMaps, lists timed by the {a.client} client; {load}")
         print(f"{'measure':32s} {'p50 ms':>8s} {'p99 ms':>8s}")
         for k, v in lists.items():
-            out["lists_ms"][k] = {"p50": 1000 * pct(v, 50), "p99": 1000 * pct(v, 99)}
+            out["lists_ms"][k] = {"p50": 1000 * pct(v, 50), "p99": 1000 * pct(v, 99), "bytes": sizes.get(k)}
             print(f"{k:32s} {1000 * pct(v, 50):8.1f} {1000 * pct(v, 99):8.1f}")
         for label in ("list all", "list limit=500"):
             ratio = pct(lists[f"{label} front"], 50) / pct(lists[f"{label} full"], 50)
@@ -120,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         added = 1000 * (pct(delivery["front"], 99) - pct(delivery["full"], 99))
         out["watch_ms"]["added_p99"] = added
         print(f"{'watch added by the merge p99':32s} {added:8.1f}")
-        os.makedirs("bench/out", exist_ok=True)
-        write_json("bench/out/front.json", out)
+        os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+        write_json(a.out, out)
         return 0
     finally:
         stop_all([p for p in procs if p.popen is not None], strict=False)

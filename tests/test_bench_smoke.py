@@ -107,6 +107,21 @@ def test_snapshot_retention_quick(tmp_path):
     assert isinstance(f["snapshot_fraction_of_live"], float)
 
 
+def test_front_lists_timed_by_the_compiled_client(tmp_path):
+    """bench.front with bench/go/lister: both servers' lists timed, the same bytes, the watch delivered."""
+    out = tmp_path / "front.json"
+    r = subprocess.run([sys.executable, "-m", "bench.front", "--objects", "120", "--lists", "3", "--writes", "10",
+                        "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["client"] == "go"
+    for key in ("list all front", "list all full", "list limit=500 front", "list limit=500 full"):
+        assert _positive(doc["lists_ms"][key]["p50"]), (key, doc["lists_ms"])
+    for label in ("list all", "list limit=500"):   # no writes while listing: the same list from both
+        assert doc["lists_ms"][f"{label} front"]["bytes"] == doc["lists_ms"][f"{label} full"]["bytes"] > 10_000
+    assert doc["watch_ms"]["front"]["events"] == doc["watch_ms"]["full"]["events"] == 10
+
+
 def test_all_lists_every_benchmark():
     from bench.all import BENCHMARKS
     for name in BENCHMARKS:

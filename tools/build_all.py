@@ -45,6 +45,7 @@ def _steps():
         ("etcd", build_etcd.ensure_etcd),
         ("jsonref", lambda: build_repo_go.ensure("jsonref")),
         ("errtext", lambda: build_repo_go.ensure("errtext")),
+        ("lister", lambda: build_repo_go.ensure("lister")),   # stdlib only: bench.front's smoke test (stage 2)
         ("kube-apiserver", build_kube_apiserver.ensure_kube_apiserver),
         ("clientgo.test", lambda: build_repo_go.ensure("clientgo.test")),
         ("robustinformer", lambda: build_repo_go.ensure("robustinformer")),

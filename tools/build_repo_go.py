@@ -46,6 +46,7 @@ PROGRAMS: dict[str, Program] = {
     "robustinformer": Program("tests/clientgo", "./robustinformer"),  # the robustness suite's informer
     "fanout": Program("bench/go/fanout"),                # watch fan-out at saturation (bench.vs_upstream)
     "leasegen": Program("bench/go/leasegen"),            # kubelet-like Lease renewals (bench.nodes --generator)
+    "lister": Program("bench/go/lister"),                # lists timed by a compiled client (bench.front)
 }
 
 

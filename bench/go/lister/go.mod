@@ -1,0 +1,3 @@
+module residency/lister
+
+go 1.26.0

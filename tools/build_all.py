@@ -45,8 +45,9 @@ def _steps():
         ("etcd", build_etcd.ensure_etcd),
         ("jsonref", lambda: build_repo_go.ensure("jsonref")),
         ("errtext", lambda: build_repo_go.ensure("errtext")),
-        ("lister", lambda: build_repo_go.ensure("lister")),   # stdlib only: bench.front's smoke test (stage 2)
         ("kube-apiserver", build_kube_apiserver.ensure_kube_apiserver),
+        ("lister", lambda: build_repo_go.ensure("lister")),   # bench.front's smoke test (stage 2); net/http is in
+                                                              # the build cache by now
         ("clientgo.test", lambda: build_repo_go.ensure("clientgo.test")),
         ("robustinformer", lambda: build_repo_go.ensure("robustinformer")),
         ("kwok", build_kwok.ensure_kwok),

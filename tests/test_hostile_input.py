@@ -14,7 +14,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import re
 import socket
 import ssl
 import threading
@@ -24,6 +23,7 @@ import pytest
 
 from tests.helpers import Api, ApiserverProcess
 from tests.helpers.etcd import current_etcd_binary
+from tests.helpers.metrics import scrape
 
 _counter = itertools.count()
 MIB = 1024 * 1024
@@ -707,14 +707,7 @@ def _slow_get(server: Server, out: list) -> None:
 
 def _metric_sum(server: Server, name: str, **labels: str) -> float:
     """The sum of the `name` series whose labels include `labels`."""
-    total = 0.0
-    for line in server.api.get("/metrics").text.splitlines():
-        if line.startswith(name + "{"):
-            head, value = line.rsplit(" ", 1)
-            got = dict(re.findall(r'(\w+)="([^"]*)"', head))
-            if all(got.get(k) == v for k, v in labels.items()):
-                total += float(value)
-    return total
+    return scrape(server.api, name, **labels)
 
 
 def _refused(server: Server, **labels: str) -> tuple[float, float]:

@@ -19,6 +19,7 @@ import pytest
 from tests.helpers import Api, start_apiserver
 from tests.helpers.etcd import load_tool
 from tests.helpers.kwok import KubeSchedulerProcess, KwokProcess, kwok_node
+from tests.helpers.metrics import scrape as counter
 from tests.test_kwok import wait_for
 
 NODES = 4
@@ -70,19 +71,6 @@ def owned_pod(i: int, rs: dict) -> dict:
           "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs["metadata"]["name"],
                                "uid": rs["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": md, "spec": tpl["spec"]}
-
-
-def metric_lines(api: Api, name: str) -> list[str]:
-    text = api.get("/metrics").text
-    return [ln for ln in text.splitlines() if ln.startswith(name + "{")]
-
-
-def counter(api: Api, name: str, **labels: str) -> float:
-    total = 0.0
-    for ln in metric_lines(api, name):
-        if all(f'{k}="{v}"' in ln for k, v in labels.items()):
-            total += float(ln.rsplit(" ", 1)[1])
-    return total
 
 
 def test_kube_scheduler_binds_a_deployments_pods_to_kwok_nodes(current_etcd, binaries, unique_prefix):

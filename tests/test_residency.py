@@ -10,17 +10,10 @@ import pytest
 
 from machinery.shard_selector import complementary
 from tests.helpers import Api, start_apiserver, stop_all
+from tests.helpers.metrics import scrape as metric
 
 N_CM = 60
 N_ROLES = 10
-
-
-def metric(api: Api, name: str, **labels) -> float:
-    total = 0.0
-    for line in api.get("/metrics").text.splitlines():
-        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import struct
 import subprocess
@@ -25,6 +24,7 @@ from cache.watch_cache import WatchCache
 from tests.helpers import ROOT, Api, ApiserverProcess, current_etcd_binary
 from tests.helpers.etcd import etcd_cluster_id, etcd_revision
 from tests.helpers.gobin import ready_binaries
+from tests.helpers.metrics import scrape as metric
 from storage.embedded import EmbeddedEtcd, distro_etcd_binary
 from tests.test_watch_cache import _etcd_compact as compact
 
@@ -142,16 +142,6 @@ async def test_damaged_file_is_refused_never_half_loaded(tmp_path, how):
 def etcd():
     with EmbeddedEtcd(binary=current_etcd_binary()) as e:
         yield e
-
-
-def metric(api: Api, name: str, **labels: str) -> float:
-    """The sum of a counter's series with these labels, from the server's /metrics."""
-    total = 0.0
-    for line in api.get("/metrics").text.splitlines():
-        m = re.match(r"^" + re.escape(name) + r"\{(.*)\} (\S+)$", line)
-        if m and all(f'{k}="{v}"' in m.group(1) for k, v in labels.items()):
-            total += float(m.group(2))
-    return total
 
 
 class Server:

@@ -65,7 +65,6 @@ async def get(ctx: Context, request: web.Request, scope: RequestScope) -> web.Re
 def _apply_scale(ctx: Context, scope: RequestScope, cur: Obj, scale: Obj) -> Obj:
     """scaleUpdatedObjectInfo.UpdatedObject: validate the new Scale, check its uid, move replicas and
     resourceVersion onto the parent."""
-    res = scope.resource
     md = scale.get("metadata") if isinstance(scale.get("metadata"), dict) else {}
     replicas = (scale.get("spec") or {}).get("replicas") or 0
     if not isinstance(replicas, int) or isinstance(replicas, bool):

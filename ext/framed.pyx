@@ -37,14 +37,14 @@ The pure-Python twin is :mod:`ext.framed_py` (same functions, used as the test o
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_GET_LENGTH
+from libc.stdint cimport uint32_t
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcmp, memcpy
 
 
 cdef extern from "Python.h":
     bint PyUnicode_IS_COMPACT_ASCII(object o)
     void* PyUnicode_DATA(object o)
-from libc.stdint cimport uint32_t
-from libc.stdlib cimport free, malloc, realloc
-from libc.string cimport memcmp, memcpy
 
 cdef uint32_t END = 0xFFFFFFFF
 cdef enum:
@@ -86,6 +86,9 @@ def frame_items(list keys not None, list items not None) -> bytes:
 
 
 cdef inline Py_ssize_t _key_len(str k, Py_ssize_t cut) except -1:
+    """The UTF-8 length of k[cut:] (an ASCII key's is its length, without encoding it)."""
+    if cut < 0 or cut > PyUnicode_GET_LENGTH(k):
+        raise ValueError("a key shorter than the prefix cut from it")
     if PyUnicode_IS_COMPACT_ASCII(k):
         return PyUnicode_GET_LENGTH(k) - cut
     return len(k[cut:].encode())
@@ -96,9 +99,9 @@ def framed_size(list keys not None, list items not None, Py_ssize_t cut=0):
     if len(keys) != n:
         raise ValueError("framed_size: as many keys as items")
     for i in range(n):
-        il = PyBytes_GET_SIZE(<bytes>items[i])
+        il = PyBytes_GET_SIZE(<bytes?>items[i])
         nbytes += il
-        total += 8 + _key_len(<str>keys[i], cut) + il
+        total += 8 + _key_len(<str?>keys[i], cut) + il
     return total, nbytes
 
 
@@ -110,7 +113,7 @@ def frame_piece(list keys not None, list items not None, Py_ssize_t start, Py_ss
         raise ValueError("frame_piece: as many keys as items, start within them")
     end = start
     while end < n and (end == start or total < piece):
-        total += 8 + _key_len(<str>keys[end], cut) + PyBytes_GET_SIZE(<bytes>items[end])
+        total += 8 + _key_len(<str?>keys[end], cut) + PyBytes_GET_SIZE(<bytes?>items[end])
         end += 1
     out = PyBytes_FromStringAndSize(NULL, total)
     cdef unsigned char* w = <unsigned char*>PyBytes_AS_STRING(out)
@@ -139,7 +142,7 @@ def join_piece(list items not None, Py_ssize_t start, Py_ssize_t piece, bint lea
         raise ValueError("join_piece: start within the items")
     end = start
     while end < n and (end == start or total < piece):
-        total += PyBytes_GET_SIZE(<bytes>items[end]) + 1
+        total += PyBytes_GET_SIZE(<bytes?>items[end]) + 1
         end += 1
     if end == start:
         return b"", end

@@ -62,9 +62,15 @@ def merge_joined(bufs: list, pos: list, limit: int, lead: bool = False) -> tuple
     return (b"," if lead and items else b"") + b",".join(items), len(items), state, last
 
 
+def _check_cut(keys: list, cut: int) -> None:
+    if any(not 0 <= cut <= len(k) for k in keys):
+        raise ValueError("a key shorter than the prefix cut from it")
+
+
 def framed_size(keys: list, items: list, cut: int = 0) -> tuple[int, int]:
     if len(keys) != len(items):
         raise ValueError("framed_size: as many keys as items")
+    _check_cut(keys, cut)
     nbytes = sum(len(it) for it in items)
     return sum(8 + len(k[cut:].encode()) for k in keys) + nbytes, nbytes
 
@@ -74,6 +80,7 @@ def frame_piece(keys: list, items: list, start: int, cut: int, piece: int) -> tu
         raise ValueError("frame_piece: as many keys as items, start within them")
     end, total = start, 0
     while end < len(items) and (end == start or total < piece):
+        _check_cut([keys[end]], cut)
         total += 8 + len(keys[end][cut:].encode()) + len(items[end])
         end += 1
     return frame_items([k[cut:] for k in keys[start:end]], items[start:end]), end

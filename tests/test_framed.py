@@ -104,6 +104,10 @@ def test_bad_calls_are_refused(m):
     assert m.merge_joined([], [], 0) == m.merge_joined([], [], 0, True) == (b"", 0, -1, None)
     assert m.END_RECORD == m.frame_meta(b"") == framed_py.END_RECORD
     assert m.merge([b"\x01\x00"], [0], 0) == ([], 0, None)   # a head not whole yet: stream 0 needs more
+    with pytest.raises(ValueError):
+        m.framed_size(["ab"], [b"x"], 3)   # a key shorter than the prefix cut from it
+    with pytest.raises(ValueError):
+        m.frame_piece(["ab"], [b"x"], 0, 3, 10)
 
 
 class _Pieces:

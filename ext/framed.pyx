@@ -20,13 +20,14 @@ brackets, one copy per piece (a cache's list written by any apiserver).
 
 ``frame_items(keys, items)``: the records of items (bytes) under keys (str), one bytes.
 
-``merge(bufs, pos, limit)``: the K streams' item records merged by key, from ``bufs[i][pos[i]:]``, while every
+``merge(bufs, pos, limit, ends=None)``: the K streams' item records merged by key, from ``bufs[i][pos[i]:ends[i]]``
+(a stream is a bytes, or a bytearray a reader fills: ``ends[i]`` says how much of it holds data), while every
 stream not yet at its end record has a whole record buffered; ``pos`` is advanced in place (an end record is
 not consumed). Returns ``(items, state, last_key)``: the merged items (bytes); ``state`` -1 when every stream
 is at its end record, -2 when ``limit`` (> 0) items were taken, else the index of a stream whose next record is
 not whole yet; the key of the last item taken (bytes, None if none).
 
-``merge_joined(bufs, pos, limit, lead=False)``: the same merge, its items written as one bytes, comma-separated
+``merge_joined(bufs, pos, limit, lead=False, ends=None)``: the same merge, its items written as one bytes, comma-separated
 (what a list body holds between its brackets), with ``lead`` a comma before the first item too (a run that follows
 another): ``(joined, count, state, last_key)``. A front writing a list through uses it: no bytes object per item,
 one copy, each run written as it is.
@@ -35,6 +36,7 @@ The pure-Python twin is :mod:`ext.framed_py` (same functions, used as the test o
 """
 
 cimport cython
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_GET_LENGTH
 from libc.stdint cimport uint32_t
@@ -175,15 +177,27 @@ cdef struct Pick:
     Py_ssize_t length
 
 
+cdef inline const unsigned char* _data(object b, Py_ssize_t* size) except NULL:
+    """A stream's bytes and their size: a bytes, or a bytearray (no Python code runs during a merge, so a
+    bytearray cannot be resized under it)."""
+    if type(b) is bytes:
+        size[0] = PyBytes_GET_SIZE(b)
+        return <const unsigned char*>PyBytes_AS_STRING(b)
+    if type(b) is bytearray:
+        size[0] = PyByteArray_GET_SIZE(b)
+        return <const unsigned char*>PyByteArray_AS_STRING(b)
+    raise TypeError(f"merge: a stream is bytes or bytearray, not {type(b).__name__}")
+
+
 @cython.boundscheck(False)
 @cython.wraparound(False)
-cdef Py_ssize_t _merge(list bufs, list pos, Py_ssize_t limit, Pick** picks_out, Py_ssize_t* count,
+cdef Py_ssize_t _merge(list bufs, list pos, Py_ssize_t limit, object ends, Pick** picks_out, Py_ssize_t* count,
                        Py_ssize_t* last_stream, Py_ssize_t* last_at, Py_ssize_t* last_len) except -3:
     """The merge itself: the items taken as (stream, offset, length) in `*picks_out` (malloc'd, the caller frees
     it), `pos` advanced; returns the state (see the module's doc)."""
-    cdef Py_ssize_t k = len(bufs), i, best, taken = 0, cap = 256
-    if k > MAX_STREAMS or len(pos) != k:
-        raise ValueError("merge: at most 256 streams, one position each")
+    cdef Py_ssize_t k = len(bufs), i, best, taken = 0, cap = 256, e
+    if k > MAX_STREAMS or len(pos) != k or (ends is not None and len(ends) != k):
+        raise ValueError("merge: at most 256 streams, one position (and end) each")
     cdef const unsigned char* base[MAX_STREAMS]
     cdef Py_ssize_t size[MAX_STREAMS]
     cdef Py_ssize_t at[MAX_STREAMS]
@@ -193,16 +207,21 @@ cdef Py_ssize_t _merge(list bufs, list pos, Py_ssize_t limit, Pick** picks_out, 
     cdef Py_ssize_t n, m, need = -1
     cdef uint32_t key_len
     cdef int c
-    cdef Pick* picks = <Pick*>malloc(cap * sizeof(Pick))
+    cdef Pick* picks
     cdef Pick* grown
+    for i in range(k):
+        base[i] = _data(bufs[i], &size[i])
+        if ends is not None:
+            e = ends[i]
+            if 0 <= e < size[i]:
+                size[i] = e
+        at[i] = pos[i]
+        if at[i] < 0 or at[i] > size[i]:
+            raise ValueError("merge: a position outside its stream")
+        done[i] = False
+    picks = <Pick*>malloc(cap * sizeof(Pick))
     if picks == NULL:
         raise MemoryError()
-    for i in range(k):
-        b = bufs[i]
-        base[i] = <const unsigned char*>PyBytes_AS_STRING(b)
-        size[i] = PyBytes_GET_SIZE(b)
-        at[i] = pos[i]
-        done[i] = False
     last_stream[0] = -1
     while True:
         if limit > 0 and taken == limit:
@@ -260,38 +279,42 @@ cdef Py_ssize_t _merge(list bufs, list pos, Py_ssize_t limit, Pick** picks_out, 
 
 
 cdef object _last(list bufs, Py_ssize_t stream, Py_ssize_t at, Py_ssize_t n):
+    cdef Py_ssize_t size
     if stream < 0:
         return None
-    return PyBytes_FromStringAndSize(PyBytes_AS_STRING(bufs[stream]) + at, n)
+    return PyBytes_FromStringAndSize(<const char*>_data(bufs[stream], &size) + at, n)
 
 
-def merge(list bufs not None, list pos not None, Py_ssize_t limit):
+def merge(list bufs not None, list pos not None, Py_ssize_t limit, ends=None):
     cdef Pick* picks = NULL
-    cdef Py_ssize_t count = 0, ls = -1, la = 0, ln = 0, i
-    state = _merge(bufs, pos, limit, &picks, &count, &ls, &la, &ln)
+    cdef Py_ssize_t count = 0, ls = -1, la = 0, ln = 0, i, size
+    state = _merge(bufs, pos, limit, ends, &picks, &count, &ls, &la, &ln)
     try:
-        items = [PyBytes_FromStringAndSize(PyBytes_AS_STRING(bufs[picks[i].stream]) + picks[i].start,
+        items = [PyBytes_FromStringAndSize(<const char*>_data(bufs[picks[i].stream], &size) + picks[i].start,
                                            picks[i].length) for i in range(count)]
     finally:
         free(picks)
     return items, state, _last(bufs, ls, la, ln)
 
 
-def merge_joined(list bufs not None, list pos not None, Py_ssize_t limit, bint lead=False):
+def merge_joined(list bufs not None, list pos not None, Py_ssize_t limit, bint lead=False, ends=None):
     cdef Pick* picks = NULL
-    cdef Py_ssize_t count = 0, ls = -1, la = 0, ln = 0, i, total = 0
+    cdef Py_ssize_t count = 0, ls = -1, la = 0, ln = 0, i, total = 0, size
     cdef unsigned char* w
-    state = _merge(bufs, pos, limit, &picks, &count, &ls, &la, &ln)
+    cdef const unsigned char* base[MAX_STREAMS]
+    state = _merge(bufs, pos, limit, ends, &picks, &count, &ls, &la, &ln)
     try:
         for i in range(count):
             total += picks[i].length + 1
         out = PyBytes_FromStringAndSize(NULL, total - (0 if lead else 1) if count else 0)
         w = <unsigned char*>PyBytes_AS_STRING(out)
+        for i in range(len(bufs)):
+            base[i] = _data(bufs[i], &size)
         for i in range(count):
             if i or lead:
                 w[0] = 0x2C   # ','
                 w += 1
-            memcpy(w, PyBytes_AS_STRING(bufs[picks[i].stream]) + picks[i].start, picks[i].length)
+            memcpy(w, base[picks[i].stream] + picks[i].start, picks[i].length)
             w += picks[i].length
     finally:
         free(picks)

@@ -24,9 +24,15 @@ def frame_meta(meta: bytes) -> bytes:
 END_RECORD = frame_meta(b"")
 
 
-def merge(bufs: list, pos: list, limit: int) -> tuple[list[bytes], int, bytes | None]:
-    if len(bufs) > 256 or len(pos) != len(bufs):
-        raise ValueError("merge: at most 256 streams, one position each")
+def merge(bufs: list, pos: list, limit: int, ends: list | None = None) -> tuple[list[bytes], int, bytes | None]:
+    if len(bufs) > 256 or len(pos) != len(bufs) or (ends is not None and len(ends) != len(bufs)):
+        raise ValueError("merge: at most 256 streams, one position (and end) each")
+    if any(type(b) not in (bytes, bytearray) for b in bufs):
+        raise TypeError("merge: a stream is bytes or bytearray")
+    if ends is not None:   # what a reader has filled of each stream
+        bufs = [b[:e] if 0 <= e < len(b) else b for b, e in zip(bufs, ends)]
+    if any(not 0 <= p <= len(b) for b, p in zip(bufs, pos)):
+        raise ValueError("merge: a position outside its stream")
     done = [False] * len(bufs)
     items: list[bytes] = []
     last = None
@@ -46,19 +52,20 @@ def merge(bufs: list, pos: list, limit: int) -> tuple[list[bytes], int, bytes | 
                 continue
             if len(b) - at - 8 < kl + il:
                 return items, i, last
-            key = b[at + 8:at + 8 + kl]
+            key = bytes(b[at + 8:at + 8 + kl])
             if best is None or key < best[0]:
                 best = (key, i, at + 8 + kl, il)
         if best is None:
             return items, -1, last
         key, i, start, il = best
-        items.append(bufs[i][start:start + il])
+        items.append(bytes(bufs[i][start:start + il]))
         last = key
         pos[i] = start + il
 
 
-def merge_joined(bufs: list, pos: list, limit: int, lead: bool = False) -> tuple[bytes, int, int, bytes | None]:
-    items, state, last = merge(bufs, pos, limit)
+def merge_joined(bufs: list, pos: list, limit: int, lead: bool = False,
+                 ends: list | None = None) -> tuple[bytes, int, int, bytes | None]:
+    items, state, last = merge(bufs, pos, limit, ends)
     return (b"," if lead and items else b"") + b",".join(items), len(items), state, last
 
 

@@ -17,6 +17,8 @@ import aiohttp
 
 from machinery.shard_selector import FULL, ShardSelector, parse_shard_selector
 
+from .listconn import ShardLists
+
 log = logging.getLogger("front")
 
 # How often the front looks at its shards' /readyz (and re-reads a shard whose range is not known yet).
@@ -101,6 +103,8 @@ class ShardMap:
     # Client watches served since start: from a resource's shared stream ("feed", front.feed), by K shard
     # watches of their own ("merged"), by one shard ("proxied").
     served: dict = field(default_factory=lambda: {"feed": 0, "merged": 0, "proxied": 0}, repr=False)
+    # Per shard URL, the connections its list answers are read on (front.listconn: received into a buffer).
+    list_clients: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, urls: list[str]) -> "ShardMap":
@@ -118,6 +122,15 @@ class ShardMap:
             await asyncio.gather(self._task, return_exceptions=True)
         if self.session is not None:
             await self.session.close()
+        for c in self.list_clients.values():
+            c.close()
+
+    def lists(self, url: str) -> ShardLists:
+        """The list connections to the shard at `url`."""
+        c = self.list_clients.get(url)
+        if c is None:
+            c = self.list_clients[url] = ShardLists(url)
+        return c
 
     async def _health_forever(self) -> None:
         while True:

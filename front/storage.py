@@ -34,7 +34,7 @@ from machinery.resources import Resource
 from machinery.shard_selector import FULL, ShardSelector
 from storage import errors as serr
 from storage.continue_token import encode_continue, resolve_continue
-from storage.interface import FRONT_FRAMED_HEADER, FRONT_PROGRESS_HEADER, ListPage, ListRequest, WatchRequest, WatchSink
+from storage.interface import FRONT_PROGRESS_HEADER, ListPage, ListRequest, WatchRequest, WatchSink
 from storage.revision import SharedRevision
 from storage.store import EtcdStore, parse_resource_version
 
@@ -47,7 +47,6 @@ Obj = dict[str, Any]
 WATCH_GRACE = 5
 # Events a merged watch holds for one shard before it gives up on a client that does not keep up.
 MAX_QUEUED = 10_000
-_FRAMED = {FRONT_FRAMED_HEADER: "true"}
 
 
 def api_path(res: Resource, namespace: str | None) -> str:
@@ -206,12 +205,7 @@ class FrontStorage(CacheDelegator):
                          selectors: dict[str, str] | None) -> ShardList:
         shard, sel = part
         url = self._url(shard, namespace)
-        resp = await open_get(self.shards.session, url, self._params(base, selectors, sel), _FRAMED, shard)
-        try:
-            return await ShardList(shard.url, resp).start()
-        except BaseException:
-            resp.close()
-            raise
+        return await ShardList.open(self.shards.lists(shard.url), url, self._params(base, selectors, sel), shard)
 
     def _decode(self, b: bytes) -> Obj:
         return jsonenc.loads(self.wire(b))

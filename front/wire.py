@@ -16,9 +16,12 @@ from machinery import errors, jsonenc
 from storage import errors as serr
 from storage.interface import FRONT_FRAMED_HEADER, FRONT_FRAMED_SIZE_HEADER
 
+from .listconn import ListConnection, ShardConnectionError, ShardLists
+
 Obj = dict[str, Any]
 _OBJECT = b',"object":'
 _PREV = b',"prevObject":'
+_FRAMED = {FRONT_FRAMED_HEADER: "true"}
 
 
 def shard_status(url: str, status: int, body: bytes) -> errors.StatusError:
@@ -67,74 +70,87 @@ async def open_get(session: aiohttp.ClientSession, url: str, params: dict[str, s
 
 
 class ShardList:
-    """One shard's list answer, key-framed (ext.framed: the front asks with FRONT_FRAMED_HEADER), read as it
-    arrives: `buf[pos:]` holds what has not been taken yet. `meta`, the list's metadata, is its first record."""
+    """One shard's list answer, key-framed (ext.framed: the front asks with FRONT_FRAMED_HEADER), read as it arrives
+    into its connection's buffer (front.listconn), which the merge reads in place: `buf[pos:end]` holds what has
+    been received and not taken yet. `meta`, the list's metadata, is its first record."""
 
-    def __init__(self, url: str, resp: aiohttp.ClientResponse):
+    def __init__(self, url: str, conn: ListConnection, client: ShardLists):
         self.url = url
-        self.resp = resp
-        self.buf = b""
-        self.pos = 0
+        self.conn = conn
+        self.client = client
         self.meta: Obj = {}
         self.size: tuple[int, int] | None = None   # (items, their bytes), as the shard said (FRONT_FRAMED_SIZE_HEADER)
-        self._next: tuple[bytes, int] | None = None  # a piece read, to be taken from this offset after `buf`
+        self._closed = False
 
-    async def more(self) -> None:
-        """Read what the shard sent next (the answer ends only after its end record). A piece is taken as it
-        arrived, without a copy: a record cut between two pieces is copied alone into a bridge (`buf`), the rest of
-        the piece following it."""
-        if self._next is not None:   # the bridge has been taken (else: both, in one bytes)
-            chunk, at = self._next
-            self._next = None
-            self.buf, self.pos = (chunk, at) if self.pos >= len(self.buf) else (self.buf[self.pos:] + chunk[at:], 0)
-            return
+    @classmethod
+    async def open(cls, client: ShardLists, url: str, params: dict[str, str], shard=None) -> "ShardList":
+        """GET the framed list: a non-200 answer raises the shard's Status. Given the `shard` (front.shards.Shard),
+        the wait and the answer are cut when its health checks mark it down."""
         try:
-            chunk, _ = await self.resp.content.readchunk()   # one piece as received: no join
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
-            raise unreachable(self.url, e) from None
-        if not chunk:
-            raise unreachable(self.url, EOFError("list cut short"))
-        rest = self.buf[self.pos:] if self.pos < len(self.buf) else b""
-        self.pos = 0
-        if not rest:
-            self.buf = chunk
-            return
-        head = rest[:8] if len(rest) >= 8 else rest + chunk[:8 - len(rest)]
-        if len(head) == 8:
-            a, b = _HEAD.unpack(head)
-            cut = (8 + b if a == _MARK else 8 + a + b) - len(rest)   # what the cut record still needs
-            if 0 < cut < len(chunk):
-                self.buf = rest + chunk[:cut]
-                self._next = (chunk, cut)
-                return
-        self.buf = rest + chunk
+            asked = client.get(url, params, _FRAMED)
+            conn = await (asked if shard is None else shard.unless_cut(asked))
+        except (ShardConnectionError, OSError, asyncio.TimeoutError) as e:
+            raise unreachable(url, e) from None
+        if conn.status != 200:
+            try:
+                await conn.read_all()
+            except ShardConnectionError as e:
+                conn.abort()
+                raise unreachable(url, e) from None
+            body = conn.body()
+            client.release(conn)
+            raise shard_status(url, conn.status, body)
+        ls = cls(url, conn, client)
+        if shard is not None:
+            shard.responses.add(ls)
+        try:
+            return await ls.start()
+        except BaseException:
+            ls.close()
+            raise
 
-    def _unread(self) -> bytes:
-        """What has been read and not taken yet, in one bytes."""
-        rest = self.buf[self.pos:]
-        if self._next is not None:
-            chunk, at = self._next
-            rest += chunk[at:]
-            self._next = None
-        return rest
+    @property
+    def buf(self) -> bytearray:
+        return self.conn.buf
+
+    @property
+    def pos(self) -> int:
+        return self.conn.start
+
+    @property
+    def end_at(self) -> int:
+        return self.conn.end
+
+    def taken(self, pos: int) -> None:
+        self.conn.taken(pos)
+
+    async def more(self, have: int | None = None) -> None:
+        """Wait for more of the answer than `have` bytes not taken (default: what there is now; it ends only after
+        its end record)."""
+        try:
+            await self.conn.more(have)
+        except ShardConnectionError as e:
+            raise unreachable(self.url, e) from None
 
     async def _record(self) -> bytes:
         """The metadata or end record at `pos`, taken."""
-        while len(self.buf) - self.pos < 8:
+        c = self.conn
+        while c.end - c.start < 8:
             await self.more()
-        mark, n = _HEAD.unpack_from(self.buf, self.pos)
+        mark, n = _HEAD.unpack_from(c.buf, c.start)
         if mark != _MARK:
             raise unreachable(self.url, ValueError("not a framed list"))
-        while len(self.buf) - self.pos - 8 < n:
+        while c.end - c.start - 8 < n:
             await self.more()
-        body = self.buf[self.pos + 8:self.pos + 8 + n]
-        self.pos += 8 + n
+        body = bytes(memoryview(c.buf)[c.start + 8:c.start + 8 + n])
+        c.taken(c.start + 8 + n)
         return body
 
     async def start(self) -> "ShardList":
-        if self.resp.headers.get(FRONT_FRAMED_HEADER) != "true":
+        headers = self.conn.headers
+        if headers.get(FRONT_FRAMED_HEADER.lower()) != "true":
             raise unreachable(self.url, ValueError("answered a list without key framing"))
-        size = self.resp.headers.get(FRONT_FRAMED_SIZE_HEADER)
+        size = headers.get(FRONT_FRAMED_SIZE_HEADER.lower())
         if size:
             count, _, nbytes = size.partition(",")
             self.size = (int(count), int(nbytes))
@@ -142,12 +158,30 @@ class ShardList:
         return self
 
     async def end(self) -> None:
-        """After the last item: the end record, and the answer is done."""
+        """After the last item: the end record (`close` then keeps the connection for the next list)."""
         await self._record()
-        self.resp.release()
+
+    async def read_all(self) -> None:
+        """The rest of the answer (a page: at most `limit` items), to be merged with `take`."""
+        try:
+            await self.conn.read_all()
+        except ShardConnectionError as e:
+            raise unreachable(self.url, e) from None
+        c = self.conn
+        if c.end - c.start < len(_END) or c.buf[c.end - len(_END):c.end] != _END:
+            # (JSON never holds a 0xFF byte: only the end record ends so)
+            raise unreachable(self.url, EOFError("list cut short"))
 
     def close(self) -> None:
-        self.resp.close()
+        """Done with the answer: a connection whose answer came whole is kept for the next request, any other
+        closed (a reader that stopped early, a shard marked down: `Shard.cut`)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.conn.complete and self.conn.exc is None:
+            self.client.release(self.conn)
+        else:
+            self.conn.abort()
 
 
 async def merged(lists: list[ShardList], runs: bool = False) -> AsyncIterator[list[bytes] | bytes]:
@@ -159,43 +193,37 @@ async def merged(lists: list[ShardList], runs: bool = False) -> AsyncIterator[li
     while True:
         pos = [ls.pos for ls in lists]
         bufs = [ls.buf for ls in lists]
+        ends = [ls.end_at for ls in lists]
         if runs:
-            items, n, state, _ = ext.framed.merge_joined(bufs, pos, 0, lead)
+            items, n, state, _ = ext.framed.merge_joined(bufs, pos, 0, lead, ends)
             lead = lead or n > 0
         else:
-            items, state, _ = ext.framed.merge(bufs, pos, 0)
+            items, state, _ = ext.framed.merge(bufs, pos, 0, ends)
             n = len(items)
         for ls, p in zip(lists, pos):
-            ls.pos = p
+            ls.taken(p)
+        if state >= 0:
+            seen = ends[state] - pos[state]   # (the rest may come while the batch is written)
         if n:
             yield items
         if state == -1:
             break
-        await lists[state].more()
+        await lists[state].more(seen)
     for ls in lists:
         await ls.end()
 
 
 async def read_whole(lists: list[ShardList]) -> None:
     """Every list read to its end (pages: at most `limit` items each), to be merged with `take`."""
-    async def one(ls: ShardList) -> None:
-        try:
-            rest = await ls.resp.content.read()
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
-            raise unreachable(ls.url, e) from None
-        ls.buf, ls.pos = ls._unread() + rest, 0
-        if not ls.buf.endswith(_END):   # JSON never holds a 0xFF byte: only the end record ends so
-            raise unreachable(ls.url, EOFError("list cut short"))
-        ls.resp.release()
-    await asyncio.gather(*(one(ls) for ls in lists))
+    await asyncio.gather(*(ls.read_all() for ls in lists))
 
 
 def take(lists: list[ShardList], limit: int) -> tuple[list[bytes], str | None]:
     """From lists read whole: up to `limit` (0: every) items in key order, and the last one's key."""
     pos = [ls.pos for ls in lists]
-    items, _, last = ext.framed.merge([ls.buf for ls in lists], pos, limit)
+    items, _, last = ext.framed.merge([ls.buf for ls in lists], pos, limit, [ls.end_at for ls in lists])
     for ls, p in zip(lists, pos):
-        ls.pos = p
+        ls.taken(p)
     return items, None if last is None else last.decode()
 
 

@@ -110,63 +110,102 @@ def test_bad_calls_are_refused(m):
         m.frame_piece(["ab"], [b"x"], 0, 3, 10)
 
 
-class _Pieces:
-    """An answer's body as the socket delivered it, piece by piece (aiohttp's StreamReader.readchunk / read)."""
+class _Transport:
+    """What a front.listconn.ListConnection's loop would be: bytes delivered into the buffers it offers, piece by
+    piece as the socket would deliver them, never while it paused reading."""
 
-    def __init__(self, body: bytes, cuts: list[int]):
-        self.pieces, at = [], 0
-        for c in cuts:
-            if at < len(body):
-                self.pieces.append(body[at:at + c])
-                at += c
-        if at < len(body):
-            self.pieces.append(body[at:])
-
-    async def readchunk(self):
-        return (self.pieces.pop(0), False) if self.pieces else (b"", False)
-
-    async def read(self):
-        rest, self.pieces = b"".join(self.pieces), []
-        return rest
-
-
-class _Answer:
-    def __init__(self, body: bytes, cuts: list[int]):
+    def __init__(self, conn, body: bytes, cuts: list[int]):
         from storage.interface import FRONT_FRAMED_HEADER
-        self.headers = {FRONT_FRAMED_HEADER: "true"}
-        self.content = _Pieces(body, cuts)
+        head = (b"HTTP/1.1 200 OK\r\n%s: true\r\nContent-Length: %d\r\n\r\n"
+                % (FRONT_FRAMED_HEADER.encode(), len(body)))
+        self.data, self.conn, self.cuts = head + body, conn, cuts
+        self.paused = self.aborted = False
+        conn.connection_made(self)
 
-    def release(self):
-        pass
+    def pause_reading(self):
+        assert not self.paused
+        self.paused = True
 
-    def close(self):
-        pass
+    def resume_reading(self):
+        assert self.paused
+        self.paused = False
+
+    def abort(self):
+        self.aborted = True
+
+    async def deliver(self):
+        import asyncio
+        at, i = 0, 0
+        while at < len(self.data):
+            if self.paused:
+                await asyncio.sleep(0)
+                continue
+            buf = self.conn.get_buffer(-1)
+            assert len(buf) > 0
+            n = min(len(buf), self.cuts[i % len(self.cuts)], len(self.data) - at)
+            buf[:n] = self.data[at:at + n]
+            del buf
+            i += 1
+            at += n
+            self.conn.buffer_updated(n)
+            await asyncio.sleep(0)
 
 
 @settings(max_examples=150, deadline=None)
 @given(keys=st.lists(_key, unique=True, min_size=0, max_size=25), k=st.integers(1, 3),
-       cut=st.lists(st.integers(1, 40), min_size=1, max_size=8), whole=st.booleans(), data=st.data())
-def test_front_reads_pieces_without_joining_them(keys, k, cut, whole, data):
-    """front.wire.ShardList takes each piece as it arrived and bridges a record cut between two pieces: the
-    merged list, and the pages read whole after the metadata record, are the sorted union whatever the cuts."""
+       cut=st.lists(st.integers(1, 40), min_size=1, max_size=8), whole=st.booleans(),
+       window=st.sampled_from([8, 24, 64, 1 << 20]), writes=st.integers(0, 3), data=st.data())
+def test_front_reads_answers_into_one_buffer(keys, k, cut, whole, window, writes, data):
+    """front.wire.ShardList reads a shard's answer into its connection's buffer (front.listconn), whatever pieces
+    the socket delivers, pausing at `window` bytes ahead of the merge, moving what is left to the front or growing
+    the buffer for a record larger than it: the merged list, and the pages read whole after the metadata record,
+    are the sorted union, and each connection ends its answer whole (ready to be kept)."""
     import asyncio
 
+    from front import listconn
     from front.wire import ShardList, merged, read_whole, take
     owner = data.draw(st.lists(st.integers(0, k - 1), min_size=len(keys), max_size=len(keys)))
     want = [b'{"k":"%s"}' % key.encode() for key in sorted(keys, key=lambda s: s.encode())]
 
+    class _Client:
+        def __init__(self):
+            self.released = []
+
+        def release(self, conn):
+            self.released.append(conn)
+
     async def run():
-        lists = [await ShardList(f"s{i}", _Answer(b, cut * 50)).start()
-                 for i, b in enumerate(_streams(framed_c, keys, k, owner))]
+        conns, feeds = [], []
+        for b in _streams(framed_c, keys, k, owner):
+            conn = listconn.ListConnection()
+            t = _Transport(conn, b, cut * 50)
+            feeds.append(asyncio.ensure_future(t.deliver()))
+            conns.append(conn)
+        while not all(c.head_done for c in conns):
+            await asyncio.sleep(0)
+        client = _Client()
+        lists = [await ShardList(f"s{i}", c, client).start() for i, c in enumerate(conns)]
         assert all(ls.meta == {"resourceVersion": "7"} for ls in lists)
         if whole:
             await read_whole(lists)
-            return take(lists, 0)[0]
-        out = b""
-        async for run_ in merged(lists, runs=True):
-            out += run_
+            out = take(lists, 0)[0]
+        else:
+            out = b""
+            async for run_ in merged(lists, runs=True):
+                out += run_
+                for _ in range(writes):   # (as a client write lets the loop run: more arrives meanwhile)
+                    await asyncio.sleep(0)
+        await asyncio.gather(*feeds)
+        for ls in lists:
+            ls.close()
+        assert client.released == conns and all(c.complete for c in conns)
         return out
-    got = asyncio.run(run())
+    old = listconn.WINDOW, listconn.MIN_READ, listconn.FIRST_BUFFER
+    listconn.WINDOW, listconn.MIN_READ, listconn.FIRST_BUFFER = window, min(window, 16), 32
+    try:
+        got = asyncio.run(run())
+    finally:
+        listconn.WINDOW, listconn.MIN_READ, listconn.FIRST_BUFFER = old
     assert got == (want if whole else b",".join(want))
 
 

@@ -114,7 +114,11 @@ class ListConnection(asyncio.BufferedProtocol):
         self.head_done = True
         received = self.end - self.start
         if "content-length" in hdrs:
-            self.body_left = int(hdrs["content-length"]) - received
+            try:
+                self.body_left = int(hdrs["content-length"]) - received
+            except ValueError:
+                self._fail(ShardConnectionError(f"a malformed Content-Length: {hdrs['content-length'][:40]!r}"))
+                return
         elif "chunked" in hdrs.get("transfer-encoding", "").lower():
             self.chunked, self.keep_alive = True, False   # (only a Status comes so: read whole, then closed)
         else:
@@ -268,7 +272,6 @@ class ShardLists:
         u = urlsplit(url)
         self.host = u.hostname or "127.0.0.1"
         self.port = u.port or (443 if u.scheme == "https" else 80)
-        self.base_path = u.path.rstrip("/")
         self.ssl = ssl.create_default_context() if u.scheme == "https" else None
         self.host_header = u.netloc.rsplit("@", 1)[-1]
         self.idle: list[ListConnection] = []
@@ -315,9 +318,9 @@ class ShardLists:
             return conn
 
     def release(self, conn: ListConnection) -> None:
-        """An answer taken whole: the connection is kept for the next, or closed."""
-        if conn.closed or not conn.keep_alive or not conn.complete or conn.start != conn.end or \
-                len(self.idle) >= MAX_IDLE:
+        """An answer received whole (what the reader left of it is dropped): the connection is kept for the next,
+        or closed."""
+        if conn.closed or not conn.keep_alive or not conn.complete or len(self.idle) >= MAX_IDLE:
             conn.abort()
             return
         conn.reset()

@@ -44,6 +44,8 @@ class Shard:
         """Await `aw` (a request to this shard), or raise TimeoutError if the shard is marked down meanwhile
         (or already is)."""
         if not self.ready:
+            if asyncio.iscoroutine(aw):
+                aw.close()   # (never to be awaited)
             raise asyncio.TimeoutError("marked down by the front's health checks")
         task = asyncio.ensure_future(aw)
         cut = asyncio.get_running_loop().create_future()
@@ -64,7 +66,7 @@ class Shard:
         """Marked down: every answer being read from it ends (its reader gets a connection error, as if the
         shard had closed it), every request waiting for one fails."""
         for resp in list(self.responses):
-            resp.close()
+            getattr(resp, "cut", resp.close)()   # (a list answer received whole is left to its reader)
         for f in list(self.waiting):
             if not f.done():
                 f.set_result(None)

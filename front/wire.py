@@ -172,9 +172,16 @@ class ShardList:
             # (JSON never holds a 0xFF byte: only the end record ends so)
             raise unreachable(self.url, EOFError("list cut short"))
 
+    def cut(self) -> None:
+        """The shard was marked down (`Shard.cut`): an answer still coming ends, its reader gets UNREACHABLE (one
+        received whole is left to its reader)."""
+        if not self._closed and not self.conn.complete:
+            self._closed = True
+            self.conn.abort()
+
     def close(self) -> None:
         """Done with the answer: a connection whose answer came whole is kept for the next request, any other
-        closed (a reader that stopped early, a shard marked down: `Shard.cut`)."""
+        closed (a reader that stopped early)."""
         if self._closed:
             return
         self._closed = True

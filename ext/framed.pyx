@@ -27,10 +27,10 @@ not consumed). Returns ``(items, state, last_key)``: the merged items (bytes); `
 is at its end record, -2 when ``limit`` (> 0) items were taken, else the index of a stream whose next record is
 not whole yet; the key of the last item taken (bytes, None if none).
 
-``merge_joined(bufs, pos, limit, lead=False, ends=None)``: the same merge, its items written as one bytes, comma-separated
-(what a list body holds between its brackets), with ``lead`` a comma before the first item too (a run that follows
-another): ``(joined, count, state, last_key)``. A front writing a list through uses it: no bytes object per item,
-one copy, each run written as it is.
+``merge_joined(bufs, pos, limit, lead=False, ends=None)``: the same merge, its items written as one bytes,
+comma-separated (what a list body holds between its brackets), with ``lead`` a comma before the first item too (a run
+that follows another): ``(joined, count, state, last_key)``. A front writing a list through uses it: no bytes object
+per item, one copy, each run written as it is.
 
 The pure-Python twin is :mod:`ext.framed_py` (same functions, used as the test oracle).
 """

@@ -71,7 +71,7 @@ async def open_get(session: aiohttp.ClientSession, url: str, params: dict[str, s
 
 class ShardList:
     """One shard's list answer, key-framed (ext.framed: the front asks with FRONT_FRAMED_HEADER), read as it arrives
-    into its connection's buffer (front.listconn), which the merge reads in place: `buf[pos:end]` holds what has
+    into its connection's buffer (front.listconn), which the merge reads in place: `buf[pos:end_at]` holds what has
     been received and not taken yet. `meta`, the list's metadata, is its first record."""
 
     def __init__(self, url: str, conn: ListConnection, client: ShardLists):

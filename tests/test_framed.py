@@ -144,10 +144,10 @@ class _Transport:
             assert len(buf) > 0
             n = min(len(buf), self.cuts[i % len(self.cuts)], len(self.data) - at)
             buf[:n] = self.data[at:at + n]
-            del buf
             i += 1
             at += n
-            self.conn.buffer_updated(n)
+            self.conn.buffer_updated(n)   # (with the buffer still held, as uvloop holds it: no resize meanwhile)
+            del buf
             await asyncio.sleep(0)
 
 

@@ -181,28 +181,26 @@ class ListConnection(asyncio.BufferedProtocol):
             self._make_room()   # the reader needs more than fits: room now, or the window would hold it back
         self._resume()
         while self.end - self.start <= have:
-            if self.exc is not None or self.closed:
-                raise ShardConnectionError(str(self.exc) if self.exc else "the shard closed the connection")
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
+            await self._next()
 
     async def read_all(self) -> None:
         """The rest of the answer, whatever its size."""
         self.want_all = True
         self._resume()
         while not self.complete:
-            if self.exc is not None or self.closed:
-                raise ShardConnectionError(str(self.exc) if self.exc else "the shard closed the connection")
             if len(self.buf) - self.end < MIN_READ:
                 self._make_room()
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
+            await self._next()
+
+    async def _next(self) -> None:
+        """Until the next bytes arrive (or the connection ends: ShardConnectionError)."""
+        if self.exc is not None or self.closed:
+            raise ShardConnectionError(str(self.exc) if self.exc else "the shard closed the connection")
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
 
     def body(self) -> bytes:
         """The whole answer's body (after read_all), chunked transfer decoded."""

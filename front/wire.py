@@ -31,6 +31,8 @@ def shard_status(url: str, status: int, body: bytes) -> errors.StatusError:
         if not isinstance(st, dict) or st.get("kind") != "Status":
             raise ValueError
     except ValueError:
+        if status == 404:   # Go's plain "404 page not found": a shard that does not serve the resource (yet)
+            return errors.StatusError(404, "NotFound", "the server could not find the requested resource")
         return errors.StatusError(status, "InternalError", f"shard {url}: HTTP {status}")
     e = errors.StatusError(int(st.get("code") or status), st.get("reason") or "", st.get("message") or "",
                            st.get("details") if "details" in st else None, st.get("metadata") or None)
@@ -97,9 +99,9 @@ class ShardList:
             except ShardConnectionError as e:
                 conn.abort()
                 raise unreachable(url, e) from None
-            body = conn.body()
-            client.release(conn)
-            raise shard_status(url, conn.status, body)
+            status, body = conn.status, conn.body()
+            client.release(conn)   # (which readies it for the next answer: status and body are taken first)
+            raise shard_status(url, status, body)
         ls = cls(url, conn, client)
         if shard is not None:
             shard.responses.add(ls)

@@ -209,6 +209,59 @@ def test_front_reads_answers_into_one_buffer(keys, k, cut, whole, window, writes
     assert got == (want if whole else b",".join(want))
 
 
+def test_a_shard_refusal_on_a_kept_connection_keeps_its_code():
+    """A shard's refusal of a list, on a connection the front keeps (Content-Length, keep-alive), reaches the
+    client with its code, a Status or not (a shard that does not serve a CRD yet answers Go's plain "404 page not
+    found", as upstream): the code was once read after the connection was readied for the next answer, and a
+    client of the front got "HTTP/1.1 0" on a CRD's first list. The kept connection then serves the next answer.
+    (A loopback HTTP server stands in for the shard: this is the front's client side.)"""
+    import asyncio
+
+    import orjson
+    from aiohttp import web
+
+    from front.listconn import ShardLists
+    from front.wire import ShardList
+    from machinery import errors
+
+    status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Gone",
+              "message": "too old resource version: 2 (9)", "code": 410}
+    peers = []
+
+    async def handle(request):
+        peers.append(id(request.transport))
+        if len(peers) % 2:
+            return web.Response(status=404, text="404 page not found\n")
+        return web.Response(status=410, body=orjson.dumps(status), content_type="application/json")
+
+    async def run():
+        app = web.Application()
+        app.router.add_get("/apis/ex.example.com/v1/gadgets", handle)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        url = f"http://127.0.0.1:{port}/apis/ex.example.com/v1/gadgets"
+        client = ShardLists(f"http://127.0.0.1:{port}")
+        try:
+            for want in (404, 410, 404, 410):
+                with pytest.raises(errors.StatusError) as e:
+                    await ShardList.open(client, url, {"limit": "1"})
+                assert e.value.code == want
+                if want == 410:
+                    assert (e.value.reason, e.value.message) == ("Gone", status["message"])
+                else:   # (as client-go's NewGenericServerResponse words a bare 404)
+                    assert (e.value.reason, e.value.message) == ("NotFound",
+                                                                 "the server could not find the requested resource")
+                assert len(client.idle) == 1   # kept for the next answer
+        finally:
+            client.close()
+            await runner.cleanup()
+        assert len(peers) == 4 and len(set(peers)) == 1   # the answers on one connection
+    asyncio.run(run())
+
+
 @settings(max_examples=200, deadline=None)
 @given(names=st.lists(_key, min_size=0, max_size=30), prefix=st.sampled_from(["", "/registry/configmaps/", "ns/"]),
        piece=st.integers(1, 120))

@@ -729,13 +729,17 @@ def test_max_requests_inflight_is_429_and_watches_do_not_count(limited_ours):
     assert server.api.get("/api/v1/namespaces/default/configmaps").status_code == 200
     done: list[int] = []
     threads = [threading.Thread(target=_slow_get, args=(server, done)) for _ in range(2)]
-    for t in threads:
-        t.start()
-    time.sleep(0.4)
     refused = dict(verb="LIST", group="", version="v1", resource="configmaps", subresource="", scope="namespace")
     before = _refused(server, **refused)
-    r = server.api.get("/api/v1/namespaces/default/configmaps")
-    assert r.status_code == 429
+    for t in threads:
+        t.start()
+    # Read again until both slow reads are in flight (a fixed wait missed their 1 s on a loaded machine): the
+    # first read after that is refused; none may be refused before.
+    while True:
+        r = server.api.get("/api/v1/namespaces/default/configmaps")
+        if r.status_code != 200 or len(done) == 2:
+            break
+    assert r.status_code == 429, (r.status_code, done)
     assert _refused(server, **refused) == (before[0] + 1, before[1] + 1)
     assert r.headers["Retry-After"] == "1" and r.headers["Content-Type"] == "text/plain; charset=utf-8"
     assert r.content == b"Too many requests, please try again later.\n"

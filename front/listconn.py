@@ -19,6 +19,8 @@ import asyncio
 import ssl
 from urllib.parse import quote, urlencode, urlsplit
 
+from machinery import http1
+
 WINDOW = 1 << 20        # bytes received ahead of the reader before reading pauses
 MIN_READ = 64 << 10     # the least room offered to a read
 FIRST_BUFFER = 128 << 10
@@ -97,19 +99,13 @@ class ListConnection(asyncio.BufferedProtocol):
         i = self.buf.find(b"\r\n\r\n", 0, self.end)
         if i < 0:
             return
-        lines = bytes(self.buf[:i]).decode("latin-1").split("\r\n")
-        version, _, rest = lines[0].partition(" ")
         try:
-            self.status = int(rest[:3])
-        except ValueError:
-            self._fail(ShardConnectionError(f"not an HTTP answer: {lines[0][:80]!r}"))
+            head = http1.parse_head(memoryview(self.buf)[:i])
+        except ValueError as e:
+            self._fail(ShardConnectionError(str(e)))
             return
-        hdrs = {}
-        for line in lines[1:]:
-            k, _, v = line.partition(":")
-            hdrs[k.strip().lower()] = v.strip()
-        self.headers = hdrs
-        self.keep_alive = version == "HTTP/1.1" and hdrs.get("connection", "").lower() != "close"
+        self.status, self.headers, self.keep_alive = head
+        hdrs = head.headers
         self.start = i + 4
         self.head_done = True
         received = self.end - self.start
@@ -287,9 +283,7 @@ class ShardLists:
         """Send the GET and wait for the answer's head; the connection is then the caller's until `release`."""
         path = urlsplit(url)
         target = (path.path or "/") + ("?" + urlencode(params, quote_via=quote) if params else "")
-        head = [f"GET {target} HTTP/1.1\r\nHost: {self.host_header}\r\n"]
-        head += [f"{k}: {v}\r\n" for k, v in headers.items()]
-        data = ("".join(head) + "\r\n").encode("latin-1")
+        data = http1.request_head("GET", target, self.host_header, headers)
         while True:
             reused = False
             while self.idle:

@@ -17,6 +17,8 @@ import asyncio
 import ssl
 from urllib.parse import urlsplit
 
+from machinery import http1
+
 
 class H1Error(Exception):
     """The request could not be sent or its answer not read (no HTTP status)."""
@@ -53,13 +55,8 @@ class H1Client:
     async def request(self, method: str, path: str, headers: dict[str, str], body: bytes | None = None,
                       timeout: float = 10.0) -> tuple[int, dict[str, str], bytes]:
         """(status, headers with lower-case names, body); H1Error if no answer could be had."""
-        head = [f"{method} {path} HTTP/1.1\r\nHost: {self.host_header}\r\n"]
-        for k, v in headers.items():
-            head.append(f"{k}: {v}\r\n")
-        if body is not None or method in ("POST", "PUT", "PATCH"):
-            head.append(f"Content-Length: {len(body or b'')}\r\n")
-        head.append("\r\n")
-        data = "".join(head).encode("latin-1") + (body or b"")
+        length = len(body or b"") if body is not None or method in ("POST", "PUT", "PATCH") else None
+        data = http1.request_head(method, path, self.host_header, headers, length) + (body or b"")
         try:
             async with asyncio.timeout(timeout):
                 while True:
@@ -95,15 +92,7 @@ class H1Client:
             raise
         except ConnectionError:         # reset before a byte of the answer: as an end before it
             raise _NothingRead() from None
-        lines = block.decode("latin-1").split("\r\n")
-        version, status_text = lines[0].split(" ", 1) if " " in lines[0] else (lines[0], "")
-        status = int(status_text[:3])
-        hdrs: dict[str, str] = {}
-        for line in lines[1:]:
-            if line:
-                k, _, v = line.partition(":")
-                hdrs[k.strip().lower()] = v.strip()
-        keep = hdrs.get("connection", "").lower() != "close" and version == "HTTP/1.1"
+        status, hdrs, keep = http1.parse_head(block)
         if status in (204, 304) or 100 <= status < 200:
             return status, hdrs, b"", keep
         if "chunked" in hdrs.get("transfer-encoding", "").lower():

@@ -223,10 +223,10 @@ class Compressor:
             self._listing = None
             self._in_flight = False
 
-    def kept(self, frame_len: int) -> None:
-        """A compressed entry became current (a warm start restored it)."""
-        self.compressed += 1
-        self.compressed_bytes += frame_len
+    def kept(self, frame_bytes: int, count: int = 1) -> None:
+        """Compressed entries became current (a warm start restored `count` of them, `frame_bytes` in all)."""
+        self.compressed += count
+        self.compressed_bytes += frame_bytes
 
     def dropped(self, e) -> None:
         """A compressed entry stopped being current (replaced or deleted)."""

@@ -290,25 +290,13 @@ class WatchCache:
         under the prefix, slots below the allocator's and each used once, codec ids 0 (plain) or in `codecs`
         (ValueError otherwise; KeyError for an unknown codec). Compressed entries stay compressed. Returns the
         last key and the (key, rv) of the entry with the greatest RV so far (`newest` before this chunk)."""
-        slots, insert, prefix = self.slots, self.store.insert, self.prefix
-        note = self.compressor.note if self.compressor is not None else None
-        top_key, top = newest
-        for key, rv, data, slot, uid_hash, codec_id in entries:
-            if key <= after or not key.startswith(prefix):
-                raise ValueError(f"key {key!r} out of order or outside {prefix}")
-            if slots[slot] is not None or slot < 0:
-                raise ValueError(f"slot {slot} used twice")
-            e = slots[slot] = Entry(key, rv, data, slot, uid_hash, codecs[codec_id] if codec_id else None)
-            insert(key, e)
-            if note is not None:
-                if codec_id:
-                    self.compressor.kept(len(data))
-                else:
-                    note(e)
-            after = key
-            if rv > top:
-                top_key, top = key, rv
-        return after, (top_key, top)
+        after, newest, plain, ncompressed, compressed_bytes = ext.restore_entries(
+            entries, after, self.prefix, self.slots, self.store.insert, codecs, newest)
+        if self.compressor is not None:
+            self.compressor.kept(compressed_bytes, ncompressed)
+            for e in plain:
+                self.compressor.note(e)
+        return after, newest
 
     def restore_indexes(self, indexes: "Indexes") -> None:
         """The saved bitmaps and the slot allocator that go with the restored entries (begin_restore)."""

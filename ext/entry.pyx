@@ -129,3 +129,39 @@ cdef extern from *:
     static Py_ssize_t Py_TYPE_BASICSIZE(PyObject *o) { return Py_TYPE(o)->tp_basicsize; }
     """
     Py_ssize_t Py_TYPE_BASICSIZE(object o)
+
+
+def restore_entries(entries, str after, str prefix, list slots, object insert, dict codecs, tuple newest):
+    """A warm start's chunk of saved entries installed (cache/watch_cache.py `WatchCache.add_restored`, which
+    documents the checks): each a (key, rv, stored bytes, slot, uid_hash, codec id) tuple, made an Entry, put in
+    `slots` and the B-tree (`insert`). Compiled because a restart installs every object this way (280,000 of them
+    took ~0.25 s of a 0.9 s warm start in Python). Returns (the last key, the (key, rv) of the newest entry so
+    far, the entries kept plain, how many are compressed, their stored bytes)."""
+    cdef Py_ssize_t nslots = len(slots), ncompressed = 0, compressed_bytes = 0
+    cdef int64_t rv, slot, top
+    cdef uint64_t uid_hash
+    cdef str key, top_key
+    cdef bytes data
+    cdef Entry e
+    cdef list plain = []
+    top_key, top = newest
+    for key, rv, data, slot, uid_hash, codec_id in entries:
+        if key is None or data is None:
+            raise TypeError("a saved entry's key is a str and its data bytes")
+        if key <= after or not key.startswith(prefix):
+            raise ValueError(f"key {key!r} out of order or outside {prefix}")
+        if slot < 0 or slot >= nslots or slots[slot] is not None:
+            raise ValueError(f"slot {slot} used twice or beyond the allocator's")
+        if codec_id:
+            e = Entry(key, rv, data, slot, uid_hash, codecs[codec_id])
+            ncompressed += 1
+            compressed_bytes += len(data)
+        else:
+            e = Entry(key, rv, data, slot, uid_hash, None)
+            plain.append(e)
+        slots[slot] = e
+        insert(key, e)
+        after = key
+        if rv > top:
+            top_key, top = key, rv
+    return after, (top_key, top), plain, ncompressed, compressed_bytes

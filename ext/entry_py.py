@@ -69,3 +69,30 @@ class WindowEvent:
 
     def __repr__(self) -> str:
         return f"Event({self.type}, {self.key!r}, rv={self.rv})"
+
+
+def restore_entries(entries, after: str, prefix: str, slots: list, insert, codecs: dict, newest: tuple):
+    """Twin of ext.entry.restore_entries."""
+    ncompressed = compressed_bytes = 0
+    plain = []
+    top_key, top = newest
+    for key, rv, data, slot, uid_hash, codec_id in entries:
+        if not isinstance(key, str) or not isinstance(data, bytes):
+            raise TypeError("a saved entry's key is a str and its data bytes")
+        if key <= after or not key.startswith(prefix):
+            raise ValueError(f"key {key!r} out of order or outside {prefix}")
+        if slot < 0 or slot >= len(slots) or slots[slot] is not None:
+            raise ValueError(f"slot {slot} used twice or beyond the allocator's")
+        if codec_id:
+            e = Entry(key, rv, data, slot, uid_hash, codecs[codec_id])
+            ncompressed += 1
+            compressed_bytes += len(data)
+        else:
+            e = Entry(key, rv, data, slot, uid_hash, None)
+            plain.append(e)
+        slots[slot] = e
+        insert(key, e)
+        after = key
+        if rv > top:
+            top_key, top = key, rv
+    return after, (top_key, top), plain, ncompressed, compressed_bytes

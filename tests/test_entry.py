@@ -76,3 +76,48 @@ def test_compiled_window_event_is_48_bytes_and_untracked():
     assert not gc.is_tracked(ev) and ev.__sizeof__() <= 48
     with pytest.raises(AttributeError):
         ev.time = 2.0
+
+
+def _chunk(draw_keys, codec_ids):
+    return [(f"/registry/things/{k}", 10 + i, b"x" * (i + 1), i, 2 ** 64 - 1 - i, c)
+            for i, (k, c) in enumerate(zip(draw_keys, codec_ids))]
+
+
+@pytest.mark.parametrize("impl", ["compiled", "twin"])
+def test_restore_entries_installs_a_chunk_and_refuses_a_bad_one(impl):
+    """ext.restore_entries (a warm start's install of saved entries, WatchCache.add_restored) and its twin: every
+    entry in its slot and the B-tree, the compressed ones with their codec and counted, the plain ones returned,
+    the newest (key, rv) kept; a key out of order or outside the prefix, a slot used twice or beyond the
+    allocator's, an unknown codec or a missing key or bytes refused."""
+    from ext import entry_py
+    restore = ext.restore_entries if impl == "compiled" else entry_py.restore_entries
+    codec = object()
+    rows = _chunk(["a", "b", "c", "d"], [0, 7, 7, 0])
+    rows[2] = rows[2][:1] + (99,) + rows[2][2:]          # the newest entry is "c"
+    slots, tree = [None] * 6, ext.BTree()
+    after, newest, plain, n, nbytes = restore(rows, "", "/registry/things/", slots, tree.insert, {7: codec},
+                                              ("", -1))
+    assert after == "/registry/things/d" and newest == ("/registry/things/c", 99)
+    assert [e.key for e in plain] == ["/registry/things/a", "/registry/things/d"] and (n, nbytes) == (2, 2 + 3)
+    assert [e.key if e else None for e in slots] == [r[0] for r in rows] + [None, None]
+    assert [(k, e.rv, e.stored, e.slot, e.uid_hash, e.codec) for k, e in tree.items()] == \
+        [(r[0], r[1], r[2], r[3], r[4], codec if r[5] else None) for r in rows]
+    # The next chunk continues after the last key and keeps the newest so far.
+    after2, newest2, *_ = restore([("/registry/things/e", 50, b"y", 5, 1, 0)], after, "/registry/things/", slots,
+                                  tree.insert, {7: codec}, newest)
+    assert after2 == "/registry/things/e" and newest2 == newest and len(tree) == 5
+    used = object()
+    bad = [([("/registry/things/a", 1, b"x", 0, 1, 0)], [None], ValueError),        # not after "b"
+           ([("/registry/other/z", 1, b"x", 0, 1, 0)], [None], ValueError),         # outside the prefix
+           ([("/registry/things/c", 1, b"x", 0, 1, 0)], [used], ValueError),        # slot 0 used
+           ([("/registry/things/c", 1, b"x", 1, 1, 0)], [None], ValueError),        # beyond the allocator's 1
+           ([("/registry/things/c", 1, b"x", -1, 1, 0)], [None], ValueError),
+           ([("/registry/things/c", 1, None, 0, 1, 0)], [None], TypeError),
+           ([(None, 1, b"x", 0, 1, 0)], [None], TypeError)]
+    for rows_, slots_, err in bad:
+        with pytest.raises(err):
+            restore(rows_, "/registry/things/b", "/registry/things/", slots_, ext.BTree().insert, {7: codec},
+                    ("", -1))
+    with pytest.raises(KeyError):
+        restore([("/registry/things/c", 1, b"x", 0, 1, 8)], "", "/registry/things/", [None], ext.BTree().insert,
+                {7: codec}, ("", -1))

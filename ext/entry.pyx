@@ -134,8 +134,9 @@ cdef extern from *:
 def restore_entries(entries, str after, str prefix, list slots, object insert, dict codecs, tuple newest):
     """A warm start's chunk of saved entries installed (cache/watch_cache.py `WatchCache.add_restored`, which
     documents the checks): each a (key, rv, stored bytes, slot, uid_hash, codec id) tuple, made an Entry, put in
-    `slots` and the B-tree (`insert`). Compiled because a restart installs every object this way (280,000 of them
-    took ~0.25 s of a 0.9 s warm start in Python). Returns (the last key, the (key, rv) of the newest entry so
+    `slots` and the B-tree (`insert`). Compiled because a restart installs every object this way (the Python loop
+    was about a quarter of a 280,000-object warm start's samples under py-spy; compiled, that start is 0.02-0.05 s
+    faster, of ~0.87 s). Returns (the last key, the (key, rv) of the newest entry so
     far, the entries kept plain, how many are compressed, their stored bytes)."""
     cdef Py_ssize_t nslots = len(slots), ncompressed = 0, compressed_bytes = 0
     cdef int64_t rv, slot, top

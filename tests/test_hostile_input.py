@@ -633,6 +633,16 @@ def limited_ours(small_etcd):
 
 
 @pytest.fixture(scope="module")
+def inflight_ours(small_etcd):
+    """The in-flight limits with a 4 s request timeout: a request held in flight (a read waiting 3 s for a
+    resourceVersion, a trickled body) keeps its slot long enough for the test's next request to find it taken on a
+    loaded machine (with 1 s, a cold CI run missed the window twice)."""
+    with ApiserverProcess("--request-timeout=4s", "--max-requests-inflight=2", "--max-mutating-requests-inflight=1",
+                          etcd_servers=small_etcd.endpoint, etcd_prefix="/registry-inflight", log_name="inflight") as p:
+        yield ours_server(p)
+
+
+@pytest.fixture(scope="module")
 def limited_kube(small_etcd):
     from tests.helpers.kube import KubeApiserver
     with KubeApiserver(small_etcd.endpoint, prefix="/registry-limits-kube", extra_args=("--request-timeout=1s",)) as k:
@@ -718,11 +728,11 @@ def _refused(server: Server, **labels: str) -> tuple[float, float]:
             _metric_sum(server, "apiserver_request_terminations_total", code="429", component="apiserver", **labels))
 
 
-def test_max_requests_inflight_is_429_and_watches_do_not_count(limited_ours):
+def test_max_requests_inflight_is_429_and_watches_do_not_count(inflight_ours):
     """--max-requests-inflight=2: a third read while two are in flight is 429 (upstream's plain text and
     Retry-After: 1); open watches take no slot; probes are never refused. (kube-apiserver exempts the
     system:masters client the differential tests use, so this runs against ours only.)"""
-    server = limited_ours
+    server = inflight_ours
     watches = [server.api.get("/api/v1/namespaces/default/configmaps", params={"watch": "1", "timeoutSeconds": "5"},
                               stream=True) for _ in range(3)]
     assert all(w.status_code == 200 for w in watches)
@@ -733,12 +743,8 @@ def test_max_requests_inflight_is_429_and_watches_do_not_count(limited_ours):
     before = _refused(server, **refused)
     for t in threads:
         t.start()
-    # Read again until both slow reads are in flight (a fixed wait missed their 1 s on a loaded machine): the
-    # first read after that is refused; none may be refused before.
-    while True:
-        r = server.api.get("/api/v1/namespaces/default/configmaps")
-        if r.status_code != 200 or len(done) == 2:
-            break
+    time.sleep(1.0)   # both slow reads in flight (they wait 3 s); no other read meanwhile, it would take a slot
+    r = server.api.get("/api/v1/namespaces/default/configmaps")
     assert r.status_code == 429, (r.status_code, done)
     assert _refused(server, **refused) == (before[0] + 1, before[1] + 1)
     assert r.headers["Retry-After"] == "1" and r.headers["Content-Type"] == "text/plain; charset=utf-8"
@@ -753,15 +759,15 @@ def test_max_requests_inflight_is_429_and_watches_do_not_count(limited_ours):
         w.close()
 
 
-def test_max_mutating_requests_inflight_is_429(limited_ours):
+def test_max_mutating_requests_inflight_is_429(inflight_ours):
     """--max-mutating-requests-inflight=1: a client trickling a body holds the only mutating slot (until the
     request timeout ends it); another write is 429, reads are not affected."""
-    server = limited_ours
+    server = inflight_ours
     body = json.dumps({"metadata": {"name": f"slow{next(_counter)}"}}).encode()
     s = server.connect()
     s.sendall(server.request_line("POST", "/api/v1/namespaces", {"Content-Type": "application/json"}, body) + body[:5])
     try:
-        time.sleep(0.3)
+        time.sleep(1.0)   # the trickled POST holds the slot (for the 4 s request timeout)
         refused = dict(verb="POST", group="", version="v1", resource="namespaces", subresource="", scope="resource")
         before = _refused(server, **refused)
         r = server.api.post("/api/v1/namespaces", {"metadata": {"name": f"other{next(_counter)}"}})
@@ -769,7 +775,7 @@ def test_max_mutating_requests_inflight_is_429(limited_ours):
         assert _refused(server, **refused) == (before[0] + 1, before[1] + 1)
         assert server.api.get("/api/v1/namespaces").status_code == 200
         status, _, _ = parse_response(s.recv(1 << 16))
-        assert status == 504  # the request timeout (1 s) frees the slot
+        assert status == 504  # the request timeout (4 s) frees the slot
     finally:
         s.close()
     assert server.api.post("/api/v1/namespaces", {"metadata": {"name": f"after{next(_counter)}"}}).status_code == 201

@@ -75,9 +75,9 @@ class ListConnection(asyncio.BufferedProtocol):
                 return
         elif self.body_left is not None:
             self.body_left -= nbytes
-        if self.body_left is not None and self.body_left < 0:
-            self._fail(ShardConnectionError("more bytes than the answer's Content-Length"))
-            return
+            if self.body_left < 0:   # (the head's own bytes are checked by _parse_head)
+                self._fail(ShardConnectionError("more bytes than the answer's Content-Length"))
+                return
         if self.chunked and _dechunk(bytes(memoryview(self.buf)[self.start:self.end])) is not None:
             self.body_left = 0   # the last chunk came
         if (not self.want_all and self.body_left != 0 and self.end - self.start >= WINDOW and

@@ -4,19 +4,21 @@ A process writes every ready cache's state to one file in `<state-dir>/watch-cac
 periodically; on start each Cacher loads its section, checks it against etcd, and resumes its etcd watch
 from the saved revision instead of listing the whole resource (cache/cacher.py, `Cacher._warm_start`).
 
-File layout (little-endian), version 2 (1 had no codecs; such a file is refused as another version):
+File layout (little-endian), version 3 (2 kept entries as msgpack tuples, 1 had no codecs; such files are refused
+as another version):
 
 ```
 header   MAGIC (8) | u32 version | frame(META)
 section  frame(SECTION) frame(ENTRIES)* frame(SECTION_END)        one per cache, one after another
 index    frame(INDEX)                                              {"group/resource": [offset, length]}
 trailer  u64 offset of the INDEX frame | END_MAGIC (8)
-frame    u8 type | u32 payload length | u32 crc32(payload) | payload (msgpack)
+frame    u8 type | u32 payload length | u32 crc32(payload) | payload (msgpack; ENTRIES: packed, below)
 ```
 
 An entry is saved as the cache holds it, compressed or not (cache/compression.py), and restored without
 decompressing: (key, rv, stored bytes, slot, uid hash, codec id, 0 for plain), with the section's codecs
-(their dictionaries) in its SECTION frame. A dictionary is made of the resource's objects, so the file is
+(their dictionaries) in its SECTION frame. An ENTRIES payload is `ext.pack_entries`' format (a fixed head per
+entry, then its key and bytes), which `ext.restore_packed` installs straight from the file's memory map. A dictionary is made of the resource's objects, so the file is
 created readable by its owner only (as etcd's data directory is).
 
 A file is written to a temporary name, fsynced and renamed over the previous one, so a reader sees a
@@ -47,6 +49,8 @@ from typing import Any
 import msgpack
 from pyroaring import BitMap
 
+import ext
+
 from . import metrics
 from .compression import Codec
 from .watch_cache import Indexes, WatchCache
@@ -55,7 +59,7 @@ log = logging.getLogger("cache.snapshot")
 
 MAGIC = b"RSWCSNAP"
 END_MAGIC = b"RSWCEND\x00"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 META, SECTION, ENTRIES, SECTION_END, INDEX = 1, 2, 3, 4, 9
 _FRAME = struct.Struct("<BII")
 _TRAILER = struct.Struct("<Q8s")
@@ -140,7 +144,9 @@ class _Writer:
         self.offset += len(b)
 
     def frame(self, ftype: int, obj: Any) -> int:
-        payload = msgpack.packb(obj, use_bin_type=True)
+        return self.packed(ftype, msgpack.packb(obj, use_bin_type=True))
+
+    def packed(self, ftype: int, payload: bytes) -> int:
         start = self.offset
         self.raw(_FRAME.pack(ftype, len(payload), zlib.crc32(payload)))
         self.raw(payload)
@@ -185,7 +191,7 @@ async def write_snapshot(path: str, meta: dict[str, Any], captures) -> dict[str,
                             break
                     if not chunk:
                         break
-                    w.frame(ENTRIES, chunk)
+                    w.packed(ENTRIES, ext.pack_entries(chunk))
                     n += len(chunk)
                     await asyncio.sleep(0)
                     if len(chunk) < CHUNK_ENTRIES:
@@ -264,7 +270,20 @@ class _Reader:
         self.pos += len(out)
         return out
 
-    def frame(self, expect: int, use_list: bool = True) -> Any:
+    def frame(self, expect: int) -> Any:
+        payload = self.payload(expect)
+        try:
+            try:
+                return msgpack.unpackb(payload, raw=False, strict_map_key=False)
+            except Exception as e:  # a frame whose CRC matched but does not decode: a bug or a forgery
+                raise SnapshotError("corrupt", f"frame does not decode: {e!r}") from None
+        finally:
+            if isinstance(payload, memoryview):
+                payload.release()
+
+    def payload(self, expect: int):
+        """The next frame's payload, checked (type, length, CRC): a view into the memory map (the caller
+        releases it) or bytes."""
         raw = self._read(_FRAME.size)
         head = bytes(raw)
         if isinstance(raw, memoryview):
@@ -277,16 +296,11 @@ class _Reader:
         if n > MAX_FRAME or self.pos + n > self.end:
             raise SnapshotError("corrupt", f"frame length {n} beyond the file")
         payload = self._read(n)
-        try:
-            if len(payload) != n or zlib.crc32(payload) != crc:
-                raise SnapshotError("corrupt", "frame checksum mismatch")
-            try:
-                return msgpack.unpackb(payload, raw=False, strict_map_key=False, use_list=use_list)
-            except Exception as e:  # a frame whose CRC matched but does not decode: a bug or a forgery
-                raise SnapshotError("corrupt", f"frame does not decode: {e!r}") from None
-        finally:
+        if len(payload) != n or zlib.crc32(payload) != crc:
             if isinstance(payload, memoryview):
                 payload.release()
+            raise SnapshotError("corrupt", "frame checksum mismatch")
+        return payload
 
 
 @dataclass
@@ -390,9 +404,13 @@ async def load_section(section: Section, wc: WatchCache, identity: dict[str, Any
                         break
                     if ftype < 0:
                         raise SnapshotError("corrupt", "section ends without its end frame")
-                    chunk = r.frame(ENTRIES, use_list=False)
-                    last_key, newest = wc.add_restored(chunk, last_key, newest, codecs)
-                    n += len(chunk)
+                    chunk = r.payload(ENTRIES)
+                    try:
+                        last_key, newest, count = wc.add_restored(chunk, last_key, newest, codecs)
+                    finally:
+                        if isinstance(chunk, memoryview):
+                            chunk.release()
+                    n += count
                     await asyncio.sleep(0)
             finally:
                 view.release()

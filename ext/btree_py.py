@@ -221,6 +221,13 @@ class BTree:
             path.append(node)
             node = _mut_child(node, i, cow)
 
+    def append(self, key: str, value: Any) -> None:
+        """Insert ``key``, greater than every key in the tree (ValueError otherwise)."""
+        _check_key(key)
+        if self._root is not None and not key > self.max_key():
+            raise ValueError(f"BTree.append: {key!r} is not after the last key")
+        self.insert(key, value)
+
     def delete(self, key: str) -> Any:
         """Remove ``key`` and return its value; KeyError if absent (tree untouched). O(log n)."""
         _check_key(key)

@@ -1,6 +1,8 @@
 """Pure-Python twins of ext.entry.Entry, ext.entry.Event and ext.entry.WindowEvent (test oracles and RESIDENCY_PURE_PYTHON=1)."""
 from __future__ import annotations
 
+import struct
+
 
 class Entry:
     __slots__ = ("key", "rv", "stored", "codec", "slot", "uid_hash")
@@ -71,28 +73,61 @@ class WindowEvent:
         return f"Event({self.type}, {self.key!r}, rv={self.rv})"
 
 
-def restore_entries(entries, after: str, prefix: str, slots: list, insert, codecs: dict, newest: tuple):
-    """Twin of ext.entry.restore_entries."""
-    ncompressed = compressed_bytes = 0
-    plain = []
-    top_key, top = newest
-    for key, rv, data, slot, uid_hash, codec_id in entries:
+_HEAD = struct.Struct("<HIqIQI")   # ext.entry's packed entry head (30 bytes)
+
+
+def pack_entries(rows: list) -> bytes:
+    """Twin of ext.entry.pack_entries."""
+    out = [len(rows).to_bytes(4, "little")]
+    for key, rv, data, slot, uid_hash, codec_id in rows:
         if not isinstance(key, str) or not isinstance(data, bytes):
             raise TypeError("a saved entry's key is a str and its data bytes")
+        k = key.encode("utf-8")
+        if len(k) > 0xFFFF or len(data) > 0xFFFFFFFF or slot > 0xFFFFFFFF or codec_id > 0xFFFFFFFF:
+            raise OverflowError("a saved entry's key is at most 65,535 bytes and its data at most 4 GiB")
+        if slot < 0 or codec_id < 0 or uid_hash < 0:
+            raise OverflowError("a saved entry's slot, uid hash and codec id are unsigned")
+        out += [_HEAD.pack(len(k), len(data), rv, slot, uid_hash, codec_id), k, data]
+    return b"".join(out)
+
+
+def restore_packed(buf, after: str, prefix: str, slots: list, append, codecs: dict, newest: tuple):
+    """Twin of ext.entry.restore_packed."""
+    buf = memoryview(buf)
+    ncompressed = compressed_bytes = 0
+    plain, used = [], []
+    top_key, top = newest
+    if len(buf) < 4:
+        raise ValueError("truncated entries chunk")
+    count, pos = int.from_bytes(buf[:4], "little"), 4
+    for _ in range(count):
+        if len(buf) - pos < _HEAD.size:
+            raise ValueError("truncated entries chunk")
+        klen, dlen, rv, slot, uid_hash, codec_id = _HEAD.unpack_from(buf, pos)
+        pos += _HEAD.size
+        if len(buf) - pos < klen + dlen:
+            raise ValueError("truncated entries chunk")
+        key = str(buf[pos:pos + klen], "utf-8")
+        pos += klen
         if key <= after or not key.startswith(prefix):
             raise ValueError(f"key {key!r} out of order or outside {prefix}")
-        if slot < 0 or slot >= len(slots) or slots[slot] is not None:
+        if slot >= len(slots) or slots[slot] is not None:
             raise ValueError(f"slot {slot} used twice or beyond the allocator's")
+        data = bytes(buf[pos:pos + dlen])
+        pos += dlen
         if codec_id:
             e = Entry(key, rv, data, slot, uid_hash, codecs[codec_id])
             ncompressed += 1
-            compressed_bytes += len(data)
+            compressed_bytes += dlen
         else:
             e = Entry(key, rv, data, slot, uid_hash, None)
             plain.append(e)
         slots[slot] = e
-        insert(key, e)
+        used.append(slot)
+        append(key, e)
         after = key
         if rv > top:
             top_key, top = key, rv
-    return after, (top_key, top), plain, ncompressed, compressed_bytes
+    if pos != len(buf):
+        raise ValueError("bytes after the last entry of a chunk")
+    return after, (top_key, top), plain, ncompressed, compressed_bytes, used

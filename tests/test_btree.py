@@ -370,3 +370,30 @@ def test_package_exports_compiled():
         assert ext.BTree is btree_py.BTree
         return
     assert ext.BTree is btree_c.BTree
+
+
+def test_append_builds_the_tree_insert_builds_and_refuses_a_key_not_after_the_last(impl: ModuleType) -> None:
+    """BTree.append (a warm start installs a saved resource in key order): the same tree as inserting the same
+    keys (items, node count, structure checks), copy-on-write against a snapshot taken midway, and a ValueError
+    (tree untouched) for a key equal to or before the last one."""
+    keys = sorted(f"/registry/pods/ns{i % 37}/p{i:05d}" for i in range(3000))
+    appended, inserted = impl.BTree(), impl.BTree()
+    snap, half = None, None
+    for i, k in enumerate(keys):
+        appended.append(k, i)
+        inserted.insert(k, i)
+        if i == 1500:
+            snap, half = appended.snapshot(), list(appended.items())
+    assert list(appended.items()) == list(inserted.items()) and len(appended) == 3000
+    assert appended.node_count() == inserted.node_count()
+    appended._check()
+    assert list(snap.items()) == half
+    for bad in (keys[-1], keys[0], "/registry/pods/ns0/p00000"):
+        with pytest.raises(ValueError):
+            appended.append(bad, -1)
+    assert list(appended.items()) == list(inserted.items())
+    empty = impl.BTree()
+    empty.append("", 1)
+    assert list(empty.items()) == [("", 1)]
+    with pytest.raises(TypeError):
+        impl.BTree().append(b"bytes", 1)

@@ -84,40 +84,52 @@ def _chunk(draw_keys, codec_ids):
 
 
 @pytest.mark.parametrize("impl", ["compiled", "twin"])
-def test_restore_entries_installs_a_chunk_and_refuses_a_bad_one(impl):
-    """ext.restore_entries (a warm start's install of saved entries, WatchCache.add_restored) and its twin: every
-    entry in its slot and the B-tree, the compressed ones with their codec and counted, the plain ones returned,
-    the newest (key, rv) kept; a key out of order or outside the prefix, a slot used twice or beyond the
-    allocator's, an unknown codec or a missing key or bytes refused."""
+def test_packed_entries_install_a_chunk_and_refuse_a_bad_one(impl):
+    """ext.pack_entries / ext.restore_packed (a warm start's saved entries: cache/snapshot.py writes them,
+    WatchCache.add_restored installs them) and their twins, which pack the same bytes: every entry in its slot
+    and the B-tree, the compressed ones with their codec and counted, the plain ones returned, the newest
+    (key, rv) kept, the slots used returned; a key out of order or outside the prefix, a slot used twice or
+    beyond the allocator's, an unknown codec, a truncated or overlong chunk, a key that is not UTF-8 refused."""
     from ext import entry_py
-    restore = ext.restore_entries if impl == "compiled" else entry_py.restore_entries
+    pack, restore = ((ext.pack_entries, ext.restore_packed) if impl == "compiled"
+                     else (entry_py.pack_entries, entry_py.restore_packed))
     codec = object()
     rows = _chunk(["a", "b", "c", "d"], [0, 7, 7, 0])
     rows[2] = rows[2][:1] + (99,) + rows[2][2:]          # the newest entry is "c"
+    packed = pack(rows)
+    assert packed == ext.pack_entries(rows) == entry_py.pack_entries(rows)
+    assert len(packed) == 4 + sum(30 + len(r[0]) + len(r[2]) for r in rows)
     slots, tree = [None] * 6, ext.BTree()
-    after, newest, plain, n, nbytes = restore(rows, "", "/registry/things/", slots, tree.insert, {7: codec},
-                                              ("", -1))
-    assert after == "/registry/things/d" and newest == ("/registry/things/c", 99)
+    after, newest, plain, n, nbytes, used = restore(memoryview(packed), "", "/registry/things/", slots, tree.append,
+                                                    {7: codec}, ("", -1))
+    assert after == "/registry/things/d" and newest == ("/registry/things/c", 99) and used == [0, 1, 2, 3]
     assert [e.key for e in plain] == ["/registry/things/a", "/registry/things/d"] and (n, nbytes) == (2, 2 + 3)
     assert [e.key if e else None for e in slots] == [r[0] for r in rows] + [None, None]
     assert [(k, e.rv, e.stored, e.slot, e.uid_hash, e.codec) for k, e in tree.items()] == \
         [(r[0], r[1], r[2], r[3], r[4], codec if r[5] else None) for r in rows]
     # The next chunk continues after the last key and keeps the newest so far.
-    after2, newest2, *_ = restore([("/registry/things/e", 50, b"y", 5, 1, 0)], after, "/registry/things/", slots,
-                                  tree.insert, {7: codec}, newest)
+    after2, newest2, *_ = restore(pack([("/registry/things/e", 50, b"y", 5, 1, 0)]), after, "/registry/things/",
+                                  slots, tree.append, {7: codec}, newest)
     assert after2 == "/registry/things/e" and newest2 == newest and len(tree) == 5
     used = object()
-    bad = [([("/registry/things/a", 1, b"x", 0, 1, 0)], [None], ValueError),        # not after "b"
-           ([("/registry/other/z", 1, b"x", 0, 1, 0)], [None], ValueError),         # outside the prefix
-           ([("/registry/things/c", 1, b"x", 0, 1, 0)], [used], ValueError),        # slot 0 used
-           ([("/registry/things/c", 1, b"x", 1, 1, 0)], [None], ValueError),        # beyond the allocator's 1
-           ([("/registry/things/c", 1, b"x", -1, 1, 0)], [None], ValueError),
-           ([("/registry/things/c", 1, None, 0, 1, 0)], [None], TypeError),
-           ([(None, 1, b"x", 0, 1, 0)], [None], TypeError)]
-    for rows_, slots_, err in bad:
-        with pytest.raises(err):
-            restore(rows_, "/registry/things/b", "/registry/things/", slots_, ext.BTree().insert, {7: codec},
+    bad = [(pack([("/registry/things/a", 1, b"x", 0, 1, 0)]), [None]),        # not after "b"
+           (pack([("/registry/other/z", 1, b"x", 0, 1, 0)]), [None]),         # outside the prefix
+           (pack([("/registry/things/c", 1, b"x", 0, 1, 0)]), [used]),        # slot 0 used
+           (pack([("/registry/things/c", 1, b"x", 1, 1, 0)]), [None]),        # beyond the allocator's 1
+           (pack([("/registry/things/c", 1, b"x", 0, 1, 0)])[:-1], [None]),   # truncated
+           (pack([("/registry/things/c", 1, b"x", 0, 1, 0)]) + b"!", [None]), # overlong
+           (b"\x01\x00", [None]),
+           (pack([("/registry/things/c", 1, b"x", 0, 1, 0)]).replace(b"things/c", b"things/\xff"), [None])]
+    for chunk, slots_ in bad:
+        with pytest.raises(ValueError):
+            restore(chunk, "/registry/things/b", "/registry/things/", slots_, ext.BTree().append, {7: codec},
                     ("", -1))
     with pytest.raises(KeyError):
-        restore([("/registry/things/c", 1, b"x", 0, 1, 8)], "", "/registry/things/", [None], ext.BTree().insert,
-                {7: codec}, ("", -1))
+        restore(pack([("/registry/things/c", 1, b"x", 0, 1, 8)]), "", "/registry/things/", [None],
+                ext.BTree().append, {7: codec}, ("", -1))
+    for row, err in [(("/registry/things/c", 1, None, 0, 1, 0), TypeError), ((None, 1, b"x", 0, 1, 0), TypeError),
+                     (("/registry/things/c", 1, b"x", -1, 1, 0), OverflowError),
+                     (("/registry/things/" + "k" * 70000, 1, b"x", 0, 1, 0), OverflowError),
+                     (("/registry/things/c", 1, b"x", 0, 1, 2 ** 32), OverflowError)]:
+        with pytest.raises(err):
+            pack([row])

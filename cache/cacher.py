@@ -341,10 +341,18 @@ class Cacher(Dispatching):
         being ready), or None (the caller lists; the reason is counted and logged)."""
         self._t_start = time.perf_counter()
         prefix = self.prefix.encode()
+        # etcd's revision and last compaction are asked for while the section loads (its chunks yield to the
+        # loop): the load does not write, so what they say is as true after it as before.
+        checks = asyncio.ensure_future(asyncio.gather(self.client.current_revision(prefix, self.resource_label),
+                                                      last_compacted(self.client)))
         try:
-            current = await self.client.current_revision(prefix, self.resource_label)
-            compacted = await last_compacted(self.client)
-            loaded = await snapshot.load_section(section, self.wc, self.snapshot_identity())
+            try:
+                loaded = await snapshot.load_section(section, self.wc, self.snapshot_identity())
+            except BaseException:
+                checks.cancel()
+                checks.add_done_callback(_retrieve)
+                raise
+            current, compacted = await checks
             rv = loaded.rv
             if rv > current:
                 raise snapshot.SnapshotError("mismatch", f"snapshot rv {rv} is beyond etcd's revision {current}")
@@ -734,6 +742,12 @@ def next_bookmark_time(now: float, deadline: float) -> float:
     """S4.11: min(now + 60 s, deadline - 2 s); 0 (none) if that is already past."""
     t = min(now + BOOKMARK_FREQUENCY, deadline - BOOKMARK_BEFORE_DEADLINE)
     return t if t > now else 0.0
+
+
+def _retrieve(f: asyncio.Future) -> None:
+    """A future whose outcome no longer matters: its exception, if any, is taken (not logged as unretrieved)."""
+    if not f.cancelled():
+        f.exception()
 
 
 def _prefix_end_bytes(prefix: bytes) -> bytes:

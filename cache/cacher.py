@@ -336,18 +336,29 @@ class Cacher(Dispatching):
             return None
         return snapshot.capture(self.wc, self.snapshot_identity())
 
-    async def _warm_start(self, section: "snapshot.Section") -> tuple[int, int] | None:
+    async def _warm_start(self, section: "snapshot.Section") -> "tuple[int, int, _OpenWatch | None] | None":
         """Load the snapshot section and check it against etcd: (snapshot RV, RV to catch up to before
-        being ready), or None (the caller lists; the reason is counted and logged)."""
+        being ready, the etcd watch from the snapshot RV, already open), or None (the caller lists; the reason
+        is counted and logged)."""
         self._t_start = time.perf_counter()
         prefix = self.prefix.encode()
         # etcd's revision and last compaction are asked for while the section loads (its chunks yield to the
         # loop): the load does not write, so what they say is as true after it as before.
         checks = asyncio.ensure_future(asyncio.gather(self.client.current_revision(prefix, self.resource_label),
                                                       last_compacted(self.client)))
+        # The etcd watch from the snapshot's revision is opened as soon as that is known, and buffers while the
+        # section loads: etcd delivers a watch that starts behind its revision on its next sync of such
+        # watchers, up to 100 ms later (mvcc's syncWatchersLoop), and that wait now overlaps the load.
+        opened: _OpenWatch | None = None
+
+        def head_read(rv: int) -> None:
+            nonlocal opened
+            opened = self._open_watch(rv)
+            if self.progress_supported:   # answered once etcd has synced the watch: usually while loading
+                opened.watch.request_progress()
         try:
             try:
-                loaded = await snapshot.load_section(section, self.wc, self.snapshot_identity())
+                loaded = await snapshot.load_section(section, self.wc, self.snapshot_identity(), head_read)
             except BaseException:
                 checks.cancel()
                 checks.add_done_callback(_retrieve)
@@ -360,8 +371,14 @@ class Cacher(Dispatching):
                 raise snapshot.SnapshotError("compacted", f"snapshot rv {rv} compacted (at {compacted})")
             await self._probe(loaded)
         except asyncio.CancelledError:
+            if opened is not None:
+                opened.close()
+                self._etcd_watch = None
             raise
         except Exception as e:
+            if opened is not None:
+                opened.close()
+                self._etcd_watch = None
             self.wc.begin_replace()
             self.wc.rv = self.wc.list_rv = 0
             reason = e.reason if isinstance(e, snapshot.SnapshotError) else "error"
@@ -373,7 +390,7 @@ class Cacher(Dispatching):
                  loaded.count, rv, current, loaded.seconds)
         # Ready once the watch has delivered everything up to etcd's revision now (progress requests tell
         # when a quiet resource got there); where they are unreliable (S3.6) at once.
-        return rv, (current if self.progress_supported else 0)
+        return rv, (current if self.progress_supported else 0), opened
 
     async def _probe(self, loaded: "snapshot.Loaded") -> None:
         """The snapshot describes this etcd: its newest entry is what etcd held under that key at the
@@ -476,26 +493,25 @@ class Cacher(Dispatching):
             return h + data[1:]
         return data
 
-    async def _watch(self, rv: int, ready_at: int | None = None) -> None:
-        """Apply and dispatch the etcd watch. A reader task buffers etcd's responses; this loop
-        takes everything buffered at once, so under load one socket write per watcher carries
-        several events (`_flush_watchers`) instead of one write per event. After a warm start the
-        cache becomes ready when it has seen `ready_at`."""
+    def _open_watch(self, rv: int) -> "_OpenWatch":
+        """The etcd watch from `rv` + 1, its responses buffered by a reader task from now on (and, after a warm
+        start's load, progress requests until the cache is ready)."""
         w = self.client.watch(self.prefix.encode(), rv + 1, resource=self.resource_label, progress_notify=True)
         self._etcd_watch = w
-        buffered: deque = deque()
-        arrived = asyncio.Event()
+        return _OpenWatch(w)
 
-        async def read() -> None:
-            async for item in w:
-                buffered.append(item)
-                arrived.set()
+    async def _watch(self, rv: int, ready_at: int | None = None, opened: "_OpenWatch | None" = None) -> None:
+        """Apply and dispatch the etcd watch (`opened`: already opened from `rv` + 1 while a warm start
+        loaded). A reader task buffers etcd's responses; this loop takes everything buffered at once, so
+        under load one socket write per watcher carries several events (`_flush_watchers`) instead of one
+        write per event. After a warm start the cache becomes ready when it has seen `ready_at`."""
+        opened = opened or self._open_watch(rv)
+        w, buffered, arrived, reader = opened.watch, opened.buffered, opened.arrived, opened.reader
 
         async def catch_up() -> None:
             while not self.ready:
                 w.request_progress()
                 await asyncio.sleep(PROGRESS_PERIOD)
-        reader = asyncio.ensure_future(read())
         progress = None
         if ready_at is not None:
             progress = asyncio.ensure_future(catch_up()) if ready_at else None
@@ -524,11 +540,10 @@ class Cacher(Dispatching):
         except WatchCompacted:
             log.warning("cache watch compacted resource=%s rv=%d", self.resource_label, rv)
         finally:
-            reader.cancel()
             if progress is not None:
                 progress.cancel()
+            opened.close()
             self._etcd_watch = None
-            w.close()
 
     async def _process(self, batch) -> None:
         self._in_batch = True
@@ -742,6 +757,26 @@ def next_bookmark_time(now: float, deadline: float) -> float:
     """S4.11: min(now + 60 s, deadline - 2 s); 0 (none) if that is already past."""
     t = min(now + BOOKMARK_FREQUENCY, deadline - BOOKMARK_BEFORE_DEADLINE)
     return t if t > now else 0.0
+
+
+class _OpenWatch:
+    """An etcd watch whose responses a reader task buffers as they come (Cacher._watch applies them)."""
+
+    def __init__(self, watch) -> None:
+        self.watch = watch
+        self.buffered: deque = deque()
+        self.arrived = asyncio.Event()
+        self.reader = asyncio.ensure_future(self._read())
+
+    async def _read(self) -> None:
+        async for item in self.watch:
+            self.buffered.append(item)
+            self.arrived.set()
+
+    def close(self) -> None:
+        self.reader.cancel()
+        self.reader.add_done_callback(_retrieve)
+        self.watch.close()
 
 
 def _retrieve(f: asyncio.Future) -> None:

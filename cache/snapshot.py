@@ -45,7 +45,7 @@ import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import msgpack
 from pyroaring import BitMap
@@ -397,11 +397,13 @@ def _crc_pool() -> ThreadPoolExecutor:
     return _crc_threads
 
 
-async def load_section(section: Section, wc: WatchCache, identity: dict[str, Any]) -> Loaded:
+async def load_section(section: Section, wc: WatchCache, identity: dict[str, Any],
+                       on_head: Callable[[int], None] | None = None) -> Loaded:
     """Install a section into `wc` (begin_replace ... finish_replace): every frame is checked (an ENTRIES frame's
     CRC while it is installed, before the next step) and any failure raises SnapshotError with `wc` reset to
     empty, so a half-loaded state is never left behind.
-    Yields to the event loop between chunks."""
+    `on_head(rv)` is called once the section's identity is checked, before its entries load. Yields to the event
+    loop between chunks."""
     t0 = time.perf_counter()
     wc.begin_replace()
     try:
@@ -416,6 +418,8 @@ async def load_section(section: Section, wc: WatchCache, identity: dict[str, Any
                     if head.get(k) != v:
                         raise SnapshotError("mismatch", f"{k} is {head.get(k)!r}, this cache's is {v!r}")
                 codecs = {int(i): Codec(int(i), d, float(r)) for i, d, r in head["codecs"]}
+                if on_head is not None:
+                    on_head(int(head["rv"]))
                 wc.begin_restore(head["next_slot"])
                 n = 0
                 last_key, newest = "", ("", -1)

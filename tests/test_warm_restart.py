@@ -66,7 +66,10 @@ async def test_snapshot_round_trip(tmp_path):
     assert st["entries"] == len(wc) and os.path.getsize(path) == st["bytes"]
     f = snapshot.SnapshotFile.open(path)
     back = WatchCache(wc.prefix, time.monotonic)
-    loaded = await snapshot.load_section(f.sections["/configmaps"], back, ident)
+    heads = []   # on_head: the section's RV before any entry loads (the cacher opens its etcd watch then)
+    loaded = await snapshot.load_section(f.sections["/configmaps"], back, ident,
+                                         lambda rv: heads.append((rv, len(back.store))))
+    assert heads == [(wc.rv, 0)]
     assert loaded.rv == wc.rv == back.rv == back.list_rv and loaded.count == len(wc)
     assert [(k, e.rv, e.data, e.slot, e.uid_hash) for k, e in back.store.items()] == \
         [(k, e.rv, e.data, e.slot, e.uid_hash) for k, e in wc.store.items()]

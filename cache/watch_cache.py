@@ -221,7 +221,6 @@ class WatchCache:
         self.slots: list[Entry | None] = []
         self.allocator = SlotAllocator()
         self.indexes = Indexes()
-        self._restored_slots: BitMap | None = None   # a warm start's slots so far (begin_restore)
         self.rv = 0                 # latest processed revision (events or progress)
         self.list_rv = 0            # revision of the last replace (S1.31)
         self.evicted = False        # an event has left the window since the last replace
@@ -284,31 +283,32 @@ class WatchCache:
     def begin_restore(self, next_slot: int) -> None:
         self.begin_replace()
         self.slots = [None] * next_slot
-        self._restored_slots = BitMap()   # the slots add_restored filled (each once: it checks)
 
-    def add_restored(self, chunk, after: str, newest: tuple[str, int], codecs: dict) -> tuple[str, tuple[str, int], int]:
+    def add_restored(self, chunk, after: str, newest: tuple[str, int],
+                     codecs: dict) -> tuple[str, tuple[str, int], int]:
         """One packed chunk of saved entries (`ext.pack_entries`: key, rv, stored bytes, slot, uid_hash, codec id
         each): keys ascending after `after`, under the prefix, slots below the allocator's and each used once,
         codec ids 0 (plain) or in `codecs` (ValueError otherwise; KeyError for an unknown codec). Compressed
         entries stay compressed. Returns the last key, the (key, rv) of the entry with the greatest RV so far
         (`newest` before this chunk) and the chunk's entry count."""
-        after, newest, plain, ncompressed, compressed_bytes, used = ext.restore_packed(
+        after, newest, plain, ncompressed, compressed_bytes, count = ext.restore_packed(
             chunk, after, self.prefix, self.slots, self.store.append, codecs, newest)
-        self._restored_slots.update(used)
         if self.compressor is not None:
             self.compressor.kept(compressed_bytes, ncompressed)
             for e in plain:
                 self.compressor.note(e)
-        return after, newest, len(used)
+        return after, newest, count
 
     def restore_indexes(self, indexes: "Indexes") -> None:
         """The saved bitmaps and the slot allocator that go with the restored entries (begin_restore)."""
         next_slot = len(self.slots)
-        used, self._restored_slots = self._restored_slots or BitMap(), None
-        if used != indexes.all:
+        # add_restored put each entry in a slot of its own below next_slot: the index covers exactly them when it
+        # has as many slots as there are entries, each holding one.
+        if len(indexes.all) != len(self.store) or not ext.slots_filled(self.slots, indexes.all.to_array()):
             raise ValueError("saved index does not cover exactly the saved entries")
         self.allocator._next = next_slot
-        self.allocator._free = list(BitMap(range(next_slot)) - used)[::-1] if len(used) < next_slot else []
+        free = BitMap(range(next_slot)) - indexes.all if len(indexes.all) < next_slot else ()
+        self.allocator._free = list(free)[::-1]
         self.indexes = indexes
 
     def finish_replace(self, rv: int) -> None:

@@ -16,7 +16,7 @@ garbage collector (saves the 16 B GC header).
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int64_t, uint64_t
+from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 
@@ -150,7 +150,7 @@ cdef inline void _put(unsigned char* p, uint64_t v, int n) noexcept:
         p[i] = <unsigned char>(v >> (8 * i))
 
 
-cdef inline uint64_t _get(const unsigned char* p, int n) noexcept:
+cdef inline uint64_t _get(const unsigned char* p, int n) noexcept nogil:
     cdef uint64_t v = 0
     cdef int i
     for i in range(n - 1, -1, -1):
@@ -209,7 +209,7 @@ def restore_packed(const unsigned char[::1] buf, str after, str prefix, list slo
     `slots` and the B-tree (`append`: keys come in order). ValueError for a truncated or overlong chunk, a key
     out of order or outside the prefix, a slot used twice or beyond the allocator's, bytes that are not UTF-8;
     KeyError for an unknown codec. Returns (the last key, the (key, rv) of the newest entry so far, the entries
-    kept plain, how many are compressed, their stored bytes, the slots used in order)."""
+    kept plain, how many are compressed, their stored bytes, how many entries)."""
     cdef Py_ssize_t size = buf.shape[0], pos = 4, nslots = len(slots), ncompressed = 0, compressed_bytes = 0
     cdef Py_ssize_t klen, dlen, j, count
     cdef int64_t rv, top
@@ -218,8 +218,7 @@ def restore_packed(const unsigned char[::1] buf, str after, str prefix, list slo
     cdef str key, top_key
     cdef bytes data
     cdef Entry e
-    cdef list plain = [], used = []
-    cdef object codec
+    cdef list plain = []
     top_key, top = newest
     if size < 4:
         raise ValueError("truncated entries chunk")
@@ -245,20 +244,111 @@ def restore_packed(const unsigned char[::1] buf, str after, str prefix, list slo
             raise ValueError(f"slot {slot} used twice or beyond the allocator's")
         data = PyBytes_FromStringAndSize(<const char*>(p + pos), dlen)
         pos += dlen
+        # Made with zeros (cached small ints) and the C fields set here: passing them to the constructor would
+        # make and free three Python ints per entry.
         if codec_id:
-            codec = codecs[codec_id]
-            e = Entry(key, rv, data, slot, uid_hash, codec)
+            e = Entry(key, 0, data, 0, 0, codecs[codec_id])
             ncompressed += 1
             compressed_bytes += dlen
         else:
-            e = Entry(key, rv, data, slot, uid_hash, None)
+            e = Entry(key, 0, data, 0, 0, None)
             plain.append(e)
+        e.rv, e.slot, e.uid_hash = rv, <int64_t>slot, uid_hash
         slots[slot] = e
-        used.append(slot)
         append(key, e)
         after = key
         if rv > top:
             top_key, top = key, rv
     if pos != size:
         raise ValueError("bytes after the last entry of a chunk")
-    return after, (top_key, top), plain, ncompressed, compressed_bytes, used
+    return after, (top_key, top), plain, ncompressed, compressed_bytes, count
+
+
+def slots_filled(list slots, const unsigned int[::1] positions):
+    """Whether `slots` holds an entry (not None) at every position listed (a bitmap's `to_array()`); IndexError
+    for a position beyond it. A warm start checks its saved index against the entries it restored this way."""
+    cdef Py_ssize_t i, n = len(slots)
+    for i in range(positions.shape[0]):
+        if positions[i] >= n:
+            raise IndexError(f"slot {positions[i]} beyond {n}")
+        if slots[positions[i]] is None:
+            return False
+    return True
+
+
+# --- the snapshot file's frames, checked off the event loop's thread -----------------------------------------
+#
+# CRC-32 as zlib computes it (IEEE, reflected, polynomial 0xEDB88320), sliced by 8 bytes, here so that a whole
+# section's frames can be checked without the GIL: zlib.crc32 releases it too, but a thread calling it once per
+# chunk waits for the GIL (up to the 5 ms switch interval) before and after each call while the event loop's
+# thread installs entries, and ended up waiting in line with it.
+
+cdef uint32_t _crc_table[8][256]
+
+
+cdef void _crc_init() noexcept:
+    cdef uint32_t c
+    cdef int i, j, k
+    for i in range(256):
+        c = i
+        for j in range(8):
+            c = (c >> 1) ^ (<uint32_t>0xEDB88320 if c & 1 else <uint32_t>0)
+        _crc_table[0][i] = c
+    for i in range(256):
+        c = _crc_table[0][i]
+        for k in range(1, 8):
+            c = _crc_table[0][c & 0xFF] ^ (c >> 8)
+            _crc_table[k][i] = c
+
+
+_crc_init()
+
+
+cdef uint32_t _crc32(const unsigned char* p, Py_ssize_t n) noexcept nogil:
+    cdef uint32_t crc = ~(<uint32_t>0)
+    cdef uint32_t one, two
+    while n >= 8:
+        one = <uint32_t>_get(p, 4) ^ crc
+        two = <uint32_t>_get(p + 4, 4)
+        crc = (_crc_table[7][one & 0xFF] ^ _crc_table[6][(one >> 8) & 0xFF] ^
+               _crc_table[5][(one >> 16) & 0xFF] ^ _crc_table[4][one >> 24] ^
+               _crc_table[3][two & 0xFF] ^ _crc_table[2][(two >> 8) & 0xFF] ^
+               _crc_table[1][(two >> 16) & 0xFF] ^ _crc_table[0][two >> 24])
+        p += 8
+        n -= 8
+    while n > 0:
+        crc = _crc_table[0][(crc ^ p[0]) & 0xFF] ^ (crc >> 8)
+        p += 1
+        n -= 1
+    return ~crc
+
+
+def crc32(const unsigned char[::1] buf):
+    """zlib.crc32 of `buf` (tests compare the two)."""
+    if buf.shape[0] == 0:
+        return 0
+    return _crc32(&buf[0], buf.shape[0])
+
+
+def check_frames(const unsigned char[::1] buf, int ftype):
+    """Walk the consecutive frames of type `ftype` at the start of `buf` (cache/snapshot.py: u8 type, u32 payload
+    length, u32 CRC-32 of the payload, the payload), checking each payload's CRC-32 without the GIL. Returns (how
+    many checked out, the index of the first that did not, or that runs past the end, -1 if none, the offset
+    where the walk stopped: the first frame of another type, or the end)."""
+    cdef Py_ssize_t size = buf.shape[0], pos = 0, n = 0, bad = -1, length
+    cdef const unsigned char* p
+    if size == 0:
+        return 0, -1, 0
+    p = &buf[0]
+    with nogil:
+        while pos < size and p[pos] == ftype:
+            if size - pos < 9:
+                bad = n
+                break
+            length = <Py_ssize_t>_get(p + pos + 1, 4)
+            if length > size - pos - 9 or _crc32(p + pos + 9, length) != <uint32_t>_get(p + pos + 5, 4):
+                bad = n
+                break
+            pos += 9 + length
+            n += 1
+    return n, bad, pos

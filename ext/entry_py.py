@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import struct
+import zlib
 
 
 class Entry:
@@ -95,7 +96,7 @@ def restore_packed(buf, after: str, prefix: str, slots: list, append, codecs: di
     """Twin of ext.entry.restore_packed."""
     buf = memoryview(buf)
     ncompressed = compressed_bytes = 0
-    plain, used = [], []
+    plain = []
     top_key, top = newest
     if len(buf) < 4:
         raise ValueError("truncated entries chunk")
@@ -123,11 +124,40 @@ def restore_packed(buf, after: str, prefix: str, slots: list, append, codecs: di
             e = Entry(key, rv, data, slot, uid_hash, None)
             plain.append(e)
         slots[slot] = e
-        used.append(slot)
         append(key, e)
         after = key
         if rv > top:
             top_key, top = key, rv
     if pos != len(buf):
         raise ValueError("bytes after the last entry of a chunk")
-    return after, (top_key, top), plain, ncompressed, compressed_bytes, used
+    return after, (top_key, top), plain, ncompressed, compressed_bytes, count
+
+
+def slots_filled(slots: list, positions) -> bool:
+    """Twin of ext.entry.slots_filled."""
+    for i in positions:
+        if i >= len(slots):
+            raise IndexError(f"slot {i} beyond {len(slots)}")
+        if slots[i] is None:
+            return False
+    return True
+
+
+def crc32(buf) -> int:
+    """Twin of ext.entry.crc32."""
+    return zlib.crc32(buf)
+
+
+def check_frames(buf, ftype: int) -> tuple[int, int, int]:
+    """Twin of ext.entry.check_frames."""
+    buf = memoryview(buf)
+    pos = n = 0
+    while pos < len(buf) and buf[pos] == ftype:
+        if len(buf) - pos < 9:
+            return n, n, pos
+        length, crc = struct.unpack_from("<II", buf, pos + 1)
+        if length > len(buf) - pos - 9 or zlib.crc32(buf[pos + 9:pos + 9 + length]) != crc:
+            return n, n, pos
+        pos += 9 + length
+        n += 1
+    return n, -1, pos

@@ -100,9 +100,9 @@ def test_packed_entries_install_a_chunk_and_refuse_a_bad_one(impl):
     assert packed == ext.pack_entries(rows) == entry_py.pack_entries(rows)
     assert len(packed) == 4 + sum(30 + len(r[0]) + len(r[2]) for r in rows)
     slots, tree = [None] * 6, ext.BTree()
-    after, newest, plain, n, nbytes, used = restore(memoryview(packed), "", "/registry/things/", slots, tree.append,
+    after, newest, plain, n, nbytes, count = restore(memoryview(packed), "", "/registry/things/", slots, tree.append,
                                                     {7: codec}, ("", -1))
-    assert after == "/registry/things/d" and newest == ("/registry/things/c", 99) and used == [0, 1, 2, 3]
+    assert after == "/registry/things/d" and newest == ("/registry/things/c", 99) and count == 4
     assert [e.key for e in plain] == ["/registry/things/a", "/registry/things/d"] and (n, nbytes) == (2, 2 + 3)
     assert [e.key if e else None for e in slots] == [r[0] for r in rows] + [None, None]
     assert [(k, e.rv, e.stored, e.slot, e.uid_hash, e.codec) for k, e in tree.items()] == \
@@ -133,3 +133,46 @@ def test_packed_entries_install_a_chunk_and_refuse_a_bad_one(impl):
                      (("/registry/things/c", 1, b"x", 0, 1, 2 ** 32), OverflowError)]:
         with pytest.raises(err):
             pack([row])
+
+
+@pytest.mark.parametrize("impl", ["compiled", "twin"])
+def test_check_frames_walks_a_run_of_frames_and_finds_the_damaged_one(impl):
+    """ext.check_frames (a snapshot section's ENTRIES frames checked off the event loop's thread,
+    cache/snapshot.py) and its twin: CRC-32 as zlib's (ext.entry.crc32 against zlib.crc32 too), the frames of one
+    type walked up to the first of another, the first damaged or overlong frame found."""
+    import os
+    import struct
+    import zlib
+    from ext import entry, entry_py
+    check = ext.check_frames if impl == "compiled" else entry_py.check_frames
+    for n in (0, 1, 7, 8, 9, 63, 64, 65, 4096, 100_003):
+        b = os.urandom(n)
+        assert entry.crc32(b) == entry_py.crc32(b) == zlib.crc32(b), n
+
+    def frame(t, payload, crc=None):
+        return struct.pack("<BII", t, len(payload), zlib.crc32(payload) if crc is None else crc) + payload
+    payloads = [os.urandom(n) for n in (0, 5, 1000, 70_000)]
+    run = b"".join(frame(3, p) for p in payloads)
+    tail = frame(4, b"end")
+    assert check(run + tail, 3) == (4, -1, len(run))
+    assert check(memoryview(run + tail), 3) == (4, -1, len(run))
+    assert check(b"", 3) == (0, -1, 0) and check(tail, 3) == (0, -1, 0)
+    flipped = bytearray(run)
+    flipped[len(frame(3, payloads[0])) + len(frame(3, payloads[1])) + 9 + 500] ^= 0x10   # inside the third payload
+    assert check(bytes(flipped) + tail, 3)[:2] == (2, 2)
+    assert check(run[:-1], 3)[:2] == (3, 3)                     # the last frame runs past the end
+    assert check(run[:4], 3)[:2] == (0, 0)                      # a cut header
+    assert check(frame(3, b"abc", crc=1), 3)[:2] == (0, 0)
+
+
+@pytest.mark.parametrize("impl", ["compiled", "twin"])
+def test_slots_filled_checks_a_bitmaps_positions(impl):
+    """ext.slots_filled (a warm start's saved index against its restored slots, WatchCache.restore_indexes)."""
+    from pyroaring import BitMap
+    from ext import entry_py
+    filled = ext.slots_filled if impl == "compiled" else entry_py.slots_filled
+    slots = [None, "a", None, "b", "c"]
+    assert filled(slots, BitMap([1, 3, 4]).to_array()) and filled(slots, BitMap().to_array())
+    assert not filled(slots, BitMap([1, 2]).to_array())
+    with pytest.raises(IndexError):
+        filled(slots, BitMap([1, 5]).to_array())

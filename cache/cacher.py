@@ -29,6 +29,7 @@ import logging
 import math
 import random
 import time
+import weakref
 from collections import deque
 from typing import Callable
 
@@ -38,9 +39,9 @@ from machinery.aio import wait_event
 from machinery.memory import release_free_memory
 from storage import errors as serr
 from storage.codec import decode_value
-from storage.compact import last_compacted
+from storage.compact import last_compacted, revision_and_compacted
 from storage.etcd import EtcdClient, WatchCompacted, WatchProgress
-from storage.revision import SharedRevision
+from storage.revision import SharedRead, SharedRevision
 from storage.store import EtcdStore, stamp_rv
 
 from . import metrics, snapshot
@@ -341,11 +342,10 @@ class Cacher(Dispatching):
         being ready, the etcd watch from the snapshot RV, already open), or None (the caller lists; the reason
         is counted and logged)."""
         self._t_start = time.perf_counter()
-        prefix = self.prefix.encode()
         # etcd's revision and last compaction are asked for while the section loads (its chunks yield to the
-        # loop): the load does not write, so what they say is as true after it as before.
-        checks = asyncio.ensure_future(asyncio.gather(self.client.current_revision(prefix, self.resource_label),
-                                                      last_compacted(self.client)))
+        # loop): the load does not write, so what they say is as true after it as before. One GET answers both,
+        # shared by the caches of this etcd that start together.
+        checks = asyncio.ensure_future(_etcd_state(self.client).current())
         # The etcd watch from the snapshot's revision is opened as soon as that is known, and buffers while the
         # section loads: etcd delivers a watch that starts behind its revision on its next sync of such
         # watchers, up to 100 ms later (mvcc's syncWatchersLoop), and that wait now overlaps the load.
@@ -757,6 +757,18 @@ def next_bookmark_time(now: float, deadline: float) -> float:
     """S4.11: min(now + 60 s, deadline - 2 s); 0 (none) if that is already past."""
     t = min(now + BOOKMARK_FREQUENCY, deadline - BOOKMARK_BEFORE_DEADLINE)
     return t if t > now else 0.0
+
+
+_etcd_states: "weakref.WeakKeyDictionary[EtcdClient, SharedRead]" = weakref.WeakKeyDictionary()
+
+
+def _etcd_state(client: EtcdClient) -> "SharedRead[tuple[int, int]]":
+    """(revision now, last compaction) of this client's etcd, one read for the callers that arrive together."""
+    s = _etcd_states.get(client)
+    if s is None:
+        ref = weakref.ref(client)    # (the value must not keep its key alive)
+        s = _etcd_states[client] = SharedRead(lambda: revision_and_compacted(ref()))
+    return s
 
 
 class _OpenWatch:

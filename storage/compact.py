@@ -25,13 +25,19 @@ DEFAULT_INTERVAL = 300.0
 
 async def last_compacted(client: EtcdClient) -> int:
     """The revision recorded by the last compaction (0 if none yet)."""
-    kv, _ = await client.get(COMPACT_REV_KEY, "compact")
+    return (await revision_and_compacted(client))[1]
+
+
+async def revision_and_compacted(client: EtcdClient) -> tuple[int, int]:
+    """etcd's revision now (the response's header: a linearizable read) and the last compaction's revision, from
+    one GET of the compaction key."""
+    kv, rev = await client.get(COMPACT_REV_KEY, "compact")
     if kv is None:
-        return 0
+        return rev, 0
     try:
-        return int(kv.value.decode() or 0)
+        return rev, int(kv.value.decode() or 0)
     except ValueError:
-        return 0
+        return rev, 0
 
 
 async def _try_compact(client: EtcdClient, expect_version: int, rev: int) -> tuple[bool, int]:

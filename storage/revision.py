@@ -6,17 +6,23 @@ upstream's cacher coalesces them. Used by the watch cache (cache.cacher) and the
 from __future__ import annotations
 
 import asyncio
+from typing import Awaitable, Callable, Generic, TypeVar
 
 from .etcd import EtcdClient
 
+T = TypeVar("T")
 
-class SharedRevision:
-    def __init__(self, client: EtcdClient, prefix: str, resource: str):
-        self.client, self.prefix, self.resource = client, prefix.encode(), resource
+
+class SharedRead(Generic[T]):
+    """One read at a time, shared by the callers that arrived before it was sent (each sees a value read after
+    its own arrival)."""
+
+    def __init__(self, read: Callable[[], Awaitable[T]]):
+        self.read = read
         self._inflight: asyncio.Future | None = None
         self._next: asyncio.Future | None = None
 
-    async def current(self) -> int:
+    async def current(self) -> T:
         if self._next is None:
             self._next = asyncio.get_running_loop().create_future()
             asyncio.ensure_future(self._issue(self._next))
@@ -32,9 +38,18 @@ class SharedRevision:
         self._inflight = fut
         self._next = None
         try:
-            fut.set_result(await self.client.current_revision(self.prefix, self.resource))
+            fut.set_result(await self.read())
         except Exception as e:
             fut.set_exception(e)
             fut.exception()  # mark retrieved: joiners re-raise it
         finally:
             self._inflight = None
+
+
+class SharedRevision(SharedRead[int]):
+    """The etcd revision now, for one resource's concurrent consistent reads (a limit=1 range on its prefix,
+    upstream's getCurrentResourceVersion)."""
+
+    def __init__(self, client: EtcdClient, prefix: str, resource: str):
+        self.client, self.prefix, self.resource = client, prefix.encode(), resource
+        super().__init__(lambda: client.current_revision(self.prefix, resource))

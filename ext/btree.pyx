@@ -333,6 +333,23 @@ cdef int _remove(_Node nd, PyObject* key, int typ, uint64_t cow, PyObject** ok, 
         nd = child
 
 
+cdef int _put_in_leaf(_Node nd, int32_t i, PyObject* k, PyObject* v, PyObject** path, int depth) except -1:
+    """Put (k, v) at position i of the leaf `nd` (new references) and count it there and in the `depth` nodes
+    above it (`path`)."""
+    cdef int d
+    _ensure_cap(nd, nd.n + 1)
+    memmove(nd.kv + 2 * (i + 1), nd.kv + 2 * i, 2 * (nd.n - i) * sizeof(PyObject*))
+    _incref(k)
+    _incref(v)
+    nd.kv[2 * i] = k
+    nd.kv[2 * i + 1] = v
+    nd.n += 1
+    nd.size += 1
+    for d in range(depth):
+        (<_Node>path[d]).size += 1
+    return 0
+
+
 cdef inline int _check_key(object key) except -1:
     if not isinstance(key, str):
         raise TypeError(f"BTree keys must be str, not {type(key).__name__}")
@@ -442,6 +459,27 @@ cdef class BTree:
                 self.root = root
         return root
 
+    cdef _Node _writable_root(self):
+        """The root, mutable, split first if it is full (a write's way down never meets a full node)."""
+        cdef _Node nd = self._mut_root()
+        cdef _Node nr, second
+        cdef PyObject* mk
+        cdef PyObject* mv
+        if nd.n >= MAX_ITEMS_C:
+            nr = _new_node(4, True, self.cow)
+            second = _split(nd, MAX_ITEMS_C // 2, self.cow, &mk, &mv)
+            nr.kv[0] = mk
+            nr.kv[1] = mv
+            _incref(<PyObject*>nd)
+            _incref(<PyObject*>second)
+            nr.ch[0] = <PyObject*>nd
+            nr.ch[1] = <PyObject*>second
+            nr.n = 1
+            nr.size = nd.size + second.size + 1
+            self.root = nr
+            nd = nr
+        return nd
+
     def insert(self, key, value):
         """Set ``key`` to ``value``; return the previous value or None. O(log n).
 
@@ -450,11 +488,9 @@ cdef class BTree:
         _check_key(key)
         cdef PyObject* k = <PyObject*>key
         cdef uint64_t cow = self.cow
-        cdef _Node nd, nr, second
-        cdef PyObject* mk
-        cdef PyObject* mv
+        cdef _Node nd
         cdef PyObject* path[MAX_DEPTH]
-        cdef int depth = 0, d
+        cdef int depth = 0
         cdef int32_t i
         cdef bint found
         cdef int c
@@ -470,20 +506,7 @@ cdef class BTree:
             nd.size = 1
             self.root = nd
             return None
-        nd = self._mut_root()
-        if nd.n >= MAX_ITEMS_C:
-            nr = _new_node(4, True, cow)
-            second = _split(nd, MAX_ITEMS_C // 2, cow, &mk, &mv)
-            nr.kv[0] = mk
-            nr.kv[1] = mv
-            _incref(<PyObject*>nd)
-            _incref(<PyObject*>second)
-            nr.ch[0] = <PyObject*>nd
-            nr.ch[1] = <PyObject*>second
-            nr.n = 1
-            nr.size = nd.size + second.size + 1
-            self.root = nr
-            nd = nr
+        nd = self._writable_root()
         while True:
             i = _search(nd, k, &found)
             if found:
@@ -493,16 +516,7 @@ cdef class BTree:
                 nd.kv[2 * i + 1] = <PyObject*>value
                 return old
             if nd.ch == NULL:
-                _ensure_cap(nd, nd.n + 1)
-                memmove(nd.kv + 2 * (i + 1), nd.kv + 2 * i, 2 * (nd.n - i) * sizeof(PyObject*))
-                _incref(k)
-                _incref(<PyObject*>value)
-                nd.kv[2 * i] = k
-                nd.kv[2 * i + 1] = <PyObject*>value
-                nd.n += 1
-                nd.size += 1
-                for d in range(depth):
-                    (<_Node>path[d]).size += 1
+                _put_in_leaf(nd, i, k, <PyObject*>value, path, depth)
                 return None
             if (<_Node>nd.ch[i]).n >= MAX_ITEMS_C:
                 _split_child(nd, i, cow)
@@ -528,11 +542,9 @@ cdef class BTree:
         _check_key(key)
         cdef PyObject* k = <PyObject*>key
         cdef uint64_t cow = self.cow
-        cdef _Node nd, nr, second
-        cdef PyObject* mk
-        cdef PyObject* mv
+        cdef _Node nd
         cdef PyObject* path[MAX_DEPTH]
-        cdef int depth = 0, d
+        cdef int depth = 0
         cdef int32_t i
         if self.root is None:
             self.insert(key, value)
@@ -543,32 +555,11 @@ cdef class BTree:
         if PyUnicode_Compare(nd.kv[2 * (nd.n - 1)], k) >= 0:
             raise ValueError(f"BTree.append: {key!r} is not after the last key")
         self.version += 1
-        nd = self._mut_root()
-        if nd.n >= MAX_ITEMS_C:
-            nr = _new_node(4, True, cow)
-            second = _split(nd, MAX_ITEMS_C // 2, cow, &mk, &mv)
-            nr.kv[0] = mk
-            nr.kv[1] = mv
-            _incref(<PyObject*>nd)
-            _incref(<PyObject*>second)
-            nr.ch[0] = <PyObject*>nd
-            nr.ch[1] = <PyObject*>second
-            nr.n = 1
-            nr.size = nd.size + second.size + 1
-            self.root = nr
-            nd = nr
+        nd = self._writable_root()
         while True:
             i = nd.n
             if nd.ch == NULL:
-                _ensure_cap(nd, nd.n + 1)
-                _incref(k)
-                _incref(<PyObject*>value)
-                nd.kv[2 * i] = k
-                nd.kv[2 * i + 1] = <PyObject*>value
-                nd.n += 1
-                nd.size += 1
-                for d in range(depth):
-                    (<_Node>path[d]).size += 1
+                _put_in_leaf(nd, i, k, <PyObject*>value, path, depth)
                 return
             if (<_Node>nd.ch[i]).n >= MAX_ITEMS_C:
                 _split_child(nd, i, cow)

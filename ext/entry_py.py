@@ -94,7 +94,7 @@ def pack_entries(rows: list) -> bytes:
 
 def restore_packed(buf, after: str, prefix: str, slots: list, append, codecs: dict, newest: tuple):
     """Twin of ext.entry.restore_packed."""
-    buf = memoryview(buf)
+    buf = bytes(buf)   # a copy: no view of the caller's buffer outlives the call (an exception's frame keeps locals)
     ncompressed = compressed_bytes = 0
     plain = []
     top_key, top = newest

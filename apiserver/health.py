@@ -27,17 +27,16 @@ class Health:
                  cacher_of: Callable[[Any], Cacher | None], watch_cache: bool):
         self.registry = registry
         self.router = router
-        self.etcd_prefix = etcd_prefix
+        self.health_key = ("/" + "/".join(p for p in (etcd_prefix.strip("/"), "health") if p)).encode()
         self.cacher_of = cacher_of   # a resource's watch cache (None with --watch-cache=false)
         self.watch_cache = watch_cache  # /readyz waits for the watch caches
 
     async def check_etcd(self) -> str | None:
         """A linearizable GET of the one key `/<prefix>/health`, as upstream's prober (factory/etcd3.go). Not a
         range over the prefix: etcd walks every key of a range to count it, 35 ms at 280,000 objects."""
-        key = "/" + "/".join(p for p in (self.etcd_prefix.strip("/"), "health") if p)
         try:
             async with asyncio.timeout(ETCD_CHECK_TIMEOUT):
-                await self.router.default_client().get(key.encode(), "healthz")
+                await self.router.default_client().get(self.health_key, "healthz")
             return None
         except Exception as e:
             return f"etcd: {e!r}"

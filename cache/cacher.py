@@ -360,8 +360,7 @@ class Cacher(Dispatching):
             try:
                 loaded = await snapshot.load_section(section, self.wc, self.snapshot_identity(), head_read)
             except BaseException:
-                checks.cancel()
-                checks.add_done_callback(_retrieve)
+                _abandon(checks)
                 raise
             current, compacted = await checks
             rv = loaded.rv
@@ -370,15 +369,12 @@ class Cacher(Dispatching):
             if rv < compacted:
                 raise snapshot.SnapshotError("compacted", f"snapshot rv {rv} compacted (at {compacted})")
             await self._probe(loaded)
-        except asyncio.CancelledError:
+        except BaseException as e:
             if opened is not None:
                 opened.close()
                 self._etcd_watch = None
-            raise
-        except Exception as e:
-            if opened is not None:
-                opened.close()
-                self._etcd_watch = None
+            if not isinstance(e, Exception):   # cancelled
+                raise
             self.wc.begin_replace()
             self.wc.rv = self.wc.list_rv = 0
             reason = e.reason if isinstance(e, snapshot.SnapshotError) else "error"
@@ -786,13 +782,18 @@ class _OpenWatch:
             self.arrived.set()
 
     def close(self) -> None:
-        self.reader.cancel()
-        self.reader.add_done_callback(_retrieve)
+        _abandon(self.reader)
         self.watch.close()
 
 
+def _abandon(f: asyncio.Future) -> None:
+    """Cancel a future whose outcome no longer matters; its exception, if it had one, is taken (not logged as
+    never retrieved)."""
+    f.cancel()
+    f.add_done_callback(_retrieve)
+
+
 def _retrieve(f: asyncio.Future) -> None:
-    """A future whose outcome no longer matters: its exception, if any, is taken (not logged as unretrieved)."""
     if not f.cancelled():
         f.exception()
 

@@ -51,5 +51,5 @@ class SharedRevision(SharedRead[int]):
     upstream's getCurrentResourceVersion)."""
 
     def __init__(self, client: EtcdClient, prefix: str, resource: str):
-        self.client, self.prefix, self.resource = client, prefix.encode(), resource
-        super().__init__(lambda: client.current_revision(self.prefix, resource))
+        key = prefix.encode()
+        super().__init__(lambda: client.current_revision(key, resource))

@@ -27,6 +27,7 @@ class Health:
                  cacher_of: Callable[[Any], Cacher | None], watch_cache: bool):
         self.registry = registry
         self.router = router
+        self.etcd_prefix = etcd_prefix   # (FrontHealth builds on it)
         self.health_key = ("/" + "/".join(p for p in (etcd_prefix.strip("/"), "health") if p)).encode()
         self.cacher_of = cacher_of   # a resource's watch cache (None with --watch-cache=false)
         self.watch_cache = watch_cache  # /readyz waits for the watch caches

@@ -231,7 +231,7 @@ class Compressor:
     def dropped(self, e) -> None:
         """A compressed entry stopped being current (replaced or deleted)."""
         self.compressed -= 1
-        self.compressed_bytes -= len(e.stored)
+        self.compressed_bytes -= e.stored_size
 
     # --- the passes ----------------------------------------------------------------------------
 
@@ -390,7 +390,7 @@ class Compressor:
         for i, (e, f) in enumerate(zip(batch, frames)):
             if f is None or e.codec is not None:
                 continue   # not worth it
-            size = len(e.stored)
+            size = e.stored_size
             if i >= current:   # an older version the window keeps: nobody else changes it
                 e.compress(f, codec)
                 self.history_compressed += 1
@@ -522,7 +522,7 @@ class Compressor:
         for e, f in zip(batch, frames):
             if get(e.key) is not e or e.codec is not old:
                 continue
-            before = len(e.stored)
+            before = e.stored_size
             if f is None:
                 try:
                     e.compress(old.decompress(e.stored), None)   # back to plain bytes: no entry keeps `old`
@@ -548,10 +548,10 @@ class Compressor:
                 continue
             if e.codec is None:
                 plain += 1
-                plain_bytes += len(e.stored)
+                plain_bytes += e.stored_size
             else:
                 compressed += 1
-                frame_bytes += len(e.stored)
+                frame_bytes += e.stored_size
                 codecs[id(e.codec)] = e.codec
         for c in (self.codec, self.retiring):
             if c is not None:

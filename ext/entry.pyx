@@ -6,17 +6,21 @@ the stored bytes, the resourceVersion and the UID's FNV-1a 64 hash as C
 integers (a Python int each would cost 28-36 B more), and the dense slot id
 used by the roaring bitmaps.
 
-The stored bytes are the wire bytes, or, once the entry is cold and its
-resource's compressor has shrunk it (cache/compression.py), a zstd frame that
-`codec.decompress` turns back into exactly those bytes: `data` is always the
-wire bytes, so no reader can tell. A codec never references entries, so an
-entry still cannot be part of a reference cycle and is not tracked by the
-garbage collector (saves the 16 B GC header).
+The stored bytes are the wire bytes (a bytes object shared with the event
+that brought them), or, once the entry is cold and its resource's compressor
+has shrunk it (cache/compression.py), a zstd frame of them kept in a memory
+block of the entry's own (no bytes header) that `codec.decompress` turns
+back into exactly those bytes: `data` is always the wire bytes, so no reader
+can tell. A codec never references entries, so an entry still cannot be part
+of a reference cycle and is not tracked by the garbage collector (saves the
+16 B GC header).
 """
 cimport cython
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.object cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 
@@ -24,39 +28,102 @@ from libc.string cimport memcpy
 @cython.final
 cdef class Entry:
     cdef readonly object key
-    cdef readonly bytes stored      # the wire bytes, or a frame of them when codec is not None
-    cdef readonly object codec      # None, or what decodes `stored` (shared by the resource's entries)
+    # The wire bytes (an owned reference to a bytes object) while codec is None; once compressed, a PyMem block
+    # of `flen` bytes holding the frame itself. A bytes object costs 33 B of header on top of its contents (a
+    # 60 B RoleBinding frame took 96 B of pymalloc as bytes, 64 B as a block), and there is no room for an
+    # eighth field without growing the record from 64 to 80 B: one pointer serves both.
+    cdef void* _stored
+    cdef readonly object codec      # None, or what decodes the frame (shared by the resource's entries)
     cdef readonly int64_t rv
     cdef readonly uint64_t uid_hash
-    cdef readonly int64_t slot
+    cdef readonly int32_t slot      # dense slot id (-1: a tombstone); slots are far below 2**31
+    cdef uint32_t flen              # the frame's length when compressed
 
     def __cinit__(self, str key, int64_t rv, bytes data, int64_t slot, uint64_t uid_hash, object codec=None):
+        if slot < -1 or slot > 0x7FFFFFFF:
+            raise OverflowError(f"slot {slot} out of range")
         self.key = key
         self.rv = rv
-        self.stored = data
-        self.codec = codec
-        self.slot = slot
+        self.slot = <int32_t>slot
         self.uid_hash = uid_hash
+        if codec is None:
+            _incref(<PyObject*>data)
+            self._stored = <void*>data
+        else:
+            _set_frame(self, PyBytes_AS_STRING(data), len(data))
+        self.codec = codec
+
+    def __dealloc__(self):
+        _release(self)
+
+    @property
+    def stored(self):
+        """The wire bytes, or (compressed) a copy of the frame as bytes."""
+        if self.codec is None:
+            return <object>self._stored
+        return PyBytes_FromStringAndSize(<const char*>self._stored, self.flen)
+
+    @property
+    def stored_size(self):
+        """len(stored), without copying a frame."""
+        if self.codec is None:
+            return PyBytes_GET_SIZE(<object>self._stored)
+        return self.flen
 
     @property
     def data(self):
-        """The wire bytes (decoded from the frame if the entry is compressed)."""
+        """The wire bytes (decoded from the frame if the entry is compressed). The frame is copied to a bytes
+        first, under the GIL: the decoder may release it, and a frame block can be replaced meanwhile."""
         if self.codec is None:
-            return self.stored
-        return self.codec.decompress(self.stored)
+            return <object>self._stored
+        return self.codec.decompress(PyBytes_FromStringAndSize(<const char*>self._stored, self.flen))
 
-    def compress(self, bytes frame, object codec):
-        """Keep `frame` instead of the wire bytes; the compressor checked that `codec` decodes it back."""
-        self.stored = frame
+    def compress(self, bytes frame not None, object codec):
+        """Keep `frame` instead of the wire bytes (or, with codec None, go back to these wire bytes); the
+        compressor checked that `codec` decodes it back."""
+        if codec is None:
+            _incref(<PyObject*>frame)
+            _release(self)
+            self._stored = <void*>frame
+        else:
+            _set_frame(self, PyBytes_AS_STRING(frame), len(frame))
         self.codec = codec
 
     def __sizeof__(self):
         """The record plus its bytes (the key is shared with the B-tree and counted there, the codec by its
         resource). O(1)."""
-        return Py_TYPE_BASICSIZE(self) + self.stored.__sizeof__()
+        if self.codec is None:
+            return Py_TYPE_BASICSIZE(self) + (<object>self._stored).__sizeof__()
+        return Py_TYPE_BASICSIZE(self) + self.flen
 
     def __repr__(self):
         return f"Entry({self.key!r}, rv={self.rv}{', compressed' if self.codec is not None else ''})"
+
+
+# Module functions, not cdef methods: a cdef method would add a vtable pointer to every entry (72 B, not 64).
+cdef inline void _release(Entry e) noexcept:
+    if e._stored != NULL:
+        if e.codec is None:
+            _decref(<PyObject*>e._stored)
+        else:
+            PyMem_Free(e._stored)
+        e._stored = NULL
+
+
+cdef int _set_frame(Entry e, const char* p, Py_ssize_t n) except -1:
+    """Copy a frame into a block of the entry's own (the caller then sets `codec`; what the entry held before
+    is released)."""
+    cdef void* block
+    if n > 0xFFFFFFFF:
+        raise OverflowError("a frame over 4 GiB")
+    block = PyMem_Malloc(n if n > 0 else 1)
+    if block == NULL:
+        raise MemoryError()
+    memcpy(block, p, n)
+    _release(e)
+    e._stored = block
+    e.flen = <uint32_t>n
+    return 0
 
 
 @cython.no_gc
@@ -127,6 +194,11 @@ cdef class WindowEvent:
         return f"Event({self.type}, {self.key!r}, rv={self.rv})"
 
 
+cdef extern from "Python.h":
+    void _incref "Py_INCREF"(PyObject* o)
+    void _decref "Py_DECREF"(PyObject* o)
+
+
 cdef extern from *:
     """
     static Py_ssize_t Py_TYPE_BASICSIZE(PyObject *o) { return Py_TYPE(o)->tp_basicsize; }
@@ -143,6 +215,8 @@ cdef extern from *:
 
 cdef enum:
     ENTRY_HEAD = 30
+
+cdef bytes _EMPTY = b""
 
 cdef inline void _put(unsigned char* p, uint64_t v, int n) noexcept:
     cdef int i
@@ -216,7 +290,6 @@ def restore_packed(const unsigned char[::1] buf, str after, str prefix, list slo
     cdef uint64_t slot, uid_hash, codec_id
     cdef const unsigned char* p
     cdef str key, top_key
-    cdef bytes data
     cdef Entry e
     cdef list plain = []
     top_key, top = newest
@@ -242,18 +315,20 @@ def restore_packed(const unsigned char[::1] buf, str after, str prefix, list slo
             raise ValueError(f"key {key!r} out of order or outside {prefix}")
         if slot >= <uint64_t>nslots or slots[slot] is not None:
             raise ValueError(f"slot {slot} used twice or beyond the allocator's")
-        data = PyBytes_FromStringAndSize(<const char*>(p + pos), dlen)
-        pos += dlen
         # Made with zeros (cached small ints) and the C fields set here: passing them to the constructor would
-        # make and free three Python ints per entry.
+        # make and free three Python ints per entry. A frame goes straight from the buffer to its block.
         if codec_id:
-            e = Entry(key, 0, data, 0, 0, codecs[codec_id])
+            codec = codecs[codec_id]
+            e = Entry(key, 0, _EMPTY, 0, 0, None)
+            _set_frame(e, <const char*>(p + pos), dlen)
+            e.codec = codec
             ncompressed += 1
             compressed_bytes += dlen
         else:
-            e = Entry(key, 0, data, 0, 0, None)
+            e = Entry(key, 0, PyBytes_FromStringAndSize(<const char*>(p + pos), dlen), 0, 0, None)
             plain.append(e)
-        e.rv, e.slot, e.uid_hash = rv, <int64_t>slot, uid_hash
+        pos += dlen
+        e.rv, e.slot, e.uid_hash = rv, <int32_t>slot, uid_hash
         slots[slot] = e
         append(key, e)
         after = key

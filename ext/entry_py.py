@@ -20,12 +20,18 @@ class Entry:
     def data(self) -> bytes:
         return self.stored if self.codec is None else self.codec.decompress(self.stored)
 
+    @property
+    def stored_size(self) -> int:
+        return len(self.stored)
+
     def compress(self, frame: bytes, codec) -> None:
+        if not isinstance(frame, bytes):
+            raise TypeError("frame must be bytes")
         self.stored = frame
         self.codec = codec
 
     def __sizeof__(self) -> int:
-        return object.__sizeof__(self) + self.stored.__sizeof__()
+        return object.__sizeof__(self) + (self.stored.__sizeof__() if self.codec is None else len(self.stored))
 
     def __repr__(self) -> str:
         return f"Entry({self.key!r}, rv={self.rv}{', compressed' if self.codec is not None else ''})"

@@ -32,6 +32,60 @@ def test_compiled_entry_is_small_and_untracked():
         e.rv = 2  # read-only: entries are immutable versions
 
 
+class _Codec:
+    """What cache/compression.Codec gives an entry: `decompress` (zlib here: any decoder will do)."""
+    @staticmethod
+    def decompress(frame):
+        import zlib
+        assert type(frame) is bytes   # the compiled entry hands the decoder a copy, never its own block
+        return zlib.decompress(frame)
+
+
+def test_compress_keeps_the_frame_and_goes_back(Entry):
+    """A compressed entry gives its frame back as bytes (`stored`) and its length without a copy
+    (`stored_size`), decodes to the wire bytes (`data`), and can go back to plain bytes (codec None)."""
+    import zlib
+    wire = b'{"kind":"ConfigMap","data":{"a":"' + b"x" * 500 + b'"}}'
+    frame = zlib.compress(wire)
+    e = Entry("k", 9, wire, 4, 5)
+    assert (e.stored, e.stored_size, e.codec) == (wire, len(wire), None)
+    e.compress(frame, _Codec)
+    assert (e.stored, e.stored_size, e.codec, e.data) == (frame, len(frame), _Codec, wire)
+    assert (e.key, e.rv, e.slot, e.uid_hash) == ("k", 9, 4, 5)
+    again = zlib.compress(wire, 1)
+    e.compress(again, _Codec)   # re-encoded with another frame
+    assert (e.stored, e.data) == (again, wire)
+    e.compress(wire, None)
+    assert (e.stored, e.stored_size, e.codec, e.data) == (wire, len(wire), None, wire)
+    assert e.stored is wire       # plain bytes are shared, not copied
+    with pytest.raises(TypeError):
+        e.compress(bytearray(frame), _Codec)
+    made = Entry("k", 9, frame, 4, 5, _Codec)   # as restored: made compressed
+    assert (made.stored, made.data) == (frame, wire)
+
+
+def test_compiled_compressed_entry_holds_its_frame_inline():
+    """Once compressed, the compiled entry keeps its frame in a block of its own, not in a bytes object: the
+    record stays 64 B and the frame costs its length (a bytes object would add 33 B of header). The wire
+    bytes it held are released, and references are counted right both ways."""
+    import zlib
+    wire = b'{"a":"' + b"y" * 300 + b'"}'
+    frame = zlib.compress(wire)
+    e = ext.Entry("k", 1, wire, 0, 0)
+    held = sys.getrefcount(wire)
+    e.compress(frame, _Codec)
+    assert sys.getrefcount(wire) == held - 1
+    assert sys.getrefcount(frame) == 2      # not kept: copied into the entry's block
+    assert e.__sizeof__() == 64 + len(frame)
+    e.compress(wire, None)
+    assert sys.getrefcount(wire) == held
+    del e
+    assert sys.getrefcount(wire) == held - 1
+    with pytest.raises(OverflowError):
+        ext.Entry("k", 1, b"", 2**31, 0)     # slots are 32-bit (-1: a tombstone)
+    assert ext.Entry("k", 1, b"", -1, 0).slot == -1
+
+
 @pytest.mark.parametrize("which", ["c", "py"])
 def test_event_fields_roundtrip(which):
     from ext.entry_py import Event as PyEvent

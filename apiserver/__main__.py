@@ -88,6 +88,8 @@ def _check_authentication(p: argparse.ArgumentParser, a) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from machinery.memory import limit_malloc_arenas
+    limit_malloc_arenas()   # before any thread starts (machinery/memory.py says why)
     a = parse_args(argv)
     if os.environ.get("RESIDENCY_TRACEMALLOC") == "1":
         # Heap measurement for bench/residency.py (tracemalloc costs CPU and memory; opt-in).

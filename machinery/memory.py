@@ -1,5 +1,28 @@
-"""Process memory: handing freed heap back to the OS."""
+"""Process memory: one malloc arena, and handing freed heap back to the OS."""
 from __future__ import annotations
+
+import os
+
+M_ARENA_MAX = -8   # glibc's mallopt parameter (malloc.h)
+
+
+def limit_malloc_arenas(arenas: int = 1) -> bool:
+    """Let every thread allocate from glibc's main arena (mallopt M_ARENA_MAX), unless MALLOC_ARENA_MAX says
+    otherwise; call it before any thread starts. By default glibc gives each thread that allocates while another
+    holds the lock an arena of its own (up to 8 per core), and memory freed in those arenas stayed resident: a
+    server loaded with 10,000 ConfigMaps, once their cold entries were compressed (the worker thread makes and
+    drops a compression context and a zstd-bound buffer per frame), held 2,190-2,406 B of RSS per object with
+    1,839-1,901 B of it in anonymous mappings; with one arena, 1,057-1,113 B (an ad hoc script reading
+    /debug/residency and /proc/PID/smaps, two runs each). This process's threads are few (the event loop does
+    nearly all the allocating; gRPC's poller and the compression, checksum and executor workers), so they rarely
+    wait for the one arena's lock. Returns whether the limit was set."""
+    if "MALLOC_ARENA_MAX" in os.environ:
+        return False   # glibc read it at start-up: the operator's choice stands
+    try:
+        import ctypes
+        return bool(ctypes.CDLL("libc.so.6").mallopt(M_ARENA_MAX, arenas))
+    except (OSError, AttributeError):  # not glibc
+        return False
 
 
 def release_free_memory() -> None:

@@ -47,8 +47,7 @@ cdef class Entry:
         self.slot = <int32_t>slot
         self.uid_hash = uid_hash
         if codec is None:
-            _incref(<PyObject*>data)
-            self._stored = <void*>data
+            _set_plain(self, data)
         else:
             _set_frame(self, PyBytes_AS_STRING(data), len(data))
         self.codec = codec
@@ -82,9 +81,7 @@ cdef class Entry:
         """Keep `frame` instead of the wire bytes (or, with codec None, go back to these wire bytes); the
         compressor checked that `codec` decodes it back."""
         if codec is None:
-            _incref(<PyObject*>frame)
-            _release(self)
-            self._stored = <void*>frame
+            _set_plain(self, frame)
         else:
             _set_frame(self, PyBytes_AS_STRING(frame), len(frame))
         self.codec = codec
@@ -108,6 +105,13 @@ cdef inline void _release(Entry e) noexcept:
         else:
             PyMem_Free(e._stored)
         e._stored = NULL
+
+
+cdef inline void _set_plain(Entry e, bytes data) noexcept:
+    """Hold `data` itself (the caller then sets `codec` to None; what the entry held before is released)."""
+    _incref(<PyObject*>data)   # first: `data` may be what the entry holds
+    _release(e)
+    e._stored = <void*>data
 
 
 cdef int _set_frame(Entry e, const char* p, Py_ssize_t n) except -1:

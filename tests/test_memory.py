@@ -68,13 +68,12 @@ def test_a_thread_gets_an_arena_of_its_own_unless_limited():
 def test_the_apiserver_allocates_from_one_arena():
     """A serving apiserver (embedded etcd, its gRPC, executor and compression threads running) has no thread
     arena; with MALLOC_ARENA_MAX set, glibc's own choice applies (the control: the probe would see them)."""
-    with ApiserverProcess() as a:
-        for _ in range(20):
-            with urllib.request.urlopen(a.base + "/api/v1/namespaces/default/configmaps", timeout=10) as r:
-                r.read()
-        assert _arena_reservations(a.pid) == []
-    with ApiserverProcess(env={"MALLOC_ARENA_MAX": "16"}) as a:
-        for _ in range(20):
-            with urllib.request.urlopen(a.base + "/api/v1/namespaces/default/configmaps", timeout=10) as r:
-                r.read()
-        assert len(_arena_reservations(a.pid)) >= 1
+    def serving(**kw) -> list[int]:
+        with ApiserverProcess(**kw) as a:
+            for _ in range(20):
+                with urllib.request.urlopen(a.base + "/api/v1/namespaces/default/configmaps", timeout=10) as r:
+                    r.read()
+            return _arena_reservations(a.pid)
+
+    assert serving() == []
+    assert len(serving(env={"MALLOC_ARENA_MAX": "16"})) >= 1

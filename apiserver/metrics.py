@@ -1,5 +1,5 @@
 """apiserver metrics under upstream names (k8s.io/apiserver/pkg/endpoints/metrics)."""
-from prometheus_client import Counter, Gauge, Histogram
+from machinery.metrics import Counter, Gauge, Histogram
 
 REQUEST_LABELS = ["verb", "dry_run", "group", "version", "resource", "subresource", "scope", "component"]
 

@@ -85,8 +85,8 @@ def observe(request: web.Request, code: int, seconds: float) -> None:
         sli.observe(seconds)
 
 
-# The children of the three request metrics per label set (prometheus_client's `labels()` builds and looks them
-# up under a lock on every call: about 2 % of a Lease renewal's CPU). A few hundred label sets at most.
+# The children of the three request metrics per label set, found with one lookup instead of three. A few hundred
+# label sets at most.
 _SERIES: dict[tuple, tuple] = {}
 
 

@@ -9,7 +9,7 @@ import hashlib
 from typing import Any, Callable
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from machinery.metrics import CONTENT_TYPE, generate_latest
 
 from machinery import errors, jsonenc
 
@@ -87,7 +87,7 @@ class Routes:
                 request[NON_RESOURCE_METRIC] = (request.path, "")
             return await self.health.respond(request, head, parts[1] if len(parts) == 2 else None)
         if head == "metrics" and len(parts) == 1:
-            return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+            return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE})
         if parts == ["debug", "residency"]:
             if "gc" in request.query:
                 import gc

@@ -1,5 +1,5 @@
 """Watch cache metrics under upstream names (S4.20, k8s.io/apiserver/pkg/storage/cacher/metrics)."""
-from prometheus_client import Counter, Gauge, Histogram
+from machinery.metrics import Counter, Gauge, Histogram
 
 _L = ["group", "resource"]
 

@@ -7,47 +7,28 @@ latency. Two figures on /metrics:
 * `python_event_loop_lag_seconds`: how late the loop ran a callback it had scheduled `LAG_PERIOD` ahead (the
   time any request arriving then waited before it could be read).
 
-The GC callback must not take a lock: a collection can start inside any allocation, including one made while
-prometheus_client holds a metric's lock, so the counts live in plain lists and a collector reads them at scrape
-time.
+The GC callback must not take a lock (a collection can start inside any allocation): the counts live in plain
+lists (machinery.metrics' lock-free histogram series), read at scrape time.
 """
 from __future__ import annotations
 
 import asyncio
-import bisect
 import gc
 import time
 
-from prometheus_client.core import REGISTRY, HistogramMetricFamily
+from .metrics import REGISTRY, HistogramSeries, histogram_lines
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 LAG_PERIOD = 0.1
 
 
-class _Histogram:
-    """Counts per bucket and a sum, lock-free (single writer under the GIL)."""
-    __slots__ = ("counts", "sum")
-
-    def __init__(self) -> None:
-        self.counts = [0] * (len(BUCKETS) + 1)      # +Inf last
-        self.sum = 0.0
-
-    def observe(self, v: float) -> None:
-        self.counts[bisect.bisect_left(BUCKETS, v)] += 1
-        self.sum += v
-
-    def cumulative(self) -> list[tuple[str, int]]:
-        acc, out = 0, []
-        for bound, n in zip((*map(str, BUCKETS), "+Inf"), self.counts):
-            acc += n
-            out.append((bound, acc))
-        return out
+UPPER = (*BUCKETS, float("inf"))
 
 
 class Pauses:
     def __init__(self) -> None:
-        self.gc = [_Histogram(), _Histogram(), _Histogram()]
-        self.lag = _Histogram()
+        self.gc = [HistogramSeries(UPPER) for _ in range(3)]   # counts per bucket (+Inf last) and a sum
+        self.lag = HistogramSeries(UPPER)
         self._gc_started = 0.0
         self._lag_task: asyncio.Task | None = None
 
@@ -69,17 +50,17 @@ class Pauses:
         if self._lag_task is None or self._lag_task.done():
             self._lag_task = asyncio.get_running_loop().create_task(self.measure_lag())
 
-    def collect(self):
-        g = HistogramMetricFamily("python_gc_duration_seconds",
-                                  "Seconds each garbage collection stopped the process, per generation",
-                                  labels=["generation"])
+    def expose(self, out: list[str]) -> None:
+        """The two histograms in the text format (machinery.metrics.Registry calls it at each scrape)."""
+        name = "python_gc_duration_seconds"
+        out.append(f"# HELP {name} Seconds each garbage collection stopped the process, per generation\n"
+                   f"# TYPE {name} histogram\n")
         for gen, h in enumerate(self.gc):
-            g.add_metric([str(gen)], h.cumulative(), h.sum)
-        yield g
-        lag = HistogramMetricFamily("python_event_loop_lag_seconds",
-                                    f"How late the event loop ran a callback scheduled {LAG_PERIOD:g} s ahead")
-        lag.add_metric([], self.lag.cumulative(), self.lag.sum)
-        yield lag
+            histogram_lines(out, name, [("generation", str(gen))], UPPER, h.counts, h.sum)
+        name = "python_event_loop_lag_seconds"
+        out.append(f"# HELP {name} How late the event loop ran a callback scheduled {LAG_PERIOD:g} s ahead\n"
+                   f"# TYPE {name} histogram\n")
+        histogram_lines(out, name, [], UPPER, self.lag.counts, self.lag.sum)
 
 
 def fewer_collections(young_objects: int = 10_000, young_collections: int = 100) -> None:

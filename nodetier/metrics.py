@@ -1,5 +1,5 @@
 """The tier's own figures on its /metrics."""
-from prometheus_client import Counter, Gauge, Histogram
+from machinery.metrics import Counter, Gauge, Histogram
 
 renewals_absorbed = Counter("nodetier_renewals_absorbed_total", "Lease renewals answered by the tier alone")
 renewals_fast = Counter("nodetier_renewals_fast_path_total", "Lease renewals absorbed on the fast path (the "

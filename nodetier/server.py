@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import orjson
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from machinery.metrics import CONTENT_TYPE, generate_latest
 
 from apiserver.auth import authz, impersonation
 from apiserver.auth.authn import X509, authentication
@@ -98,7 +98,7 @@ class NodeTier:
         if parts == ["metrics"]:
             metrics.leases_held.set(len(self.leases.states))
             metrics.leases_pending.set(sum(1 for s in self.leases.states.values() if s.pending))
-            return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+            return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE})
         self._impersonation(request)
         if parts[:6] != COLLECTION or len(parts) > 7 or not self._absorbs(request, parts):
             return await self._proxy(request)

@@ -218,7 +218,7 @@ async def test_damaged_entry_fails_the_request_and_the_cache_relists(etcd_client
             await asyncio.sleep(0.02)
         assert c.ready and c.wc.compressor.compressed == 5
         want = await d.get_at(f"{prefix}ns/c3", "0")
-        before = cmetrics.corrupt_entries.labels("", "configmaps")._value.get()
+        before = cmetrics.corrupt_entries.labels("", "configmaps").get()
         e = c.wc.store.get(f"{prefix}ns/c3")
         f = bytearray(e.stored)
         f[len(f) // 2] ^= 0x01
@@ -226,7 +226,7 @@ async def test_damaged_entry_fails_the_request_and_the_cache_relists(etcd_client
         with pytest.raises(serr.StorageError) as ei:
             await d.get_at(f"{prefix}ns/c3", "0")
         assert ei.value.code is serr.Code.INTERNAL and "damaged" in ei.value.message
-        assert cmetrics.corrupt_entries.labels("", "configmaps")._value.get() == before + 1
+        assert cmetrics.corrupt_entries.labels("", "configmaps").get() == before + 1
         from apiserver.status import map_storage_error
         st = map_storage_error(ei.value, res, "c3")
         assert st.code == 500 and st.status()["reason"] == "InternalError"

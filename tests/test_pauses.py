@@ -3,15 +3,14 @@ import asyncio
 import gc
 import time
 
-from prometheus_client import CollectorRegistry, generate_latest
-
+from machinery.metrics import Registry
 from machinery.pauses import BUCKETS, LAG_PERIOD, Pauses
 
 
 def _scrape(p: Pauses) -> str:
-    reg = CollectorRegistry()
+    reg = Registry(process=False)
     reg.register(p)
-    return generate_latest(reg).decode()
+    return reg.expose().decode()
 
 
 def test_every_collection_is_timed_in_its_generation():

@@ -8,7 +8,8 @@ and every (operation, resource) of the etcd client gets one; its import, with it
 another ~2 MiB. An empty apiserver that had served discovery, OpenAPI and a list and a watch of each of its
 62 resources held ~4.6 MiB of Python heap in prometheus_client's objects (tracemalloc). Here a histogram child
 is one list of counts and a sum, an update is a list index and a float addition (no lock: metrics are updated
-on the event loop's thread; an update from a worker thread could only race another update of the same series).
+on the event loop's thread; an update from a worker thread could only race another update of the same series;
+creating a series takes a lock).
 
 The exposition is prometheus_client's ``generate_latest`` text (label names sorted, numbers as Go prints them,
 a counter's family named with ``_total``) without its ``_created`` series, which kube-apiserver does not export
@@ -20,6 +21,7 @@ from __future__ import annotations
 import bisect
 import math
 import os
+import threading
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 INF = float("inf")
@@ -125,6 +127,7 @@ class ProcessCollector:
 
 
 REGISTRY = Registry()
+_NEW_CHILD = threading.Lock()   # only taken to create a series; an update takes no lock
 
 
 class _Metric:
@@ -151,11 +154,12 @@ class _Metric:
             if len(values) != len(self.labelnames):
                 raise ValueError(f"{self.name}: {len(self.labelnames)} label values wanted, {len(values)} given")
             key = tuple(str(v) for v in values)
-            child = self._children.get(key)
-            if child is None:
-                child = self._children[key] = self._child(key)
-                self._series.append((self._label_pairs(key), child))
-            self._children[values] = child
+            with _NEW_CHILD:   # two threads asking for a new series at once get one
+                child = self._children.get(key)
+                if child is None:
+                    child = self._children[key] = self._child(key)
+                    self._series.append((self._label_pairs(key), child))
+                self._children[values] = child
         return child
 
     def _label_pairs(self, key: tuple) -> list[tuple[str, str]]:

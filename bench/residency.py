@@ -312,15 +312,18 @@ async def rss_without_tracemalloc(s, full: Apiserver, plain: Apiserver, shards: 
     once their compression has settled. tracemalloc keeps a trace per live allocation, in malloc'd memory
     interleaved with the objects: freed objects then leave holes glibc cannot give back, and RSS grows by more
     than the traces (30,000 realistic Pods, compressed: 222 MiB RSS with tracemalloc, 118 MiB without)."""
+    processes: dict[str, dict] = {}   # each twin's /debug/residency "process" (glibc's heap account beside RSS)
+
     async def rss(p: Apiserver) -> int:
         await compression_settled(s, p.base)
-        return (await get_json(s, p.base + "/debug/residency", {"gc": "1"}))["process"]["rss_bytes"]
+        processes[p.name] = (await get_json(s, p.base + "/debug/residency", {"gc": "1"}))["process"]
+        return processes[p.name]["rss_bytes"]
     f, u = await rss(full), await rss(plain)
     sh = [await rss(p) for p in shards]
     mean = statistics.mean(sh)
     return {"full_bytes": f, "uncompressed_full_bytes": u, "shard_bytes": sh, "shard_mean_bytes": mean,
             "shard_mean_over_uncompressed_full": mean / u, "shard_mean_over_full": mean / f,
-            "full_over_uncompressed_full": f / u}
+            "full_over_uncompressed_full": f / u, "processes": processes}
 
 
 async def measure_all(s, procs: list[Apiserver]) -> list[dict]:

@@ -307,6 +307,25 @@ async def correctness(s, full: Apiserver, shards: list[Apiserver], prof: Profile
     return {"passed": not problems, "problems": problems[:20], "resources": per_resource}
 
 
+def resident_by_mapping(pid: int) -> dict[str, int]:
+    """Resident bytes of a process by kind of mapping (/proc/PID/smaps): glibc's brk heap, anonymous mappings
+    (pymalloc's arenas, large mmapped blocks, thread stacks), files (libraries). Where RSS goes beyond the heap."""
+    out = {"heap": 0, "anonymous": 0, "files": 0}
+    kind = "anonymous"
+    try:
+        with open(f"/proc/{pid}/smaps") as f:
+            for line in f:
+                head = line.split(None, 6)
+                if len(head) >= 5 and "-" in head[0] and ":" not in head[0]:
+                    path = head[5].strip() if len(head) > 5 else ""
+                    kind = "heap" if path == "[heap]" else "files" if path.startswith("/") else "anonymous"
+                elif line.startswith("Rss:"):
+                    out[kind] += int(line.split()[1]) * 1024
+    except OSError:
+        return {}
+    return out
+
+
 async def rss_without_tracemalloc(s, full: Apiserver, plain: Apiserver, shards: list[Apiserver]) -> dict:
     """RSS of processes run without tracemalloc (twins of the full replica, the uncompressed one and the shards),
     once their compression has settled. tracemalloc keeps a trace per live allocation, in malloc'd memory
@@ -317,6 +336,7 @@ async def rss_without_tracemalloc(s, full: Apiserver, plain: Apiserver, shards: 
     async def rss(p: Apiserver) -> int:
         await compression_settled(s, p.base)
         processes[p.name] = (await get_json(s, p.base + "/debug/residency", {"gc": "1"}))["process"]
+        processes[p.name]["resident_by_mapping"] = resident_by_mapping(p.pid)
         return processes[p.name]["rss_bytes"]
     f, u = await rss(full), await rss(plain)
     sh = [await rss(p) for p in shards]

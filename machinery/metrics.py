@@ -72,9 +72,6 @@ class Registry:
             raise ValueError(f"metric {name!r} is registered already")
         self._collectors.append(collector)
 
-    def unregister(self, collector) -> None:
-        self._collectors.remove(collector)
-
     def expose(self) -> bytes:
         out: list[str] = []
         for c in list(self._collectors):
@@ -110,16 +107,12 @@ class ProcessCollector:
                      float(parts[19]) / self._ticks + self._btime),
                     ("process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.",
                      (float(parts[11]) + float(parts[12])) / self._ticks)]
-            max_fds = None
-            with open("/proc/self/limits", "rb") as f:
-                for line in f:
-                    if line.startswith(b"Max open file"):
-                        max_fds = float(line.split()[3])
-                        break
             rows.append(("process_open_fds", "gauge", "Number of open file descriptors.",
                          float(len(os.listdir("/proc/self/fd")))))
-            if max_fds is not None:
-                rows.append(("process_max_fds", "gauge", "Maximum number of open file descriptors.", max_fds))
+            with open("/proc/self/limits", "rb") as f:
+                soft = next((ln.split()[3] for ln in f if ln.startswith(b"Max open file")), b"")
+            if soft.isdigit():   # not "unlimited"
+                rows.append(("process_max_fds", "gauge", "Maximum number of open file descriptors.", float(soft)))
         except (OSError, IndexError, ValueError):
             return
         for name, kind, help_, value in rows:

@@ -106,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     from .app import APIServer, Config
 
     etcd = None
+    own_ports = frozenset(p for p in (a.port, a.secure_port) if p)   # not bound until etcd is up: not for etcd
     servers = a.etcd_server_list
     if not servers:
         try:
@@ -113,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         except FileNotFoundError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
-        etcd = EmbeddedEtcd(data_dir=os.path.abspath(os.path.join(a.state_dir, "etcd")), binary=binary.path).start()
+        etcd = EmbeddedEtcd(data_dir=os.path.abspath(os.path.join(a.state_dir, "etcd")), binary=binary.path,
+                            avoid=own_ports).start()
         servers = [etcd.endpoint]
         print(f"embedded etcd: {etcd.endpoint} data={etcd.data_dir} log={etcd.log_path} "
               f"binary={binary.path} version={binary.version or 'unknown'} ({binary.source})", file=sys.stderr)
@@ -123,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.embedded_lease_etcd:
             from storage.embedded import lease_etcd as start_lease_etcd
-            lease_etcd = start_lease_etcd(find_etcd().path, state_dir=a.state_dir)
+            lease_etcd = start_lease_etcd(find_etcd().path, state_dir=a.state_dir, avoid=own_ports)
             a.overrides[("coordination.k8s.io", "leases")] = [lease_etcd.endpoint]
             print(f"embedded lease etcd: {lease_etcd.endpoint} data={lease_etcd.data_dir} (no fsync, tmpfs)",
                   file=sys.stderr)

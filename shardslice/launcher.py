@@ -219,7 +219,7 @@ class Slice:
             if self.want_lease_etcd:
                 from storage.embedded import lease_etcd
                 self.lease_etcd = lease_etcd(state_dir=os.path.join(self.state_dir, "lease-etcd")
-                                             if self.state_dir else None)
+                                             if self.state_dir else None, avoid=frozenset(taken))
                 self.lease_etcd_dir = self.lease_etcd.data_dir
             self.shards = [self._apiserver(f"shard-{i}", port(), "--residency", str(sel), *self.shard_args,
                                            selector=sel)

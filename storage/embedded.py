@@ -178,6 +178,10 @@ class EmbeddedEtcd:
     binary: str = ""
     log_path: str = ""
     extra_args: list[str] = field(default_factory=list)
+    # Ports this etcd must not take: those its owner was given and has not bound yet (the apiserver's own
+    # --port and --secure-port, bound only once its etcd is up). A test's worker picks them from the same
+    # range, and a start whose etcd took its apiserver's port exited with "address already in use".
+    avoid: frozenset = frozenset()
     _proc: subprocess.Popen | None = None
     _tmp: str | None = None
 
@@ -198,8 +202,8 @@ class EmbeddedEtcd:
             self._tmp = tempfile.mkdtemp(prefix="etcd-")
             self.data_dir = self._tmp
         os.makedirs(self.data_dir, exist_ok=True)
-        self.client_port = self.client_port or free_port()
-        self.peer_port = self.peer_port or free_port()
+        self.client_port = self.client_port or free_port(self.avoid)
+        self.peer_port = self.peer_port or free_port(self.avoid | {self.client_port})
         self.log_path = self.log_path or os.path.join(self.data_dir, "etcd.log")
         args = [
             self.binary,
@@ -254,7 +258,8 @@ class EmbeddedEtcd:
 LEASE_ETCD_RETENTION = "1m"
 
 
-def lease_etcd(binary: str = "", state_dir: str | None = None, ports: tuple[int, int] = (0, 0)) -> EmbeddedEtcd:
+def lease_etcd(binary: str = "", state_dir: str | None = None, ports: tuple[int, int] = (0, 0),
+               avoid: frozenset = frozenset()) -> EmbeddedEtcd:
     """An etcd for Leases alone, started: no fsync (`--unsafe-no-fsync`: a crash of the machine may lose
     acknowledged writes, which for heartbeats costs one renewal period), data on tmpfs (/dev/shm where there is
     one), its history compacted every minute. With `state_dir`, its data directory belongs to that state dir
@@ -266,7 +271,7 @@ def lease_etcd(binary: str = "", state_dir: str | None = None, ports: tuple[int,
         data_dir, tmp = lease_data_dir(shm, state_dir), None
     else:
         data_dir = tmp = tempfile.mkdtemp(prefix="lease-etcd-", dir=shm)
-    e = EmbeddedEtcd(data_dir=data_dir, binary=binary, client_port=ports[0], peer_port=ports[1],
+    e = EmbeddedEtcd(data_dir=data_dir, binary=binary, client_port=ports[0], peer_port=ports[1], avoid=avoid,
                      extra_args=["--unsafe-no-fsync", "--auto-compaction-mode=periodic",
                                  f"--auto-compaction-retention={LEASE_ETCD_RETENTION}"])
     e._tmp = tmp

@@ -5,6 +5,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -54,6 +55,48 @@ def test_embedded_etcd_starts_and_stops_with_the_server(tmp_path):
     endpoint = etcd_line.split()[2]
     with pytest.raises(requests.RequestException):
         requests.get(endpoint + "/health", timeout=1)
+
+
+def _free_runs(n: int, count: int) -> list[int]:
+    """The first ports of `count` runs of n consecutive ports of this worker's range, all free now (from the
+    top of the range down: the suite's own picks walk from random places)."""
+    lo, hi = (int(x) for x in os.environ["RESIDENCY_PORT_RANGE"].split("-"))
+    out, base = [], hi - n
+    while len(out) < count and base > lo:
+        socks = []
+        try:
+            for p in range(base, base + n):
+                socks.append(socket.socket())
+                socks[-1].bind(("127.0.0.1", p))
+            out.append(base)
+            base -= n
+        except OSError:
+            base -= 1
+        finally:
+            for sock in socks:
+                sock.close()
+    return out
+
+
+def test_embedded_etcd_never_takes_the_servers_own_port(tmp_path, monkeypatch):
+    """The server binds its --port only once its embedded etcd is up, and etcd's ports come from the same
+    RESIDENCY_PORT_RANGE its parent picked --port from: etcd must not take that port (a CI run failed with
+    "cannot listen on ...: address already in use", etcd holding the test's port). With a range of three
+    ports, one of them --port, etcd's two are the other two, every time (without the fix, etcd's random walk
+    took --port in about two starts of three). A fresh range each start: a stopped etcd's ports linger in
+    TIME_WAIT, which free_port counts as taken."""
+    for i, base in enumerate(_free_runs(3, 3)):
+        monkeypatch.setenv("RESIDENCY_PORT_RANGE", f"{base}-{base + 3}")
+        srv = ApiserverProcess("--state-dir", str(tmp_path / str(i)), stderr_pipe=True).start()
+        try:
+            assert srv.poll_ready(30), srv.popen.stderr.read() if srv.popen.poll() is not None else "not ready"
+            assert base <= srv.port < base + 3
+        finally:
+            srv.popen.send_signal(signal.SIGTERM)
+            _, err = srv.popen.communicate(timeout=30)
+        etcd_port = int([ln for ln in err.splitlines() if ln.startswith("embedded etcd:")][0].split()[2]
+                        .rsplit(":", 1)[1])
+        assert etcd_port != srv.port and base <= etcd_port < base + 3
 
 
 def test_https_serving(etcd, tmp_path):

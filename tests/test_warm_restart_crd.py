@@ -57,6 +57,11 @@ def test_crd_created_after_start_restarts_warm(env):
     down_rv = int(r.json()["metadata"]["resourceVersion"])
 
     srv.start()
+    # /readyz waits for the built-in caches; a custom resource's cache starts once the CRDs are read, a moment
+    # later (a CI run read the metric before it had: {} against {"warm": 1}, the log showing a warm start).
+    deadline = time.monotonic() + 30
+    while not srv.loads("widgets") and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert srv.loads("widgets") == {"warm": 1}, srv.log()[-3000:]
     # the resumed client watch: the one event after the last RV it saw, no 410
     resp = srv.api.get(WIDGETS, params={"watch": "1", "resourceVersion": str(rvs[-1])}, stream=True, timeout=20)

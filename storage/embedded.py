@@ -144,7 +144,9 @@ def free_port(avoid: Collection[int] = ()) -> int:
     lo, hi = (int(x) for x in rng.split("-"))
     with _port_lock:
         pid, nxt = _port_walk
-        if pid != os.getpid():  # a random start per process (forked ones included): a test and what it starts walk apart
+        # A random start per process (forked ones included): a test and what it starts walk apart. Again when the
+        # range changed since the last pick (a test narrowing it), so every port comes from the current range.
+        if pid != os.getpid() or not lo <= nxt < hi:
             nxt = random.Random(os.getpid() ^ time.monotonic_ns()).randrange(lo, hi)
         for _ in range(hi - lo):
             port, nxt = nxt, lo + (nxt + 1 - lo) % (hi - lo)

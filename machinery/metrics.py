@@ -11,10 +11,11 @@ child is one list of counts and a sum, an update a list index and a float additi
 updated on the event loop's thread; an update from a worker thread could only race another update of the same
 series; creating a series takes a lock).
 
-The exposition is prometheus_client's ``generate_latest`` text (label names sorted, numbers as Go prints them,
-a counter's family named with ``_total``) without its ``_created`` series, which kube-apiserver does not export
-either; the process's own ``process_*`` gauges come first, as kube-apiserver's Go collector gives them (same
-names and help). Clients and tests parse it with any Prometheus parser (tests use prometheus_client's).
+The exposition is prometheus_client's ``generate_latest`` text (label names sorted, numbers as its
+floatToGoString writes them, a counter's family named with ``_total``) without its ``_created`` series, which
+kube-apiserver does not export either; the process's own ``process_*`` gauges come first, as kube-apiserver's
+Go collector gives them (same names and help). Clients and tests parse it with any Prometheus parser (tests use
+prometheus_client's).
 """
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2
 
 
 def go_float(v: float) -> str:
-    """A number as Go's strconv.FormatFloat(v, 'g', -1, 64) prints it (prometheus_client's floatToGoString)."""
+    """A number as prometheus_client's floatToGoString writes it: Python's shortest repr ("1.0", "0.005"), Go's
+    exponent form for large positive values ("1.234567e+06"), "+Inf", "-Inf", "NaN". Not Go's own 'g' format
+    (which writes "1"): the text stays byte-identical to what these servers served before."""
     v = float(v)
     if v == INF:
         return "+Inf"

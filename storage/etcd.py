@@ -1,8 +1,9 @@
-"""Thin async etcd v3 client over gRPC.
+"""Thin async etcd v3 client over gRPC (the KV calls and watches on storage/grpc_h2.py's HTTP/2 connection,
+Status on a grpc.aio channel).
 
 Why not the `etcd3` package: it does not import under protobuf >= 4. We use
-the generated etcd v3 API stubs shipped by `aetcd` (maintained, works with
-current protobuf and grpcio) directly through `grpc.aio`, because we need
+the generated etcd v3 API messages shipped by `aetcd` (maintained, works with
+current protobuf and grpcio) directly, because we need
 things aetcd's high-level client does not expose: compare-and-swap Txns on
 `mod_revision`, paged ranges at a fixed revision, watches with `prev_kv` and
 `progress_notify`, and explicit progress requests on a watch stream.
@@ -24,12 +25,16 @@ from aetcd.rpc import rpc_pb2_grpc as pbg
 
 from . import errors
 from . import metrics
+from .grpc_h2 import RpcError, H2Channel
 
 # gRPC refuses replies over 4 MiB by default; we page ranges (PAGE_SIZE) but a
 # page of large objects can still exceed that, so raise the receive limit to
 # clientv3's default (math.MaxInt32), as kube-apiserver receives: 10,000 objects
 # of 100 KB are a 1 GB page, and a 256 MiB limit made such a cache re-list forever.
 MAX_RECV_BYTES = 2**31 - 1
+# The KV service's methods (etcd api/etcdserverpb/rpc.proto), called through storage.grpc_h2.
+RANGE, TXN, DELETE_RANGE, COMPACT = (b"/etcdserverpb.KV/" + m for m in (b"Range", b"Txn", b"DeleteRange", b"Compact"))
+WATCH = b"/etcdserverpb.Watch/Watch"
 # Upstream pages the cache's initial list and its own etcd lists by 10,000 (S4.17).
 PAGE_SIZE = 10_000
 
@@ -70,13 +75,18 @@ def prefix_end(prefix: bytes) -> bytes:
     return b"\x00"
 
 
-def _target(endpoints: list[str]) -> str:
+def _hosts(endpoints: list[str]) -> list[tuple[str, int]]:
     hosts = []
     for ep in endpoints:
         u = urlparse(ep if "://" in ep else "http://" + ep)
         if u.scheme not in ("http", ""):
             raise ValueError(f"unsupported etcd endpoint scheme {u.scheme!r} in {ep!r} (only http)")
-        hosts.append(f"{u.hostname}:{u.port or 2379}")
+        hosts.append((u.hostname, u.port or 2379))
+    return hosts
+
+
+def _target(endpoints: list[str]) -> str:
+    hosts = [f"{h}:{p}" for h, p in _hosts(endpoints)]
     # gRPC's ipv4 resolver accepts a comma-separated list and balances over it.
     return "ipv4:" + ",".join(hosts) if all(_is_ipv4(h) for h in hosts) else hosts[0]
 
@@ -87,7 +97,7 @@ def _is_ipv4(hostport: str) -> bool:
     return len(parts) == 4 and all(p.isdigit() for p in parts)
 
 
-def _map_rpc_error(e: grpc.aio.AioRpcError, key: str = "") -> errors.StorageError:
+def _map_rpc_error(e: grpc.aio.AioRpcError | RpcError, key: str = "") -> errors.StorageError:
     detail = e.details() or ""
     if "required revision has been compacted" in detail:
         return errors.StorageError(errors.Code.EXPIRED, key, detail)
@@ -111,22 +121,29 @@ class EtcdClient:
             options=[("grpc.max_receive_message_length", MAX_RECV_BYTES),
                      ("grpc.max_send_message_length", MAX_RECV_BYTES)])
         self.kv = pbg.KVStub(self.channel)
-        self.watch_stub = pbg.WatchStub(self.channel)
+        # The KV calls of the read and write paths go over a connection of our own (storage/grpc_h2.py:
+        # a third of a Lease update's CPU was grpc-aio's); watches and maintenance stay on the channel.
+        self.h2 = H2Channel(_hosts(self.endpoints))
         self.maintenance = pbg.MaintenanceStub(self.channel)
         self.version: str | None = None  # etcd server version, read by status()
         self.cluster_id: int | None = None  # the etcd cluster's id, read by status()
 
     async def close(self) -> None:
+        self.h2.close()
         await self.channel.close()
 
     async def _call(self, op: str, resource: str, coro, key: str = ""):
         t0 = time.perf_counter()
         try:
             return await coro
-        except grpc.aio.AioRpcError as e:
+        except (grpc.aio.AioRpcError, RpcError) as e:
             raise _map_rpc_error(e, key) from None
         finally:
             metrics.observe_etcd(op, resource, time.perf_counter() - t0)
+
+    async def _kv_call(self, method: bytes, request, reply):
+        """One KV call over `self.h2`: `reply` (the response class) parsed from its answer."""
+        return reply.FromString(await self.h2.call(method, request.SerializeToString(), self.timeout))
 
     async def status(self) -> str:
         """Ask the member for its version (kept for S3.6 decisions) and its cluster's id (`cluster_id`)."""
@@ -136,8 +153,8 @@ class EtcdClient:
         return r.version
 
     async def get(self, key: bytes, resource: str = "", revision: int = 0) -> tuple[KV | None, int]:
-        r = await self._call("get", resource, self.kv.Range(
-            pb.RangeRequest(key=key, revision=revision), timeout=self.timeout), key.decode())
+        r = await self._call("get", resource, self._kv_call(
+            RANGE, pb.RangeRequest(key=key, revision=revision), pb.RangeResponse), key.decode())
         return (_kv(r.kvs[0]) if r.kvs else None), r.header.revision
 
     async def range(self, start: bytes, end: bytes, *, revision: int = 0, limit: int = 0,
@@ -145,15 +162,15 @@ class EtcdClient:
                     keys_only: bool = False) -> tuple[list[KV], int, bool, int]:
         """One range request: (kvs, header revision, more, count)."""
         # Count-only ranges (apiserver_resource_objects) are not lists of objects.
-        r = await self._call("count" if count_only else "list", resource, self.kv.Range(pb.RangeRequest(
+        r = await self._call("count" if count_only else "list", resource, self._kv_call(RANGE, pb.RangeRequest(
             key=start, range_end=end, revision=revision, limit=limit,
-            count_only=count_only, keys_only=keys_only), timeout=self.timeout))
+            count_only=count_only, keys_only=keys_only), pb.RangeResponse))
         return [_kv(m) for m in r.kvs], r.header.revision, r.more, r.count
 
     async def current_revision(self, prefix: bytes, resource: str = "") -> int:
         """Linearizable revision read: a count-free limit=1 range on the prefix (S3.1)."""
-        r = await self._call("getCurrentResourceVersion", resource, self.kv.Range(pb.RangeRequest(
-            key=prefix, range_end=prefix_end(prefix), limit=1, keys_only=True), timeout=self.timeout))
+        r = await self._call("getCurrentResourceVersion", resource, self._kv_call(RANGE, pb.RangeRequest(
+            key=prefix, range_end=prefix_end(prefix), limit=1, keys_only=True), pb.RangeResponse))
         return r.header.revision
 
     async def create(self, key: bytes, value: bytes, resource: str = "") -> tuple[bool, int, KV | None]:
@@ -182,7 +199,7 @@ class EtcdClient:
                                 mod_revision=expected_mod_revision)],
             success=[then],
             failure=[pb.RequestOp(request_range=pb.RangeRequest(key=key))])
-        r = await self._call(op, resource, self.kv.Txn(req, timeout=self.timeout), key.decode())
+        r = await self._call(op, resource, self._kv_call(TXN, req, pb.TxnResponse), key.decode())
         if r.succeeded:
             return True, r.header.revision, None
         kvs = r.responses[0].response_range.kvs
@@ -190,13 +207,13 @@ class EtcdClient:
 
     async def delete_prefix(self, prefix: bytes, resource: str = "") -> int:
         """Delete every key under prefix (CRD and namespace clean-up). Returns the count."""
-        r = await self._call("deleteRange", resource, self.kv.DeleteRange(
-            pb.DeleteRangeRequest(key=prefix, range_end=prefix_end(prefix)), timeout=self.timeout))
+        r = await self._call("deleteRange", resource, self._kv_call(
+            DELETE_RANGE, pb.DeleteRangeRequest(key=prefix, range_end=prefix_end(prefix)), pb.DeleteRangeResponse))
         return r.deleted
 
     async def compact(self, revision: int, physical: bool = True) -> None:
-        await self._call("compact", "", self.kv.Compact(
-            pb.CompactionRequest(revision=revision, physical=physical), timeout=self.timeout))
+        await self._call("compact", "", self._kv_call(
+            COMPACT, pb.CompactionRequest(revision=revision, physical=physical), pb.CompactionResponse))
 
     def watch(self, prefix: bytes, start_revision: int, *, resource: str = "",
               progress_notify: bool = True) -> "EtcdWatch":
@@ -272,7 +289,8 @@ class EtcdWatch:
     async def __aiter__(self) -> AsyncIterator[list[WatchEvent] | WatchProgress]:
         try:
             while not self._closed:
-                self._call = self._client.watch_stub.Watch(self._request_iter(self._requests))
+                self._call = self._client.h2.stream(WATCH, self._request_iter(self._requests),
+                                                       pb.WatchResponse.FromString)
                 try:
                     async for resp in self._call:
                         if resp.compact_revision:
@@ -291,7 +309,7 @@ class EtcdWatch:
                         yield [WatchEvent("PUT" if ev.type == 0 else "DELETE", _kv(ev.kv),
                                           _kv(ev.prev_kv) if ev.HasField("prev_kv") else None)
                                for ev in resp.events]
-                except grpc.aio.AioRpcError as e:
+                except (grpc.aio.AioRpcError, RpcError) as e:
                     if self._closed and e.code() == grpc.StatusCode.CANCELLED:
                         return
                     if e.code() not in RESUMABLE:

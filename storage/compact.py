@@ -12,9 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from aetcd.rpc import rpc_pb2 as pb
-
 from .etcd import EtcdClient
+from .etcdpb import pb
 
 log = logging.getLogger("storage.compact")
 
@@ -47,7 +46,7 @@ async def _try_compact(client: EtcdClient, expect_version: int, rev: int) -> tup
                             version=expect_version)],
         success=[pb.RequestOp(request_put=pb.PutRequest(key=COMPACT_REV_KEY, value=str(rev).encode()))],
         failure=[pb.RequestOp(request_range=pb.RangeRequest(key=COMPACT_REV_KEY))])
-    r = await client.kv.Txn(req, timeout=client.timeout)
+    r = await client.txn(req, "compact")
     if not r.succeeded:
         kvs = r.responses[0].response_range.kvs
         return False, (kvs[0].version if kvs else 0)

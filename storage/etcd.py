@@ -1,5 +1,4 @@
-"""Thin async etcd v3 client over gRPC (the KV calls and watches on storage/grpc_h2.py's HTTP/2 connection,
-Status on a grpc.aio channel).
+"""Thin async etcd v3 client over gRPC (storage/grpc_h2.py's HTTP/2 connection; grpcio is not used).
 
 Why not the `etcd3` package: it does not import under protobuf >= 4. We use
 the generated etcd v3 API messages shipped by `aetcd` (maintained, works with
@@ -19,22 +18,15 @@ from dataclasses import dataclass
 from typing import AsyncIterator
 from urllib.parse import urlparse
 
-import grpc
-from aetcd.rpc import rpc_pb2 as pb
-from aetcd.rpc import rpc_pb2_grpc as pbg
-
 from . import errors
 from . import metrics
-from .grpc_h2 import RpcError, H2Channel
+from .etcdpb import pb
+from .grpc_h2 import H2Channel, RpcError, StatusCode
 
-# gRPC refuses replies over 4 MiB by default; we page ranges (PAGE_SIZE) but a
-# page of large objects can still exceed that, so raise the receive limit to
-# clientv3's default (math.MaxInt32), as kube-apiserver receives: 10,000 objects
-# of 100 KB are a 1 GB page, and a 256 MiB limit made such a cache re-list forever.
-MAX_RECV_BYTES = 2**31 - 1
 # The KV service's methods (etcd api/etcdserverpb/rpc.proto), called through storage.grpc_h2.
 RANGE, TXN, DELETE_RANGE, COMPACT = (b"/etcdserverpb.KV/" + m for m in (b"Range", b"Txn", b"DeleteRange", b"Compact"))
 WATCH = b"/etcdserverpb.Watch/Watch"
+STATUS, DEFRAGMENT = b"/etcdserverpb.Maintenance/Status", b"/etcdserverpb.Maintenance/Defragment"
 # Upstream pages the cache's initial list and its own etcd lists by 10,000 (S4.17).
 PAGE_SIZE = 10_000
 
@@ -85,19 +77,7 @@ def _hosts(endpoints: list[str]) -> list[tuple[str, int]]:
     return hosts
 
 
-def _target(endpoints: list[str]) -> str:
-    hosts = [f"{h}:{p}" for h, p in _hosts(endpoints)]
-    # gRPC's ipv4 resolver accepts a comma-separated list and balances over it.
-    return "ipv4:" + ",".join(hosts) if all(_is_ipv4(h) for h in hosts) else hosts[0]
-
-
-def _is_ipv4(hostport: str) -> bool:
-    host = hostport.rsplit(":", 1)[0]
-    parts = host.split(".")
-    return len(parts) == 4 and all(p.isdigit() for p in parts)
-
-
-def _map_rpc_error(e: grpc.aio.AioRpcError | RpcError, key: str = "") -> errors.StorageError:
+def _map_rpc_error(e: RpcError, key: str = "") -> errors.StorageError:
     detail = e.details() or ""
     if "required revision has been compacted" in detail:
         return errors.StorageError(errors.Code.EXPIRED, key, detail)
@@ -105,7 +85,7 @@ def _map_rpc_error(e: grpc.aio.AioRpcError | RpcError, key: str = "") -> errors.
         return errors.StorageError(errors.Code.TOO_LARGE_RV, key, detail)
     if "request is too large" in detail:  # etcdserver's ErrRequestTooLarge (over --max-request-bytes)
         return errors.StorageError(errors.Code.TOO_LARGE, key, detail)
-    if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+    if e.code() in (StatusCode.UNAVAILABLE, StatusCode.DEADLINE_EXCEEDED):
         return errors.StorageError(errors.Code.UNREACHABLE, key, detail)
     return errors.StorageError(errors.Code.INTERNAL, key, f"{e.code().name}: {detail}")
 
@@ -116,38 +96,32 @@ class EtcdClient:
     def __init__(self, endpoints: list[str], timeout: float = 30.0):
         self.endpoints = list(endpoints)
         self.timeout = timeout
-        self.channel = grpc.aio.insecure_channel(
-            _target(self.endpoints),
-            options=[("grpc.max_receive_message_length", MAX_RECV_BYTES),
-                     ("grpc.max_send_message_length", MAX_RECV_BYTES)])
-        self.kv = pbg.KVStub(self.channel)
-        # The KV calls of the read and write paths go over a connection of our own (storage/grpc_h2.py:
-        # a third of a Lease update's CPU was grpc-aio's); watches and maintenance stay on the channel.
+        # Every call goes over a connection of our own (storage/grpc_h2.py: a third of a Lease update's CPU
+        # was grpc-aio's). Replies of any size are read (grpc's default limit was 4 MiB; clientv3 and
+        # kube-apiserver take math.MaxInt32: 10,000 objects of 100 KB are a 1 GB page).
         self.h2 = H2Channel(_hosts(self.endpoints))
-        self.maintenance = pbg.MaintenanceStub(self.channel)
         self.version: str | None = None  # etcd server version, read by status()
         self.cluster_id: int | None = None  # the etcd cluster's id, read by status()
 
     async def close(self) -> None:
         self.h2.close()
-        await self.channel.close()
 
     async def _call(self, op: str, resource: str, coro, key: str = ""):
         t0 = time.perf_counter()
         try:
             return await coro
-        except (grpc.aio.AioRpcError, RpcError) as e:
+        except RpcError as e:
             raise _map_rpc_error(e, key) from None
         finally:
             metrics.observe_etcd(op, resource, time.perf_counter() - t0)
 
     async def _kv_call(self, method: bytes, request, reply):
-        """One KV call over `self.h2`: `reply` (the response class) parsed from its answer."""
+        """One unary call over `self.h2`: `reply` (the response class) parsed from its answer."""
         return reply.FromString(await self.h2.call(method, request.SerializeToString(), self.timeout))
 
     async def status(self) -> str:
         """Ask the member for its version (kept for S3.6 decisions) and its cluster's id (`cluster_id`)."""
-        r = await self._call("status", "", self.maintenance.Status(pb.StatusRequest(), timeout=self.timeout))
+        r = await self._call("status", "", self._kv_call(STATUS, pb.StatusRequest(), pb.StatusResponse))
         self.version = r.version
         self.cluster_id = r.header.cluster_id
         return r.version
@@ -205,6 +179,13 @@ class EtcdClient:
         kvs = r.responses[0].response_range.kvs
         return False, r.header.revision, (_kv(kvs[0]) if kvs else None)
 
+    async def txn(self, req, op: str, resource: str = ""):
+        """A Txn as given (the compactor's CAS on compact_rev_key's version)."""
+        return await self._call(op, resource, self._kv_call(TXN, req, pb.TxnResponse))
+
+    async def defragment(self) -> None:
+        await self._call("defragment", "", self._kv_call(DEFRAGMENT, pb.DefragmentRequest(), pb.DefragmentResponse))
+
     async def delete_prefix(self, prefix: bytes, resource: str = "") -> int:
         """Delete every key under prefix (CRD and namespace clean-up). Returns the count."""
         r = await self._call("deleteRange", resource, self._kv_call(
@@ -222,7 +203,7 @@ class EtcdClient:
 
 # Stream errors a watch resumes after (clientv3 watch.go isHaltErr: "Unavailable codes mean the system will be
 # right back ... Treat Internal codes as if something failed ... but retrying could make progress").
-RESUMABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL)
+RESUMABLE = (StatusCode.UNAVAILABLE, StatusCode.INTERNAL)
 
 
 class WatchCompacted(Exception):
@@ -309,8 +290,8 @@ class EtcdWatch:
                         yield [WatchEvent("PUT" if ev.type == 0 else "DELETE", _kv(ev.kv),
                                           _kv(ev.prev_kv) if ev.HasField("prev_kv") else None)
                                for ev in resp.events]
-                except (grpc.aio.AioRpcError, RpcError) as e:
-                    if self._closed and e.code() == grpc.StatusCode.CANCELLED:
+                except RpcError as e:
+                    if self._closed and e.code() == StatusCode.CANCELLED:
                         return
                     if e.code() not in RESUMABLE:
                         raise _map_rpc_error(e) from None

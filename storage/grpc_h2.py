@@ -4,7 +4,8 @@ Why: grpc-aio spent about 250 us of CPU per unary call here (the call object, it
 completion-queue poller thread handing every reply to the event loop through a socket), a third of what a Lease
 update cost this apiserver, and its poller thread woke for every watch event (py-spy; README "etcd calls
 without grpc-aio"). A unary call is one HEADERS and one DATA frame out, HEADERS, DATA and trailing HEADERS back;
-an asyncio protocol does that for a fraction. Status and the compactor's Txn stay on grpc-aio (rare calls).
+an asyncio protocol does that for a fraction. With every call here, the server does not import grpcio at all
+(about 20 MiB of RSS per process, storage/etcdpb.py).
 
 What it implements of HTTP/2 (RFC 9113) and gRPC over HTTP/2 (grpc/doc/PROTOCOL-HTTP2.md), client side, clear
 text only (etcd endpoints are http:// here, `storage.etcd._hosts`):
@@ -22,18 +23,18 @@ text only (etcd endpoints are http:// here, `storage.etcd._hosts`):
   answered, WINDOW_UPDATE, RST_STREAM, GOAWAY (streams etcd did not take fail as UNAVAILABLE; new calls dial
   a new connection), the connection lost (every pending call fails as UNAVAILABLE: grpc's fail-fast).
 
-A failed call raises `RpcError`, shaped like grpc.aio.AioRpcError (``code()``, ``details()``), so the store maps
-both the same way. Whether a request etcd may have received took effect is unknown when the connection fails,
+A failed call raises `RpcError`, shaped like grpc.aio.AioRpcError (``code()``, ``details()``, a `StatusCode`
+named as grpcio's). Whether a request etcd may have received took effect is unknown when the connection fails,
 exactly as with grpc: the store treats UNAVAILABLE as "unreachable", never as "not done".
 """
 from __future__ import annotations
 
 import asyncio
+import enum
 import struct
 from collections import deque
 from urllib.parse import unquote
 
-import grpc
 from hpack import Decoder
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -47,7 +48,27 @@ NO_ERROR, PROTOCOL_ERROR, REFUSED_STREAM, CANCEL = 0x0, 0x1, 0x7, 0x8
 LAST_STREAM_ID = 2**31 - 1 - 2   # a connection is replaced before its stream ids run out
 
 _HDR = struct.Struct(">IBI")    # (length << 8 | type), flags, stream id: a frame's 9-byte header
-_CODES = {c.value[0]: c for c in grpc.StatusCode}
+
+
+class StatusCode(enum.IntEnum):
+    """gRPC's status codes (grpc/doc/statuscodes.md), named as grpcio names them."""
+    OK = 0
+    CANCELLED = 1
+    UNKNOWN = 2
+    INVALID_ARGUMENT = 3
+    DEADLINE_EXCEEDED = 4
+    NOT_FOUND = 5
+    ALREADY_EXISTS = 6
+    PERMISSION_DENIED = 7
+    RESOURCE_EXHAUSTED = 8
+    FAILED_PRECONDITION = 9
+    ABORTED = 10
+    OUT_OF_RANGE = 11
+    UNIMPLEMENTED = 12
+    INTERNAL = 13
+    UNAVAILABLE = 14
+    DATA_LOSS = 15
+    UNAUTHENTICATED = 16
 
 
 def _frame(ftype: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
@@ -73,13 +94,13 @@ def _hpack_str(s: bytes) -> bytes:
 
 
 class RpcError(Exception):
-    """A failed unary call, answering what grpc.aio.AioRpcError answers."""
+    """A failed call, answering what grpc.aio.AioRpcError answers (grpcio is not imported: see storage/etcdpb.py)."""
 
-    def __init__(self, code: grpc.StatusCode, details: str):
+    def __init__(self, code: StatusCode, details: str):
         super().__init__(f"{code.name}: {details}")
         self._code, self._details = code, details
 
-    def code(self) -> grpc.StatusCode:
+    def code(self) -> StatusCode:
         return self._code
 
     def details(self) -> str:
@@ -87,16 +108,16 @@ class RpcError(Exception):
 
 
 def _unavailable(why: str) -> RpcError:
-    return RpcError(grpc.StatusCode.UNAVAILABLE, why)
+    return RpcError(StatusCode.UNAVAILABLE, why)
 
 
-def _http_status_code(status: str) -> grpc.StatusCode:
+def _http_status_code(status: str) -> StatusCode:
     """gRPC's mapping of an HTTP status without grpc-status (PROTOCOL-HTTP2.md, http-grpc-status-mapping.md)."""
-    return {"400": grpc.StatusCode.INTERNAL, "401": grpc.StatusCode.UNAUTHENTICATED,
-            "403": grpc.StatusCode.PERMISSION_DENIED, "404": grpc.StatusCode.UNIMPLEMENTED,
-            "429": grpc.StatusCode.UNAVAILABLE, "502": grpc.StatusCode.UNAVAILABLE,
-            "503": grpc.StatusCode.UNAVAILABLE, "504": grpc.StatusCode.UNAVAILABLE}.get(
-        status, grpc.StatusCode.UNKNOWN)
+    return {"400": StatusCode.INTERNAL, "401": StatusCode.UNAUTHENTICATED,
+            "403": StatusCode.PERMISSION_DENIED, "404": StatusCode.UNIMPLEMENTED,
+            "429": StatusCode.UNAVAILABLE, "502": StatusCode.UNAVAILABLE,
+            "503": StatusCode.UNAVAILABLE, "504": StatusCode.UNAVAILABLE}.get(
+        status, StatusCode.UNKNOWN)
 
 
 class _Stream:
@@ -244,7 +265,7 @@ class _Connection(asyncio.Protocol):
             st = self.streams.get(sid)
             if st is not None:
                 self._end(sid, _unavailable("etcd refused the stream") if code == REFUSED_STREAM
-                          else RpcError(grpc.StatusCode.CANCELLED if code == CANCEL else grpc.StatusCode.INTERNAL,
+                          else RpcError(StatusCode.CANCELLED if code == CANCEL else StatusCode.INTERNAL,
                                         f"stream reset by etcd (HTTP/2 error code {code})"))
         elif ftype == GOAWAY:
             last, code = struct.unpack(">II", payload[:8])
@@ -294,7 +315,7 @@ class _Connection(asyncio.Protocol):
                 self._send(_frame(WINDOW_UPDATE, 0, sid, struct.pack(">I", st.recv_unacked)))
                 st.recv_unacked = 0
             if not self._split(st):
-                self._end(sid, RpcError(grpc.StatusCode.INTERNAL, "etcd sent a compressed message"))
+                self._end(sid, RpcError(StatusCode.INTERNAL, "etcd sent a compressed message"))
                 return
         if flags & END_STREAM:
             self._finish(sid, st)
@@ -340,20 +361,20 @@ class _Connection(asyncio.Protocol):
                                     f"etcd answered HTTP status {head.get(':status')}"))
             return
         if status is None:
-            self._end(sid, RpcError(grpc.StatusCode.INTERNAL, "etcd's reply carries no grpc-status"))
+            self._end(sid, RpcError(StatusCode.INTERNAL, "etcd's reply carries no grpc-status"))
             return
         if status != "0":
-            code = _CODES.get(int(status) if status.isdigit() else -1, grpc.StatusCode.UNKNOWN)
+            code = StatusCode(int(status)) if status.isdigit() and int(status) <= 16 else StatusCode.UNKNOWN
             self._end(sid, RpcError(code, unquote(meta.get("grpc-message", ""))))
             return
         data = st.data
         if st.msgs is not None:
             if data:
-                self._end(sid, RpcError(grpc.StatusCode.INTERNAL, "etcd's stream ended inside a message"))
+                self._end(sid, RpcError(StatusCode.INTERNAL, "etcd's stream ended inside a message"))
                 return
             result = None
         elif len(data) < 5 or data[0] != 0 or int.from_bytes(data[1:5], "big") != len(data) - 5:
-            self._end(sid, RpcError(grpc.StatusCode.INTERNAL, "etcd's reply is not one uncompressed message"))
+            self._end(sid, RpcError(StatusCode.INTERNAL, "etcd's reply is not one uncompressed message"))
             return
         else:
             result = bytes(memoryview(data)[5:])
@@ -386,7 +407,7 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None and not self.closed:
             self._send(_frame(GOAWAY, 0, 0, struct.pack(">II", 0, PROTOCOL_ERROR)))
             self.transport.close()
-        self._fail_all(RpcError(grpc.StatusCode.INTERNAL, f"HTTP/2 protocol error from etcd: {why}"))
+        self._fail_all(RpcError(StatusCode.INTERNAL, f"HTTP/2 protocol error from etcd: {why}"))
 
     # ------------------------------------------------------------------ calls out
 
@@ -472,7 +493,7 @@ class _Connection(asyncio.Protocol):
                 return await fut
         except TimeoutError:
             self._reset(sid)
-            raise RpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+            raise RpcError(StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
         except asyncio.CancelledError:
             self._reset(sid)
             raise
@@ -507,7 +528,7 @@ class _Connection(asyncio.Protocol):
                 st.ended = True
                 st.fut.cancel()
             else:
-                st.end(None, RpcError(grpc.StatusCode.CANCELLED, "Cancelled"))
+                st.end(None, RpcError(StatusCode.CANCELLED, "Cancelled"))
             if not self.closed:
                 self._send(_frame(RST_STREAM, 0, sid, struct.pack(">I", CANCEL)))
             self._stream_closed()
@@ -547,7 +568,7 @@ class StreamCall:
         st = self._st
         if st is None:
             if self._cancelled:
-                raise RpcError(grpc.StatusCode.CANCELLED, "Cancelled")
+                raise RpcError(StatusCode.CANCELLED, "Cancelled")
             for _ in range(3):
                 conn = await self._channel._usable()
                 try:

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pathlib
 import signal
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -17,6 +20,8 @@ from storage import errors
 from storage.etcd import EtcdClient, WatchProgress
 from storage.grpc_h2 import H2Channel
 from tests.robustness.cluster import Etcd
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -222,3 +227,14 @@ async def test_first_endpoint_down_fails_over_to_the_next(etcd_member):
         assert ei.value.code().name == "UNAVAILABLE" and "cannot connect" in ei.value.details()
     finally:
         ch.close()
+
+
+def test_the_server_does_not_import_grpcio():
+    """grpcio's native library is about 16 MiB of every server process's RSS (README "etcd calls without
+    grpc-aio"); nothing the server imports may bring it back, aetcd's package __init__s included."""
+    code = ("import sys, apiserver.__main__, apiserver.app, storage.compact, cache.cacher, front.shards, "
+            "nodetier.__main__, deployment.supervisor, shardslice.__main__; "
+            "print(sorted(m for m in sys.modules if m == 'grpc' or m.startswith('grpc.') or m == 'aetcd.client'))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -288,12 +288,11 @@ async def fault_slow_watcher(run: Run) -> None:
 
 async def fault_defrag(run: Run) -> None:
     """(8) etcd defragmented three times in a row during the traffic."""
-    from aetcd.rpc import rpc_pb2 as pb
     await sleep_until(run.h, run.fault_at)
     client = EtcdClient(run.etcd.endpoint.split(","), timeout=30.0)
     try:
         for _ in range(3):
-            await client.maintenance.Defragment(pb.DefragmentRequest(), timeout=30.0)
+            await client.defragment()
             await asyncio.sleep(0.3)
     finally:
         await client.close()

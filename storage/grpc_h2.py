@@ -154,7 +154,7 @@ class _Stream:
 
 
 class _Connection(asyncio.Protocol):
-    """One HTTP/2 connection carrying unary calls (the client's streams: odd ids, one per call)."""
+    """One HTTP/2 connection carrying calls (the client's streams: odd ids, one per call)."""
 
     def __init__(self, authority: bytes):
         self.authority = authority
@@ -173,7 +173,6 @@ class _Connection(asyncio.Protocol):
         self.recv_unacked = 0                      # DATA bytes received since our last WINDOW_UPDATE
         self.window_open = asyncio.Event()         # set when the connection window grows
         self.slots_open = asyncio.Event()          # set when a stream ends (MAX_CONCURRENT_STREAMS)
-        self.lost = asyncio.get_running_loop().create_future()
         # Our HPACK encoder's dynamic table (what etcd's decoder holds of it): header fields added with
         # incremental indexing, by the order they were added, never evicted (we stop adding at the default
         # 4,096 B), so a call's fixed headers cost etcd one byte each after the first call that sent them.
@@ -400,8 +399,6 @@ class _Connection(asyncio.Protocol):
             st.end(None, err)
         self.window_open.set()
         self.slots_open.set()
-        if not self.lost.done():
-            self.lost.set_result(None)
 
     def _abort(self, why: str) -> None:
         if self.transport is not None and not self.closed:
@@ -422,7 +419,8 @@ class _Connection(asyncio.Protocol):
                   (b"te", b"trailers")]
         if timeout_ms:
             fields.append((b"grpc-timeout", b"%dm" % timeout_ms))
-        out = [b"\x20"] if self._size_update else []     # a dynamic table size update to 0 (RFC 7541 6.3)
+        # a dynamic table size update to 0 first, if etcd lowered the table's size (RFC 7541 4.2, 6.3)
+        out = [b"\x20\x83\x86"] if self._size_update else [b"\x83\x86"]
         self._size_update = False
         added = False
         for f in fields:
@@ -439,8 +437,8 @@ class _Connection(asyncio.Protocol):
                 out.append(b"\x40" + _hpack_str(f[0]) + _hpack_str(f[1]))   # literal, incremental indexing
             else:
                 out.append(b"\x00" + _hpack_str(f[0]) + _hpack_str(f[1]))   # literal without indexing
-        block = b"\x83\x86" + b"".join(out)
-        if not added and len(out) == len(fields) and all(len(o) == 1 for o in out):
+        block = b"".join(out)
+        if not added and len(block) == 2 + len(fields):    # :method, :scheme and one byte per field
             self._blocks[key] = block
         return block
 

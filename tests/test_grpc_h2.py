@@ -10,13 +10,14 @@ import os
 import pathlib
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
 
 import pytest
 
-from storage import errors
+from storage import errors, grpc_h2
 from storage.etcd import EtcdClient, WatchProgress
 from storage.grpc_h2 import H2Channel
 from tests.robustness.cluster import Etcd
@@ -238,3 +239,45 @@ def test_the_server_does_not_import_grpcio():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+async def test_our_header_blocks_decode_as_meant_through_a_table_that_grows_and_is_shrunk():
+    """Our HPACK encoder against a conforming decoder (python-hyper's, as etcd's Go one would read it): blocks
+    for several methods and deadlines, interleaved so the table grows between cached blocks, then etcd
+    lowering SETTINGS_HEADER_TABLE_SIZE (a size update to 0 first, literals after)."""
+    from hpack import Decoder
+
+    class Sink:
+        def __init__(self):
+            self.out = []
+
+        def write(self, b):
+            self.out.append(b)
+
+        def is_closing(self):
+            return False
+
+    conn = grpc_h2._Connection(b"127.0.0.1:2379")
+    conn.connection_made(Sink())
+    dec = Decoder()
+    calls = [(b"/etcdserverpb.KV/Txn", 30000), (b"/etcdserverpb.KV/Range", 30000), (b"/etcdserverpb.KV/Txn", 30000),
+             (b"/etcdserverpb.Watch/Watch", 0), (b"/etcdserverpb.KV/Range", 30000), (b"/etcdserverpb.KV/Range", 5000),
+             (b"/etcdserverpb.KV/Txn", 30000)]
+
+    def expect(path, ms):
+        h = [(":method", "POST"), (":scheme", "http"), (":path", path.decode()), (":authority", "127.0.0.1:2379"),
+             ("content-type", "application/grpc"), ("te", "trailers")]
+        return h + ([("grpc-timeout", f"{ms}m")] if ms else [])
+
+    sizes = []
+    for path, ms in calls * 3:
+        block = conn._header_block(path, ms)
+        sizes.append(len(block))
+        assert [tuple(f) for f in dec.decode(block)] == expect(path, ms)
+    assert sizes[-7:] == [7, 7, 7, 6, 7, 7, 7]           # every field indexed once the table holds them all
+    conn._settings(struct.pack(">HI", grpc_h2.S_HEADER_TABLE_SIZE, 0))
+    dec.max_allowed_table_size = 0
+    for path, ms in calls:
+        block = conn._header_block(path, ms)
+        assert [tuple(f) for f in dec.decode(block)] == expect(path, ms)
+    assert conn._table == {} and dec.header_table_size == 0

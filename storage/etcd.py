@@ -23,7 +23,7 @@ from . import metrics
 from .etcdpb import pb
 from .grpc_h2 import H2Channel, RpcError, StatusCode
 
-# The KV service's methods (etcd api/etcdserverpb/rpc.proto), called through storage.grpc_h2.
+# The etcd methods we call (api/etcdserverpb/rpc.proto), through storage.grpc_h2.
 RANGE, TXN, DELETE_RANGE, COMPACT = (b"/etcdserverpb.KV/" + m for m in (b"Range", b"Txn", b"DeleteRange", b"Compact"))
 WATCH = b"/etcdserverpb.Watch/Watch"
 STATUS, DEFRAGMENT = b"/etcdserverpb.Maintenance/Status", b"/etcdserverpb.Maintenance/Defragment"

@@ -479,7 +479,9 @@ class _Connection(asyncio.Protocol):
             async with asyncio.timeout(timeout):
                 # no await from taking the stream id to writing its HEADERS: ids must reach etcd in order, and
                 # header blocks in the order our HPACK table saw them
-                headers = _frame(HEADERS, END_HEADERS, sid, self._header_block(path, max(1, int(timeout * 1000))))
+                # (grpc-timeout holds at most 8 digits: 99,999,999 ms is 27 hours)
+                ms = min(max(1, int(timeout * 1000)), 99_999_999)
+                headers = _frame(HEADERS, END_HEADERS, sid, self._header_block(path, ms))
                 n = len(body)
                 if n <= self.send_window and n <= st.window and n <= self.max_frame:
                     self.send_window -= n
@@ -532,10 +534,12 @@ class _Connection(asyncio.Protocol):
             self._stream_closed()
 
     def close(self) -> None:
+        """Our side is done with it: pending calls end as CANCELLED (as grpc's on a closed channel), so a
+        watch does not take it for etcd going away and resume."""
         if self.transport is not None and not self.closed:
             self._send(_frame(GOAWAY, 0, 0, struct.pack(">II", 0, NO_ERROR)))
             self.transport.close()
-        self._fail_all(_unavailable("client closed"))
+        self._fail_all(RpcError(StatusCode.CANCELLED, "channel closed"))
 
 
 class _ProtocolError(Exception):
@@ -639,7 +643,7 @@ class H2Channel:
 
     async def _connection(self) -> _Connection:
         if self._closed:
-            raise _unavailable("channel closed")
+            raise RpcError(StatusCode.CANCELLED, "channel closed")
         if self._dialing is None:
             self._dialing = asyncio.ensure_future(self._dial())
         dialing = self._dialing
@@ -660,6 +664,9 @@ class H2Channel:
             except (OSError, TimeoutError) as e:
                 errs.append(f"{host}:{port}: {e or type(e).__name__}")
                 continue
+            if self._closed:    # closed while this dialled
+                conn.close()
+                raise RpcError(StatusCode.CANCELLED, "channel closed")
             if i:   # the one that answered goes first next time
                 self.hosts.insert(0, self.hosts.pop(i))
             old, self._conn = self._conn, conn

@@ -277,3 +277,17 @@ async def test_our_header_blocks_decode_as_meant_through_a_table_that_grows_and_
         block = conn._header_block(path, ms)
         assert [tuple(f) for f in dec.decode(block)] == expect(path, ms)
     assert conn._table == {} and dec.header_table_size == 0
+
+
+async def test_closing_the_client_ends_its_watches_instead_of_resuming(etcd_member):
+    """A closed channel cancels its calls (grpc's do too): a watch on it must end, not take the closing for
+    etcd going away and re-create its stream every 250 ms forever."""
+    c = EtcdClient([etcd_member.endpoint], timeout=5)
+    ok, rev, _ = await c.create(b"/w/a", b"1")
+    w = c.watch(b"/w/", rev, progress_notify=False)
+    task = asyncio.ensure_future(_events(w, 2, timeout=30))
+    await asyncio.sleep(0.3)
+    await c.close()
+    with pytest.raises(errors.StorageError) as ei:
+        await asyncio.wait_for(task, 5)
+    assert "CANCELLED" in str(ei.value) and w.resumes == 0

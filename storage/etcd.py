@@ -173,15 +173,15 @@ class EtcdClient:
                                 mod_revision=expected_mod_revision)],
             success=[then],
             failure=[pb.RequestOp(request_range=pb.RangeRequest(key=key))])
-        r = await self._call(op, resource, self._kv_call(TXN, req, pb.TxnResponse), key.decode())
+        r = await self.txn(req, op, resource, key.decode())
         if r.succeeded:
             return True, r.header.revision, None
         kvs = r.responses[0].response_range.kvs
         return False, r.header.revision, (_kv(kvs[0]) if kvs else None)
 
-    async def txn(self, req, op: str, resource: str = ""):
-        """A Txn as given (the compactor's CAS on compact_rev_key's version)."""
-        return await self._call(op, resource, self._kv_call(TXN, req, pb.TxnResponse))
+    async def txn(self, req, op: str, resource: str = "", key: str = ""):
+        """A Txn as given (`_cas`; the compactor's CAS on compact_rev_key's version)."""
+        return await self._call(op, resource, self._kv_call(TXN, req, pb.TxnResponse), key)
 
     async def defragment(self) -> None:
         await self._call("defragment", "", self._kv_call(DEFRAGMENT, pb.DefragmentRequest(), pb.DefragmentResponse))

@@ -182,6 +182,7 @@ class _Connection(asyncio.Protocol):
         self._size_update = False      # etcd lowered SETTINGS_HEADER_TABLE_SIZE: empty our table first
         self._blocks: dict[tuple[bytes, int], bytes] = {}   # header blocks made only of indexed fields, until
                                                               # the table grows
+        self._out: list[bytes] | None = None      # frames to write at the end of this loop iteration
 
     # ------------------------------------------------------------------ asyncio.Protocol
 
@@ -193,9 +194,23 @@ class _Connection(asyncio.Protocol):
 
     def _send(self, frames: bytes) -> None:
         """Write frames unless the connection is closing (a reply to etcd then has nobody to read it, and a
-        call's frames are not sent: its stream fails with the connection)."""
-        if not self.transport.is_closing():
-            self.transport.write(frames)
+        call's frames are not sent: its stream fails with the connection). The frames of one loop iteration
+        (the calls that requests arriving together make) go out in one write, as grpc's transport batches
+        them: one system call here and one read and wake-up in etcd instead of one per call."""
+        if self._out is None:
+            self._out = [frames]
+            asyncio.get_running_loop().call_soon(self._flush)
+        else:
+            self._out.append(frames)
+
+    def _close_transport(self) -> None:
+        self._flush()           # what is pending (a GOAWAY of ours) goes first
+        self.transport.close()
+
+    def _flush(self) -> None:
+        out, self._out = self._out, None
+        if out and not self.transport.is_closing():
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def connection_lost(self, exc) -> None:
         self._fail_all(_unavailable(f"connection to etcd lost: {exc or 'closed'}"))
@@ -273,7 +288,7 @@ class _Connection(asyncio.Protocol):
             for s in [s for s in self.streams if s > last]:
                 self._end(s, _unavailable(f"etcd is going away (HTTP/2 GOAWAY, error code {code})"))
             if not self.streams:
-                self.transport.close()
+                self._close_transport()
         elif ftype == PUSH_PROMISE:
             raise _ProtocolError("PUSH_PROMISE with push disabled")
         # PRIORITY and unknown frame types are ignored (RFC 9113 5.5)
@@ -390,7 +405,7 @@ class _Connection(asyncio.Protocol):
     def _stream_closed(self) -> None:
         self.slots_open.set()
         if self.draining and not self.streams and self.transport is not None:
-            self.transport.close()
+            self._close_transport()
 
     def _fail_all(self, err: RpcError) -> None:
         self.closed = self.draining = True
@@ -403,7 +418,7 @@ class _Connection(asyncio.Protocol):
     def _abort(self, why: str) -> None:
         if self.transport is not None and not self.closed:
             self._send(_frame(GOAWAY, 0, 0, struct.pack(">II", 0, PROTOCOL_ERROR)))
-            self.transport.close()
+            self._close_transport()
         self._fail_all(RpcError(StatusCode.INTERNAL, f"HTTP/2 protocol error from etcd: {why}"))
 
     # ------------------------------------------------------------------ calls out
@@ -538,7 +553,7 @@ class _Connection(asyncio.Protocol):
         watch does not take it for etcd going away and resume."""
         if self.transport is not None and not self.closed:
             self._send(_frame(GOAWAY, 0, 0, struct.pack(">II", 0, NO_ERROR)))
-            self.transport.close()
+            self._close_transport()
         self._fail_all(RpcError(StatusCode.CANCELLED, "channel closed"))
 
 
@@ -571,15 +586,8 @@ class StreamCall:
         if st is None:
             if self._cancelled:
                 raise RpcError(StatusCode.CANCELLED, "Cancelled")
-            for _ in range(3):
-                conn = await self._channel._usable()
-                try:
-                    self._sid, st = await conn.open_stream(self._path)
-                    break
-                except _Redial:
-                    continue
-            else:
-                raise _unavailable("etcd's connections keep closing")
+            conn, (self._sid, st) = await self._channel._on_a_connection(
+                lambda conn: conn.open_stream(self._path))
             self._conn, self._st = conn, st
             if self._cancelled:
                 conn._reset(self._sid)
@@ -626,10 +634,15 @@ class H2Channel:
         self._closed = False
 
     async def call(self, path: bytes, message: bytes, timeout: float) -> bytes:
+        return (await self._on_a_connection(lambda conn: conn.unary(path, message, timeout)))[1]
+
+    async def _on_a_connection(self, use):
+        """(connection, `await use(connection)`) on a usable connection; on another one if the first turns
+        out to take no new streams (it began draining), a bounded number of times."""
         for _ in range(3):
             conn = await self._usable()
             try:
-                return await conn.unary(path, message, timeout)
+                return conn, await use(conn)
             except _Redial:
                 continue
         raise _unavailable("etcd's connections keep closing")

@@ -32,6 +32,19 @@ def etcd_member():
     e.stop()
 
 
+@pytest.fixture
+async def clients(etcd_member):
+    """`clients(timeout[, endpoints])`: an EtcdClient (on the member unless told), closed after the test."""
+    made: list[EtcdClient] = []
+
+    def make(timeout: float, endpoints: list[str] | None = None) -> EtcdClient:
+        made.append(EtcdClient(endpoints or [etcd_member.endpoint], timeout=timeout))
+        return made[-1]
+    yield make
+    for c in made:
+        await c.close()
+
+
 async def _events(w, n: int, timeout: float = 10.0) -> list:
     out: list = []
 
@@ -56,167 +69,143 @@ async def _once_back(c: EtcdClient, key: bytes):
             await asyncio.sleep(0.2)
 
 
-async def test_every_call_shape_on_one_connection(etcd_member):
+async def test_every_call_shape_on_one_connection(clients):
     """Txn, Range (get, list, count, revision), Watch, DeleteRange and Compact interleaved: each new method or
     header adds to our HPACK table, which shifts every index (a stale cached header block was reset by etcd as
     PROTOCOL_ERROR before this was right)."""
-    c = EtcdClient([etcd_member.endpoint], timeout=5)
-    try:
-        ok, rev1, _ = await c.create(b"/p/a", b"1")
-        assert ok
-        conn = c.h2._conn
-        w = c.watch(b"/p/", rev1, progress_notify=False)
-        first = asyncio.ensure_future(_events(w, 3))
-        kv, _ = await c.get(b"/p/a")
-        assert kv.value == b"1" and kv.mod_revision == rev1
-        ok, rev2, _ = await c.update(b"/p/a", b"2", rev1)
-        assert ok
-        ok, rev3, cur = await c.update(b"/p/a", b"3", rev1)      # a failed compare reads the current value
-        assert not ok and cur.value == b"2" and cur.mod_revision == rev2
-        ok, rev3, _ = await c.create(b"/p/b", b"x")
-        kvs, _, more, count = await c.range(b"/p/", b"/p0")
-        assert [k.key for k in kvs] == [b"/p/a", b"/p/b"] and not more and count == 2
-        assert (await c.range(b"/p/", b"/p0", count_only=True))[3] == 2
-        assert await c.current_revision(b"/p/") == rev3
-        evs = await first
-        assert [(e.type, e.kv.key, e.kv.mod_revision) for e in evs] == [
-            ("PUT", b"/p/a", rev1), ("PUT", b"/p/a", rev2), ("PUT", b"/p/b", rev3)]
-        assert evs[1].prev.value == b"1"
-        ok, rev4, _ = await c.delete(b"/p/b", rev3)
-        assert ok
-        await c.compact(rev2)
-        assert await c.delete_prefix(b"/p/") == 1
-        assert c.h2._conn is conn and not conn.closed       # no call failed over to a new connection
-        assert len(conn._table) >= 7
-        w.close()
-    finally:
-        await c.close()
+    c = clients(5)
+    ok, rev1, _ = await c.create(b"/p/a", b"1")
+    assert ok
+    conn = c.h2._conn
+    w = c.watch(b"/p/", rev1, progress_notify=False)
+    first = asyncio.ensure_future(_events(w, 3))
+    kv, _ = await c.get(b"/p/a")
+    assert kv.value == b"1" and kv.mod_revision == rev1
+    ok, rev2, _ = await c.update(b"/p/a", b"2", rev1)
+    assert ok
+    ok, rev3, cur = await c.update(b"/p/a", b"3", rev1)      # a failed compare reads the current value
+    assert not ok and cur.value == b"2" and cur.mod_revision == rev2
+    ok, rev3, _ = await c.create(b"/p/b", b"x")
+    kvs, _, more, count = await c.range(b"/p/", b"/p0")
+    assert [k.key for k in kvs] == [b"/p/a", b"/p/b"] and not more and count == 2
+    assert (await c.range(b"/p/", b"/p0", count_only=True))[3] == 2
+    assert await c.current_revision(b"/p/") == rev3
+    evs = await first
+    assert [(e.type, e.kv.key, e.kv.mod_revision) for e in evs] == [
+        ("PUT", b"/p/a", rev1), ("PUT", b"/p/a", rev2), ("PUT", b"/p/b", rev3)]
+    assert evs[1].prev.value == b"1"
+    ok, rev4, _ = await c.delete(b"/p/b", rev3)
+    assert ok
+    await c.compact(rev2)
+    assert await c.delete_prefix(b"/p/") == 1
+    assert c.h2._conn is conn and not conn.closed       # no call failed over to a new connection
+    assert len(conn._table) >= 7
+    w.close()
 
 
-async def test_values_beyond_the_windows_and_the_frame_size(etcd_member):
+async def test_values_beyond_the_windows_and_the_frame_size(clients):
     """A 1 MiB value each way (etcd's stream window starts at 64 KiB, frames at 16 KiB), through a watch
     too, and 24 values of 200 KB at once (4.8 MB: the connection window must be replenished under load)."""
-    c = EtcdClient([etcd_member.endpoint], timeout=20)
-    try:
-        big = os.urandom(1 << 20)
-        ok, rev, _ = await c.create(b"/big/one", big)
-        assert ok
-        w = c.watch(b"/big/", rev, progress_notify=False)
-        (ev,) = await _events(w, 1)
-        assert ev.kv.value == big
-        w.close()
-        kv, _ = await c.get(b"/big/one")
-        assert kv.value == big
-        vals = [os.urandom(200_000) for _ in range(24)]
-        res = await asyncio.gather(*(c.create(b"/big/%02d" % i, v) for i, v in enumerate(vals)))
-        assert all(ok for ok, _, _ in res)
-        kvs, _, _, _ = await c.range(b"/big/0", b"/big/3")
-        assert [k.value for k in kvs] == vals
-    finally:
-        await c.close()
+    c = clients(20)
+    big = os.urandom(1 << 20)
+    ok, rev, _ = await c.create(b"/big/one", big)
+    assert ok
+    w = c.watch(b"/big/", rev, progress_notify=False)
+    (ev,) = await _events(w, 1)
+    assert ev.kv.value == big
+    w.close()
+    kv, _ = await c.get(b"/big/one")
+    assert kv.value == big
+    vals = [os.urandom(200_000) for _ in range(24)]
+    res = await asyncio.gather(*(c.create(b"/big/%02d" % i, v) for i, v in enumerate(vals)))
+    assert all(ok for ok, _, _ in res)
+    kvs, _, _, _ = await c.range(b"/big/0", b"/big/3")
+    assert [k.value for k in kvs] == vals
 
 
-async def test_etcd_errors_map_as_grpcs_did(etcd_member):
-    c = EtcdClient([etcd_member.endpoint], timeout=5)
+async def test_etcd_errors_map_as_grpcs_did(clients):
+    c = clients(5)
+    ok, rev1, _ = await c.create(b"/e/a", b"1")
+    _, rev2, _ = await c.update(b"/e/a", b"2", rev1)
+    await c.compact(rev2)
+    with pytest.raises(errors.StorageError) as ei:
+        await c.get(b"/e/a", revision=rev1)
+    assert ei.value.code == errors.Code.EXPIRED and "compacted" in str(ei.value)
+    with pytest.raises(errors.StorageError) as ei:
+        await c.get(b"/e/a", revision=rev2 + 1000)
+    assert ei.value.code == errors.Code.TOO_LARGE_RV
+    with pytest.raises(errors.StorageError) as ei:     # over --max-request-bytes (4 MiB, storage/embedded.py)
+        await c.create(b"/e/huge", b"x" * ((4 << 20) + 100_000))   # (over 4.5 MiB grpc refuses it first)
+    assert ei.value.code == errors.Code.TOO_LARGE
+    assert (await c.get(b"/e/a"))[0].value == b"2"      # the connection still serves
+
+
+async def test_many_concurrent_writes_each_get_their_revision(clients):
+    c = clients(20)
+    res = await asyncio.gather(*(c.create(b"/c/%04d" % i, b"v") for i in range(500)))
+    assert all(ok for ok, _, _ in res)
+    assert len({rev for _, rev, _ in res}) == 500
+
+
+async def test_a_stopped_etcd_is_a_deadline_and_cancelling_a_call_resets_only_its_stream(etcd_member, clients):
+    c = clients(1)
+    await c.create(b"/d/a", b"1")
+    conn = c.h2._conn
+    etcd_member.pause()
     try:
-        ok, rev1, _ = await c.create(b"/e/a", b"1")
-        _, rev2, _ = await c.update(b"/e/a", b"2", rev1)
-        await c.compact(rev2)
+        t0 = time.monotonic()
         with pytest.raises(errors.StorageError) as ei:
-            await c.get(b"/e/a", revision=rev1)
-        assert ei.value.code == errors.Code.EXPIRED and "compacted" in str(ei.value)
-        with pytest.raises(errors.StorageError) as ei:
-            await c.get(b"/e/a", revision=rev2 + 1000)
-        assert ei.value.code == errors.Code.TOO_LARGE_RV
-        with pytest.raises(errors.StorageError) as ei:     # over --max-request-bytes (4 MiB, storage/embedded.py)
-            await c.create(b"/e/huge", b"x" * ((4 << 20) + 100_000))   # (over 4.5 MiB grpc refuses it first)
-        assert ei.value.code == errors.Code.TOO_LARGE
-        assert (await c.get(b"/e/a"))[0].value == b"2"      # the connection still serves
+            await c.get(b"/d/a")
+        assert ei.value.code == errors.Code.UNREACHABLE and 0.9 < time.monotonic() - t0 < 5
+        pending = asyncio.ensure_future(c.get(b"/d/a"))
+        await asyncio.sleep(0.2)
+        pending.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await pending
+        assert conn.streams == {}                      # both given-up streams reset and forgotten
     finally:
-        await c.close()
+        etcd_member.resume()
+    kv, _ = await c.get(b"/d/a")
+    assert kv.value == b"1" and c.h2._conn is conn  # the same connection, still in order
 
 
-async def test_many_concurrent_writes_each_get_their_revision(etcd_member):
-    c = EtcdClient([etcd_member.endpoint], timeout=20)
-    try:
-        res = await asyncio.gather(*(c.create(b"/c/%04d" % i, b"v") for i in range(500)))
-        assert all(ok for ok, _, _ in res)
-        assert len({rev for _, rev, _ in res}) == 500
-    finally:
-        await c.close()
+async def test_killed_etcd_fails_fast_then_a_new_connection_serves(etcd_member, clients):
+    c = clients(5)
+    await c.create(b"/k/a", b"1")
+    conn = c.h2._conn
+    await asyncio.to_thread(etcd_member.kill)
+    with pytest.raises(errors.StorageError) as ei:
+        await c.get(b"/k/a")
+    assert ei.value.code == errors.Code.UNREACHABLE
+    assert conn.closed
+    await asyncio.to_thread(etcd_member.restart)
+    assert (await _once_back(c, b"/k/a")).value == b"1" and c.h2._conn is not conn
 
 
-async def test_a_stopped_etcd_is_a_deadline_and_cancelling_a_call_resets_only_its_stream(etcd_member):
-    c = EtcdClient([etcd_member.endpoint], timeout=1)
-    try:
-        await c.create(b"/d/a", b"1")
-        conn = c.h2._conn
-        etcd_member.pause()
-        try:
-            t0 = time.monotonic()
-            with pytest.raises(errors.StorageError) as ei:
-                await c.get(b"/d/a")
-            assert ei.value.code == errors.Code.UNREACHABLE and 0.9 < time.monotonic() - t0 < 5
-            pending = asyncio.ensure_future(c.get(b"/d/a"))
-            await asyncio.sleep(0.2)
-            pending.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await pending
-            assert conn.streams == {}                      # both given-up streams reset and forgotten
-        finally:
-            etcd_member.resume()
-        kv, _ = await c.get(b"/d/a")
-        assert kv.value == b"1" and c.h2._conn is conn  # the same connection, still in order
-    finally:
-        await c.close()
-
-
-async def test_killed_etcd_fails_fast_then_a_new_connection_serves(etcd_member):
-    c = EtcdClient([etcd_member.endpoint], timeout=5)
-    try:
-        await c.create(b"/k/a", b"1")
-        conn = c.h2._conn
-        await asyncio.to_thread(etcd_member.kill)
-        with pytest.raises(errors.StorageError) as ei:
-            await c.get(b"/k/a")
-        assert ei.value.code == errors.Code.UNREACHABLE
-        assert conn.closed
-        await asyncio.to_thread(etcd_member.restart)
-        assert (await _once_back(c, b"/k/a")).value == b"1" and c.h2._conn is not conn
-    finally:
-        await c.close()
-
-
-async def test_graceful_etcd_stop_goaway(etcd_member):
+async def test_graceful_etcd_stop_goaway(etcd_member, clients):
     """SIGTERM: etcd closes its connections (GOAWAY); calls fail as unreachable, never hang, and the
     restarted member is served on a new connection."""
-    c = EtcdClient([etcd_member.endpoint], timeout=5)
-    try:
-        await c.create(b"/g/a", b"1")
-        p = etcd_member.member._proc
-        os.kill(p.pid, signal.SIGTERM)
-        await asyncio.to_thread(p.wait, 30)
-        with pytest.raises(errors.StorageError) as ei:
-            await asyncio.wait_for(c.get(b"/g/a"), 10)
-        assert ei.value.code == errors.Code.UNREACHABLE
-        await asyncio.to_thread(etcd_member.restart)
-        assert (await _once_back(c, b"/g/a")).value == b"1"
-    finally:
-        await c.close()
+    c = clients(5)
+    await c.create(b"/g/a", b"1")
+    p = etcd_member.member._proc
+    os.kill(p.pid, signal.SIGTERM)
+    await asyncio.to_thread(p.wait, 30)
+    with pytest.raises(errors.StorageError) as ei:
+        await asyncio.wait_for(c.get(b"/g/a"), 10)
+    assert ei.value.code == errors.Code.UNREACHABLE
+    await asyncio.to_thread(etcd_member.restart)
+    assert (await _once_back(c, b"/g/a")).value == b"1"
 
 
-async def test_first_endpoint_down_fails_over_to_the_next(etcd_member):
+async def test_first_endpoint_down_fails_over_to_the_next(etcd_member, clients):
     dead = socket.socket()
     dead.bind(("127.0.0.1", 0))
     port = dead.getsockname()[1]
     dead.close()                                  # nothing listens there now
-    c = EtcdClient([f"http://127.0.0.1:{port}", etcd_member.endpoint], timeout=5)
-    try:
-        ok, _, _ = await c.create(b"/f/a", b"1")
-        assert ok
-        assert c.h2.hosts[0][1] == int(etcd_member.endpoint.rsplit(":", 1)[1])   # tried first next time
-    finally:
-        await c.close()
+    c = clients(5, [f"http://127.0.0.1:{port}", etcd_member.endpoint])
+    ok, _, _ = await c.create(b"/f/a", b"1")
+    assert ok
+    assert c.h2.hosts[0][1] == int(etcd_member.endpoint.rsplit(":", 1)[1])   # tried first next time
     ch = H2Channel([("127.0.0.1", port)])
     try:
         with pytest.raises(Exception) as ei:

@@ -18,6 +18,7 @@ import contextvars
 import datetime
 import re
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -81,6 +82,8 @@ class LeaseState:
     user_agent: str = ""          # of the last renewal: the control plane names its managedFields manager by it
     in_flight: bool = False
     due_at: float | None = None   # the forwarder's queued due time (monotonic), None when not queued
+    in_step: bool = False         # the control plane's copy came from a renewal the forwarder sent
+    phase: int = 0                # which renewal goes first while not in step (Forwarder._threshold)
 
     @property
     def pending(self) -> bool:
@@ -90,7 +93,8 @@ class LeaseState:
     @classmethod
     def of(cls, cp_obj: Obj) -> "LeaseState":
         renew = renew_time(cp_obj)
-        st = cls(int(cp_obj["metadata"]["resourceVersion"]), renew, renew)
+        st = cls(int(cp_obj["metadata"]["resourceVersion"]), renew, renew,
+                 phase=zlib.crc32(cp_obj["metadata"]["name"].encode()))
         st.set_period(cp_obj)
         return st
 
@@ -215,6 +219,7 @@ class TierLeases(CacheDelegator):
         the tier holds (acknowledged to its client: it is not lost, the forwarder sends it)."""
         key = self.prefix + name
         st = self.note_control_plane(name, cp_obj)
+        st.in_step = False
         new = {**cp_obj, "metadata": without_rv(cp_obj), "spec": dict(cp_obj.get("spec") or {})}
         try:
             cur = await self.store.get(key)

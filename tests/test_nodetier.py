@@ -8,6 +8,7 @@ resourceVersions are its own, the control plane's stay its own."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import datetime
 import time
 import types
@@ -246,12 +247,14 @@ def test_renewal_only_ignores_renew_time_managed_fields_and_resource_version():
 
 # --- when a renewal is forwarded (nodetier.forwarder.Forwarder.next_due) ------------------------------------
 
-def forward_times(offsets: list[float], period: float, interval: float = 30.0) -> list[float]:
+def forward_times(offsets: list[float], period: float, interval: float = 30.0, *, in_step: bool = True,
+                  phase: int = 0) -> list[float]:
     """A kubelet renewing at `offsets` seconds after the control plane's copy (renewTime 0), each renewal
     absorbed at its own time, nothing forwarded meanwhile: the times (seconds after the copy) at which the
-    forwarder would send one, checked at each renewal and every 0.1 s in between, up to the last offset."""
+    forwarder would send one, checked at each renewal and every 0.1 s in between, up to the last offset.
+    `in_step`: the copy came from a forward of the tier's; else `phase` picks which renewal goes first."""
     fw = Forwarder(types.SimpleNamespace(states={}), None, interval=interval)
-    st = LeaseState(cp_rv=1, cp_renew=0.0, renew_period=period)
+    st = LeaseState(cp_rv=1, cp_renew=0.0, renew_period=period, in_step=in_step, phase=phase)
     sent, t, i = [], 0.0, 0
     while t <= offsets[-1] + 1e-9 and not sent:
         while i < len(offsets) and offsets[i] <= t + 1e-9:
@@ -280,6 +283,31 @@ def test_a_renewal_in_step_is_forwarded_at_the_third_and_one_out_of_step_by_32_s
     assert forward_times([1.5, 11.5, 21.5, 31.5], 10.0) == [31.5]
     # An overdue renewal (the kubelet stopped after its second) still goes at 1.1 periods.
     assert forward_times([10.0, 20.0, 40.0], 10.0) == [31.0]
+
+
+def test_leases_out_of_step_forward_their_first_second_or_third_renewal_by_name():
+    """Leases whose control-plane copies were made together (leasegen creates 30,000 in one burst; a tier
+    that restarts loads them all at once) would forward together every 30 s for good: at 30,000 nodes, 30,000
+    forwards in about 10 s of every 30, which a control plane taking ~1,000 a second worked off late (copies
+    38 s old). Out of step, a Lease's phase (a hash of its name) picks its first, second or third renewal; in
+    step, the third as before, so the early one costs a single extra write per Lease."""
+    for p in (10.0, 10.2, 10.4):
+        renewals = [p, 2 * p, 3 * p, 4 * p]
+        assert forward_times(renewals, p, in_step=False, phase=0) == [round(3 * p, 1)]
+        assert forward_times(renewals, p, in_step=False, phase=1) == [round(2 * p, 1)]
+        assert forward_times(renewals, p, in_step=False, phase=2) == [round(p, 1)]
+        assert forward_times(renewals, p, in_step=False, phase=5) == [round(p, 1)]     # phases count mod 3
+        for phase in range(3):
+            assert forward_times(renewals, p, in_step=True, phase=phase) == [round(3 * p, 1)]
+    # Renewals out of step with the copy: never later than the cap, whatever the phase.
+    for phase in range(3):
+        assert forward_times([3.0, 13.0, 23.0, 33.0], 10.0, in_step=False, phase=phase) == [[23.0, 23.0, 13.0][phase]]
+    # The phase comes from the name, evenly over 3,000 nodes.
+    def at_control_plane(name: str) -> dict:
+        obj = lease(name)
+        return {**obj, "metadata": {**obj["metadata"], "resourceVersion": "7"}}
+    phases = collections.Counter(LeaseState.of(at_control_plane(f"node-{i:05d}")).phase % 3 for i in range(3000))
+    assert all(900 <= n <= 1100 for n in phases.values()), phases
 
 
 class _SlowControlPlane:
@@ -339,6 +367,7 @@ async def test_a_control_plane_slower_than_the_due_renewals_leaves_them_in_the_h
         assert cp.done == 400, cp.done
         assert cp.most_in_flight == 4
         assert not any(st.pending for st in states.values())
+        assert all(st.in_step for st in states.values())     # answered forwards: the next goes at the third
     finally:
         task.cancel()
         for t in fw._forwards:

@@ -183,11 +183,13 @@ class _Connection(asyncio.Protocol):
         self._blocks: dict[tuple[bytes, int], bytes] = {}   # header blocks made only of indexed fields, until
                                                               # the table grows
         self._out: list[bytes] | None = None      # frames to write at the end of this loop iteration
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # ------------------------------------------------------------------ asyncio.Protocol
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        self._loop = asyncio.get_running_loop()
         settings = struct.pack(">HIHI", S_ENABLE_PUSH, 0, S_INITIAL_WINDOW_SIZE, MAX_WINDOW)
         transport.write(PREFACE + _frame(SETTINGS, 0, 0, settings)
                         + _frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", MAX_WINDOW - DEFAULT_WINDOW)))
@@ -199,7 +201,7 @@ class _Connection(asyncio.Protocol):
         them: one system call here and one read and wake-up in etcd instead of one per call."""
         if self._out is None:
             self._out = [frames]
-            asyncio.get_running_loop().call_soon(self._flush)
+            self._loop.call_soon(self._flush)
         else:
             self._out.append(frames)
 

@@ -518,15 +518,9 @@ class _Connection(asyncio.Protocol):
             deadline.cancel()
 
     def _expire(self, sid: int, st: _Stream) -> None:
-        """A unary call's deadline passed before its reply: the call fails as grpc's does, its stream is reset
-        (a value still being sent stops: `end` wakes the sender)."""
+        """A unary call's deadline passed before its reply: the call fails as grpc's does, its stream is reset."""
         if self.streams.get(sid) is st:
-            del self.streams[sid]
-            st.end(None, RpcError(StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
-            if not self.closed:
-                self._send(_frame(RST_STREAM, 0, sid, struct.pack(">I", CANCEL)))
-            self.window_open.set()      # (a sender waiting for the connection's window looks again)
-            self._stream_closed()
+            self._reset(sid, RpcError(StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
 
     async def _send_flow_controlled(self, sid: int, st: _Stream, body: memoryview, end: bool = True) -> None:
         """DATA frames as the connection's and the stream's windows allow (a large value); the last one ends
@@ -551,16 +545,20 @@ class _Connection(asyncio.Protocol):
             self._send(_frame(DATA, END_STREAM if last else 0, sid, bytes(body[:n])))
             body = body[n:]
 
-    def _reset(self, sid: int) -> None:
+    def _reset(self, sid: int, err: RpcError | None = None) -> None:
+        """Give up a stream: it ends with `err` (by default: a unary call's future is cancelled, its caller gave
+        up; a streaming call ends CANCELLED) and etcd is told (RST_STREAM). `end` wakes a sender waiting for
+        the stream's window; one waiting for the connection's looks again too."""
         st = self.streams.pop(sid, None)
         if st is not None:
-            if st.msgs is None:      # a unary call given up by its caller: nobody reads its future
+            if err is None and st.msgs is None:      # nobody reads its future
                 st.ended = True
                 st.fut.cancel()
             else:
-                st.end(None, RpcError(StatusCode.CANCELLED, "Cancelled"))
+                st.end(None, err or RpcError(StatusCode.CANCELLED, "Cancelled"))
             if not self.closed:
                 self._send(_frame(RST_STREAM, 0, sid, struct.pack(">I", CANCEL)))
+            self.window_open.set()
             self._stream_closed()
 
     def close(self) -> None:

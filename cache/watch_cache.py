@@ -2,7 +2,9 @@
 
 Fed with a full list (`replace`) and then etcd events (`process`), it keeps:
 
-* `store`: a copy-on-write B-tree (ext.BTree) from storage key to `Entry`;
+* `store`: a copy-on-write B-tree (ext.BTree) from storage key to `Entry`, each entry
+  standing in its key's place (`store.insert(e, e)`: no key string of the tree's own,
+  and a compressed entry keeps its key as UTF-8 in its frame's block);
 * `history`: the event window (ring buffer, capacity resized as S4.18);
 * `snapshots`: a B-tree snapshot per applied event (S2.14), dropped with the
   window (S2.16);
@@ -34,7 +36,7 @@ UPPER_CAPACITY = 100 * 1024
 EVENT_FRESH_SECONDS = 75.0
 
 
-# The per-object record (ext/entry.pyx): key, wire bytes, RV, slot, UID hash.
+# The per-object record (ext/entry.pyx): key, wire bytes (or a frame), RV, slot, UID hash.
 Entry = ext.Entry
 
 
@@ -270,7 +272,7 @@ class WatchCache:
         size = 0
         for key, orv, data, uid, ns, labels in objects:
             e = self._new_entry(key, orv, data, uid, ns, labels)
-            self.store.insert(key, e)
+            self.store.insert(e, e)
             if c is not None:
                 c.note(e)
                 size += len(data)
@@ -333,7 +335,7 @@ class WatchCache:
             self.indexes.add(prev.slot, namespace, labels)
         else:
             e = self._new_entry(key, rv, data, uid, namespace, labels)
-        self.store.insert(key, e)
+        self.store.insert(e, e)
         if self.compressor is not None:
             self.compressor.note(e)
         return self._record(CacheEvent(e, prev, self.clock()))
@@ -472,7 +474,7 @@ class WatchCache:
             if ev.prev is None:
                 tree.delete(ev.key)
             else:
-                tree.insert(ev.key, ev.prev)
+                tree.insert(ev.prev, ev.prev)
         self._rebuilt[rv] = tree
         while len(self._rebuilt) > REBUILT_KEPT:
             self._rebuilt.popitem(last=False)
@@ -519,7 +521,7 @@ class WatchCache:
         entry_bytes = 0
         for e in self.slots:
             if e is not None:
-                entry_bytes += e.__sizeof__() + e.key.__sizeof__()
+                entry_bytes += e.__sizeof__()     # its key included (the tree holds the entry, not a key)
         # the events, plus what only the window keeps alive: the entries they replaced, deletes' tombstones
         history_bytes = self.history.__sizeof__() + sum(
             ev.__sizeof__() + (ev.prev.__sizeof__() if ev.prev is not None else 0)

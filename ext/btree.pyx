@@ -1,6 +1,10 @@
 # cython: language_level=3, binding=True
 """Copy-on-write B-tree (ordered map ``str -> object``), compiled (SPEC S2.14, S9.7).
 
+A key may also be given as an ``ext.Entry`` (``insert(e, e)``): the tree then keeps the entry in the key's
+place and orders by the key it holds, so the watch cache's tree keeps no key string of its own (a compressed
+entry holds its key's UTF-8 only, ext/entry.pyx). Keys come out of the tree as str either way.
+
 Same algorithm and API as the pure-Python twin :mod:`ext.btree_py` (read its docstring for the
 design: google/btree, degree 16, at most 31 items per node, subtree sizes for O(log n) counting,
 ``Clone()``-style copy-on-write snapshots).
@@ -21,11 +25,15 @@ cimport cython
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.object cimport PyObject
 from libc.stdint cimport int32_t, uint64_t
-from libc.string cimport memcpy, memmove
+from libc.string cimport memcmp, memcpy, memmove
+
+from ext.entry cimport Entry, entry_key, entry_key_utf8
 
 cdef extern from "Python.h":
     # Both arguments are always str here, so this cannot fail. Code point order == UTF-8 byte order.
     int PyUnicode_Compare(PyObject* a, PyObject* b)
+    bint PyUnicode_CheckExact(PyObject* o)
+    const char* PyUnicode_AsUTF8AndSize(object u, Py_ssize_t* size) except NULL
     void _incref "Py_INCREF"(PyObject* o)
     void _decref "Py_DECREF"(PyObject* o)
     Py_ssize_t Py_REFCNT(PyObject* o)
@@ -159,6 +167,45 @@ cdef _Node _mut_child(_Node parent, int32_t i, uint64_t cow):
     return c
 
 
+cdef int _cmp_slow(PyObject* a, PyObject* b) noexcept:
+    """_cmp when a side's UTF-8 could not be had (no memory): both keys as str objects."""
+    cdef object sa, sb
+    try:
+        sa = <object>a if PyUnicode_CheckExact(a) else entry_key(<Entry><object>a)
+        sb = <object>b if PyUnicode_CheckExact(b) else entry_key(<Entry><object>b)
+    except MemoryError:
+        return 0
+    return PyUnicode_Compare(<PyObject*>sa, <PyObject*>sb)
+
+
+cdef inline int _cmp(PyObject* a, PyObject* b) noexcept:
+    """Order of two keys: each a str, or an Entry standing for its key (the tree keeps no key string of its
+    own for an entry, whose compressed form holds the key's UTF-8 only). UTF-8 byte order is code point order,
+    the order PyUnicode_Compare gives two str."""
+    cdef const char* pa
+    cdef const char* pb
+    cdef Py_ssize_t na, nb
+    cdef int c
+    if PyUnicode_CheckExact(a) and PyUnicode_CheckExact(b):
+        return PyUnicode_Compare(a, b)
+    try:
+        pa = PyUnicode_AsUTF8AndSize(<object>a, &na) if PyUnicode_CheckExact(a) else entry_key_utf8(<Entry><object>a, &na)
+        pb = PyUnicode_AsUTF8AndSize(<object>b, &nb) if PyUnicode_CheckExact(b) else entry_key_utf8(<Entry><object>b, &nb)
+    except MemoryError:
+        return _cmp_slow(a, b)
+    c = memcmp(pa, pb, na if na < nb else nb)
+    if c == 0:
+        return (na > nb) - (na < nb)
+    return -1 if c < 0 else 1
+
+
+cdef inline object _key_of(PyObject* k):
+    """A key slot's key as a str."""
+    if PyUnicode_CheckExact(k):
+        return <object>k
+    return entry_key(<Entry><object>k)
+
+
 cdef inline int32_t _search(_Node nd, PyObject* key, bint* found) noexcept:
     """Index of the first item >= key in ``nd``; ``found`` if equal. O(log 31)."""
     cdef int32_t lo = 0, hi = nd.n, mid
@@ -167,7 +214,7 @@ cdef inline int32_t _search(_Node nd, PyObject* key, bint* found) noexcept:
     found[0] = False
     while lo < hi:
         mid = (lo + hi) >> 1
-        c = PyUnicode_Compare(kv[2 * mid], key)
+        c = _cmp(kv[2 * mid], key)
         if c < 0:
             lo = mid + 1
         elif c > 0:
@@ -350,9 +397,22 @@ cdef int _put_in_leaf(_Node nd, int32_t i, PyObject* k, PyObject* v, PyObject** 
     return 0
 
 
+cdef object _replace(_Node nd, int32_t i, PyObject* k, PyObject* v):
+    """Item i of mutable `nd` gets key object `k` and value `v` (new references); returns the old value. The key
+    object is replaced too: an entry standing for its key must not outlive its replacement in the tree."""
+    cdef object old = <object>nd.kv[2 * i + 1]
+    _incref(k)
+    _incref(v)
+    _decref(nd.kv[2 * i])
+    _decref(nd.kv[2 * i + 1])
+    nd.kv[2 * i] = k
+    nd.kv[2 * i + 1] = v
+    return old
+
+
 cdef inline int _check_key(object key) except -1:
-    if not isinstance(key, str):
-        raise TypeError(f"BTree keys must be str, not {type(key).__name__}")
+    if not PyUnicode_CheckExact(<PyObject*>key) and type(key) is not Entry:
+        raise TypeError(f"BTree keys must be str (or an ext.Entry, for its key), not {type(key).__name__}")
     return 0
 
 
@@ -438,7 +498,7 @@ cdef class BTree:
             return None
         while nd.ch != NULL:
             nd = <_Node>nd.ch[0]
-        return <object>nd.kv[0]
+        return _key_of(nd.kv[0])
 
     def max_key(self):
         """Largest key, None if empty. O(log n)."""
@@ -447,7 +507,7 @@ cdef class BTree:
             return None
         while nd.ch != NULL:
             nd = <_Node>nd.ch[nd.n]
-        return <object>nd.kv[2 * (nd.n - 1)]
+        return _key_of(nd.kv[2 * (nd.n - 1)])
 
     cdef _Node _mut_root(self):
         cdef _Node root = self.root
@@ -510,25 +570,17 @@ cdef class BTree:
         while True:
             i = _search(nd, k, &found)
             if found:
-                old = <object>nd.kv[2 * i + 1]
-                _incref(<PyObject*>value)
-                _decref(nd.kv[2 * i + 1])
-                nd.kv[2 * i + 1] = <PyObject*>value
-                return old
+                return _replace(nd, i, k, <PyObject*>value)
             if nd.ch == NULL:
                 _put_in_leaf(nd, i, k, <PyObject*>value, path, depth)
                 return None
             if (<_Node>nd.ch[i]).n >= MAX_ITEMS_C:
                 _split_child(nd, i, cow)
-                c = PyUnicode_Compare(nd.kv[2 * i], k)
+                c = _cmp(nd.kv[2 * i], k)
                 if c < 0:
                     i += 1
                 elif c == 0:
-                    old = <object>nd.kv[2 * i + 1]
-                    _incref(<PyObject*>value)
-                    _decref(nd.kv[2 * i + 1])
-                    nd.kv[2 * i + 1] = <PyObject*>value
-                    return old
+                    return _replace(nd, i, k, <PyObject*>value)
             if depth >= MAX_DEPTH:
                 raise AssertionError("BTree too deep")
             path[depth] = <PyObject*>nd
@@ -552,7 +604,7 @@ cdef class BTree:
         nd = self.root
         while nd.ch != NULL:
             nd = <_Node>nd.ch[nd.n]
-        if PyUnicode_Compare(nd.kv[2 * (nd.n - 1)], k) >= 0:
+        if _cmp(nd.kv[2 * (nd.n - 1)], k) >= 0:
             raise ValueError(f"BTree.append: {key!r} is not after the last key")
         self.version += 1
         nd = self._writable_root()
@@ -710,7 +762,7 @@ cdef Py_ssize_t _check_node(_Node nd, object lo, object hi, int depth, list leaf
     cdef Py_ssize_t total
     assert 0 <= n <= nd.cap <= MAX_ITEMS_C, f"bad fill {n}/{nd.cap}"
     assert is_root or n >= MIN_ITEMS_C, f"node underfull: {n}"
-    keys = [<object>nd.kv[2 * j] for j in range(n)]
+    keys = [_key_of(nd.kv[2 * j]) for j in range(n)]
     for j in range(n):
         k = keys[j]
         assert type(k) is str or isinstance(k, str)
@@ -782,9 +834,9 @@ cdef class _BTreeIter:
                     c = <_Node>c.ch[0]
                     self._push(c, 0)
             if self.mode == 0:
-                return (<object>nd.kv[2 * i], <object>nd.kv[2 * i + 1])
+                return (_key_of(nd.kv[2 * i]), <object>nd.kv[2 * i + 1])
             elif self.mode == 1:
-                return <object>nd.kv[2 * i]
+                return _key_of(nd.kv[2 * i])
             return <object>nd.kv[2 * i + 1]
         raise StopIteration
 

@@ -85,9 +85,14 @@ def _split(node: _Node, i: int, cow: int) -> tuple[str, Any, _Node]:
     return key, val, second
 
 
-def _check_key(key: object) -> None:
-    if not isinstance(key, str):
-        raise TypeError(f"BTree keys must be str, not {type(key).__name__}")
+def _check_key(key: object) -> str:
+    """The key as a str: a str, or an entry (ext.Entry or its twin) standing for its key (the compiled tree then
+    keeps the entry in the key's place; this one keeps its key string)."""
+    if isinstance(key, str):
+        return key
+    if type(key).__name__ == "Entry" and type(key).__module__ in ("ext.entry", "ext.entry_py"):
+        return key.key
+    raise TypeError(f"BTree keys must be str (or an ext.Entry, for its key), not {type(key).__name__}")
 
 
 class BTree:
@@ -130,13 +135,13 @@ class BTree:
 
     def get(self, key: str, default: Any = None) -> Any:
         """Value for ``key`` or ``default``. O(log n). TypeError for a non-str key."""
-        _check_key(key)
+        key = _check_key(key)
         hit = self._find(key)
         return default if hit is None else hit[0].vals[hit[1]]
 
     def __getitem__(self, key: str) -> Any:
         """Value for ``key``; KeyError if absent. O(log n)."""
-        _check_key(key)
+        key = _check_key(key)
         hit = self._find(key)
         if hit is None:
             raise KeyError(key)
@@ -144,7 +149,7 @@ class BTree:
 
     def __contains__(self, key: object) -> bool:
         """``key in t``. O(log n). TypeError for a non-str key."""
-        _check_key(key)
+        key = _check_key(key)
         return self._find(key) is not None  # type: ignore[arg-type]
 
     def min_key(self) -> str | None:
@@ -179,7 +184,7 @@ class BTree:
 
         Copies (at most) the nodes on the root-to-leaf path that are shared with a snapshot.
         """
-        _check_key(key)
+        key = _check_key(key)
         cow = self._cow
         self._version += 1
         if self._root is None:
@@ -223,14 +228,14 @@ class BTree:
 
     def append(self, key: str, value: Any) -> None:
         """Insert ``key``, greater than every key in the tree (ValueError otherwise)."""
-        _check_key(key)
+        key = _check_key(key)
         if self._root is not None and not key > self.max_key():
             raise ValueError(f"BTree.append: {key!r} is not after the last key")
         self.insert(key, value)
 
     def delete(self, key: str) -> Any:
         """Remove ``key`` and return its value; KeyError if absent (tree untouched). O(log n)."""
-        _check_key(key)
+        key = _check_key(key)
         if self._find(key) is None:
             raise KeyError(key)
         self._version += 1
@@ -275,7 +280,7 @@ class BTree:
 
     def _iter(self, start: str | None, mode: int) -> Iterator[Any]:
         if start is not None:
-            _check_key(start)
+            start = _check_key(start)
         return self._gen(start, mode)
 
     def _gen(self, start: str | None, mode: int) -> Iterator[Any]:
@@ -337,12 +342,12 @@ class BTree:
         """Number of keys k with ``start <= k < end`` (None: unbounded). O(log n), no scan."""
         lo = 0
         if start is not None:
-            _check_key(start)
+            start = _check_key(start)
             lo = self._rank(start)
         if end is None:
             hi = len(self)
         else:
-            _check_key(end)
+            end = _check_key(end)
             hi = self._rank(end)
         return max(0, hi - lo)
 

@@ -1,19 +1,23 @@
 # cython: language_level=3, binding=True
 """The watch cache's per-object record, as small as a Python object can be.
 
-`Entry` holds the storage key (the same str object the B-tree is keyed by),
-the stored bytes, the resourceVersion and the UID's FNV-1a 64 hash as C
-integers (a Python int each would cost 28-36 B more), and the dense slot id
-used by the roaring bitmaps.
+`Entry` holds the storage key, the stored bytes, the resourceVersion and the
+UID's FNV-1a 64 hash as C integers (a Python int each would cost 28-36 B
+more), and the dense slot id used by the roaring bitmaps. The B-tree keeps
+the entry itself in its key's place (ext/btree.pyx compares the key the
+entry holds), so there is no second reference to the key.
 
 The stored bytes are the wire bytes (a bytes object shared with the event
 that brought them), or, once the entry is cold and its resource's compressor
 has shrunk it (cache/compression.py), a zstd frame of them kept in a memory
 block of the entry's own (no bytes header) that `codec.decompress` turns
 back into exactly those bytes: `data` is always the wire bytes, so no reader
-can tell. A codec never references entries, so an entry still cannot be part
-of a reference cycle and is not tracked by the garbage collector (saves the
-16 B GC header).
+can tell. A compressed entry keeps its key's UTF-8 in that block too, in
+front of the frame, instead of a str (49 B of header on CPython 3.11, more
+than a compressed RoleBinding's whole frame at times); `key` decodes it
+when asked. A codec never references entries, so an entry still cannot be
+part of a reference cycle and is not tracked by the garbage collector
+(saves the 16 B GC header).
 """
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -27,22 +31,14 @@ from libc.string cimport memcpy
 @cython.no_gc
 @cython.final
 cdef class Entry:
-    cdef readonly object key
-    # The wire bytes (an owned reference to a bytes object) while codec is None; once compressed, a PyMem block
-    # of `flen` bytes holding the frame itself. A bytes object costs 33 B of header on top of its contents (a
-    # 60 B RoleBinding frame took 96 B of pymalloc as bytes, 64 B as a block), and there is no room for an
-    # eighth field without growing the record from 64 to 80 B: one pointer serves both.
-    cdef void* _stored
-    cdef readonly object codec      # None, or what decodes the frame (shared by the resource's entries)
-    cdef readonly int64_t rv
-    cdef readonly uint64_t uid_hash
-    cdef readonly int32_t slot      # dense slot id (-1: a tombstone); slots are far below 2**31
-    cdef uint32_t flen              # the frame's length when compressed
+    # Fields: ext/entry.pxd (ext.btree reads the key through them). A bytes object costs 33 B of header on top
+    # of its contents (a 60 B RoleBinding frame took 96 B of pymalloc as bytes, 64 B as a block), and there is
+    # no room for an eighth field without growing the record from 64 to 80 B: `_stored` serves both forms.
 
     def __cinit__(self, str key, int64_t rv, bytes data, int64_t slot, uint64_t uid_hash, object codec=None):
         if slot < -1 or slot > 0x7FFFFFFF:
             raise OverflowError(f"slot {slot} out of range")
-        self.key = key
+        self._key = key
         self.rv = rv
         self.slot = <int32_t>slot
         self.uid_hash = uid_hash
@@ -56,11 +52,16 @@ cdef class Entry:
         _release(self)
 
     @property
+    def key(self):
+        """The storage key (a str made from the block's UTF-8 each time for a compressed entry)."""
+        return entry_key(self)
+
+    @property
     def stored(self):
         """The wire bytes, or (compressed) a copy of the frame as bytes."""
         if self.codec is None:
             return <object>self._stored
-        return PyBytes_FromStringAndSize(<const char*>self._stored, self.flen)
+        return PyBytes_FromStringAndSize(_frame(self), self.flen)
 
     @property
     def stored_size(self):
@@ -75,7 +76,7 @@ cdef class Entry:
         first, under the GIL: the decoder may release it, and a frame block can be replaced meanwhile."""
         if self.codec is None:
             return <object>self._stored
-        return self.codec.decompress(PyBytes_FromStringAndSize(<const char*>self._stored, self.flen))
+        return self.codec.decompress(PyBytes_FromStringAndSize(_frame(self), self.flen))
 
     def compress(self, bytes frame not None, object codec):
         """Keep `frame` instead of the wire bytes (or, with codec None, go back to these wire bytes); the
@@ -87,17 +88,44 @@ cdef class Entry:
         self.codec = codec
 
     def __sizeof__(self):
-        """The record plus its bytes (the key is shared with the B-tree and counted there, the codec by its
-        resource). O(1)."""
+        """The record, its bytes and its key (a str, or the UTF-8 in the frame's block; the codec is counted by
+        its resource). O(1)."""
+        cdef Py_ssize_t n = Py_TYPE_BASICSIZE(self)
+        if self._key is not None:
+            n += (<object>self._key).__sizeof__()
         if self.codec is None:
-            return Py_TYPE_BASICSIZE(self) + (<object>self._stored).__sizeof__()
-        return Py_TYPE_BASICSIZE(self) + self.flen
+            return n + (<object>self._stored).__sizeof__()
+        return n + 2 + _klen(self) + self.flen
 
     def __repr__(self):
         return f"Entry({self.key!r}, rv={self.rv}{', compressed' if self.codec is not None else ''})"
 
 
+cdef const char* entry_key_utf8(Entry e, Py_ssize_t* n) except NULL:
+    """The key's UTF-8 and its length, borrowed from the entry (its str's own for a plain entry)."""
+    if e._key is None:
+        n[0] = _klen(e)
+        return <const char*>e._stored + 2
+    return PyUnicode_AsUTF8AndSize(e._key, n)
+
+
+cdef str entry_key(Entry e):
+    if e._key is not None:
+        return <str>e._key
+    return PyUnicode_DecodeUTF8(<const char*>e._stored + 2, _klen(e), "strict")
+
+
 # Module functions, not cdef methods: a cdef method would add a vtable pointer to every entry (72 B, not 64).
+cdef inline Py_ssize_t _klen(Entry e) noexcept:
+    """Bytes of key UTF-8 in a compressed entry's block (0 when the key stayed a str)."""
+    cdef const unsigned char* b = <const unsigned char*>e._stored
+    return b[0] | (<Py_ssize_t>b[1] << 8)
+
+
+cdef inline const char* _frame(Entry e) noexcept:
+    return <const char*>e._stored + 2 + _klen(e)
+
+
 cdef inline void _release(Entry e) noexcept:
     if e._stored != NULL:
         if e.codec is None:
@@ -107,26 +135,42 @@ cdef inline void _release(Entry e) noexcept:
         e._stored = NULL
 
 
-cdef inline void _set_plain(Entry e, bytes data) noexcept:
-    """Hold `data` itself (the caller then sets `codec` to None; what the entry held before is released)."""
+cdef int _set_plain(Entry e, bytes data) except -1:
+    """Hold `data` itself (the caller then sets `codec` to None; what the entry held before is released, a key
+    kept in a frame's block becomes a str again first)."""
+    if e._key is None:
+        e._key = PyUnicode_DecodeUTF8(<const char*>e._stored + 2, _klen(e), "strict")
     _incref(<PyObject*>data)   # first: `data` may be what the entry holds
     _release(e)
     e._stored = <void*>data
+    return 0
 
 
 cdef int _set_frame(Entry e, const char* p, Py_ssize_t n) except -1:
-    """Copy a frame into a block of the entry's own (the caller then sets `codec`; what the entry held before
-    is released)."""
+    """Copy a frame into a block of the entry's own, the key's UTF-8 in front of it (the caller then sets
+    `codec`; what the entry held before is released). A key over 65,535 bytes of UTF-8 stays a str."""
     cdef void* block
+    cdef const char* k
+    cdef Py_ssize_t klen
+    cdef bint key_in_block = True
     if n > 0xFFFFFFFF:
         raise OverflowError("a frame over 4 GiB")
-    block = PyMem_Malloc(n if n > 0 else 1)
+    k = entry_key_utf8(e, &klen)     # from the str, or from the block being replaced
+    if klen > 0xFFFF:
+        klen = 0
+        key_in_block = False
+    block = PyMem_Malloc(2 + klen + n)
     if block == NULL:
         raise MemoryError()
-    memcpy(block, p, n)
+    (<unsigned char*>block)[0] = <unsigned char>(klen & 0xFF)
+    (<unsigned char*>block)[1] = <unsigned char>(klen >> 8)
+    memcpy(<char*>block + 2, k, klen)
+    memcpy(<char*>block + 2 + klen, p, n)
     _release(e)
     e._stored = block
     e.flen = <uint32_t>n
+    if key_in_block:
+        e._key = None
     return 0
 
 
@@ -201,6 +245,7 @@ cdef class WindowEvent:
 cdef extern from "Python.h":
     void _incref "Py_INCREF"(PyObject* o)
     void _decref "Py_DECREF"(PyObject* o)
+    const char* PyUnicode_AsUTF8AndSize(object u, Py_ssize_t* size) except NULL
 
 
 cdef extern from *:
@@ -334,7 +379,7 @@ def restore_packed(const unsigned char[::1] buf, str after, str prefix, list slo
         pos += dlen
         e.rv, e.slot, e.uid_hash = rv, <int32_t>slot, uid_hash
         slots[slot] = e
-        append(key, e)
+        append(e, e)        # the tree keeps the entry in its key's place
         after = key
         if rv > top:
             top_key, top = key, rv

@@ -27,7 +27,7 @@ def test_compiled_entry_is_small_and_untracked():
     cache/compression.py)."""
     e = ext.Entry("k", 1, b"", 0, 0)
     assert not gc.is_tracked(e)
-    assert e.__sizeof__() - b"".__sizeof__() <= 64
+    assert e.__sizeof__() - b"".__sizeof__() - "k".__sizeof__() <= 64     # (the record counts its key)
     with pytest.raises(AttributeError):
         e.rv = 2  # read-only: entries are immutable versions
 
@@ -76,7 +76,7 @@ def test_compiled_compressed_entry_holds_its_frame_inline():
     e.compress(frame, _Codec)
     assert sys.getrefcount(wire) == held - 1
     assert sys.getrefcount(frame) == 2      # not kept: copied into the entry's block
-    assert e.__sizeof__() == 64 + len(frame)
+    assert e.__sizeof__() == 64 + 2 + len("k") + len(frame)     # the key's UTF-8 and its length in the block
     e.compress(wire, None)
     assert sys.getrefcount(wire) == held
     del e
@@ -84,6 +84,78 @@ def test_compiled_compressed_entry_holds_its_frame_inline():
     with pytest.raises(OverflowError):
         ext.Entry("k", 1, b"", 2**31, 0)     # slots are 32-bit (-1: a tombstone)
     assert ext.Entry("k", 1, b"", -1, 0).slot == -1
+
+
+def test_compiled_compressed_entry_keeps_its_key_in_the_frame_block():
+    """A compressed entry gives up its key str (49 B of header on CPython 3.11): the key's UTF-8 goes in front of
+    the frame in its block and `key` decodes it when asked; it survives re-encoding and going back to plain.
+    A key over 65,535 bytes of UTF-8 stays a str."""
+    import zlib
+    wire = b'{"a":"' + b"z" * 300 + b'"}'
+    frame = zlib.compress(wire)
+    key = "".join(["/registry/rolebindings/team-\u00e9t\u00e9/binding-", "x" * 20])   # not ASCII
+    held = sys.getrefcount(key)
+    e = ext.Entry(key, 1, wire, 0, 0)
+    e.compress(frame, _Codec)
+    assert sys.getrefcount(key) == held         # the entry dropped its reference
+    klen = len(key.encode())
+    assert e.__sizeof__() == 64 + 2 + klen + len(frame)
+    assert (e.key, e.stored, e.data) == (key, frame, wire)
+    assert e.key is not e.key                   # made from the block each time
+    again = zlib.compress(wire, 1)
+    e.compress(again, _Codec)
+    assert (e.key, e.stored, e.data, e.__sizeof__()) == (key, again, wire, 64 + 2 + klen + len(again))
+    e.compress(wire, None)
+    assert (e.key, e.data, e.stored_size) == (key, wire, len(wire))
+    assert e.__sizeof__() == 64 + e.key.__sizeof__() + wire.__sizeof__()   # (`key` itself caches its UTF-8)
+    made = ext.Entry(key, 1, frame, 0, 0, _Codec)  # made compressed (a warm start)
+    assert (made.key, made.data, made.__sizeof__()) == (key, wire, 64 + 2 + klen + len(frame))
+    long_key = "/registry/x/" + "k" * 70_000
+    big = ext.Entry(long_key, 1, frame, 0, 0, _Codec)
+    assert (big.key, big.data) == (long_key, wire)
+    assert big.key is long_key and big.__sizeof__() == 64 + long_key.__sizeof__() + 2 + len(frame)
+    big.compress(again, _Codec)
+    assert (big.key, big.data) == (long_key, wire)
+    empty = ext.Entry("", 1, frame, 0, 0, _Codec)
+    assert (empty.key, empty.data) == ("", wire)
+
+
+def test_compiled_tree_keyed_by_entries_orders_by_their_keys():
+    """The watch cache's tree holds each entry in its key's place (`insert(e, e)`): lookups, ranges, counts
+    and snapshots by str keys see the entries' keys, plain or compressed, in UTF-8 (code point) order, keys
+    come out as str, and replacing an entry replaces it in the key's place too (the old one is released)."""
+    import zlib
+    keys = ["/r/a", "/r/b\u00e9", "/r/b", "/r/\U0001f600", "/r/ba", "/r/a\x00", "/r/", "/r/z" * 3]
+    t = ext.BTree()
+    entries = {}
+    for i, k in enumerate(keys):
+        e = entries[k] = ext.Entry(k, i, b"{}", i, 0)
+        if i % 2:
+            e.compress(zlib.compress(b"{}"), _Codec)
+        t.insert(e, e)
+    t._check()
+    assert list(t.keys()) == sorted(keys)
+    assert [type(k) for k in t.keys()] == [str] * len(keys)
+    assert all(t.get(k) is entries[k] for k in keys) and t.get("/r/c") is None
+    assert t.count_from("/r/b", "/r/c") == sum("/r/b" <= k < "/r/c" for k in keys)
+    assert [k for k, _ in t.iter_from("/r/b")] == sorted(k for k in keys if k >= "/r/b")
+    assert (t.min_key(), t.max_key()) == (min(keys), max(keys))
+    old = entries["/r/b"]
+    new = ext.Entry("/r/b", 99, b"{}", 0, 0)
+    held = sys.getrefcount(old)
+    assert t.insert(new, new) is old
+    assert sys.getrefcount(old) == held - 2     # out of the key's place too, not only the value's
+    snap = t.snapshot()
+    assert t.insert(old, old) is new
+    assert t.get("/r/b") is old and snap.get("/r/b") is new
+    t.insert("/r/b", new)                       # a str key in an entry-keyed tree
+    assert t.get("/r/b") is new and list(t.keys()) == sorted(keys)
+    assert t.delete("/r/\U0001f600") is entries["/r/\U0001f600"]
+    t._check()
+    with pytest.raises(ValueError):
+        t.append(ext.Entry("/r/a", 1, b"{}", 0, 0), None)
+    with pytest.raises(TypeError):
+        t.insert(b"/r/a", 1)
 
 
 @pytest.mark.parametrize("which", ["c", "py"])

@@ -203,7 +203,38 @@ def test_serviceaccount_without_namespace_in_cluster_role_binding_matches_nobody
 
 def test_user_subject_named_like_a_service_account_matches_it():
     a = authz(crole("c", [RULE_CM]), crb("b", "c", [U("system:serviceaccount:ci:deployer")]))
-    assert a.authorize(res(UserInfo("system:serviceaccount:ci:deployer"), "get", "configmaps")).allowed
+    d = a.authorize(res(UserInfo("system:serviceaccount:ci:deployer"), "get", "configmaps"))
+    # described as the User subject it is (upstream's describeSubject: the subject's kind and name)
+    assert d.allowed and d.reason == ('RBAC: allowed by ClusterRoleBinding "b" of ClusterRole "c" to '
+                                      'User "system:serviceaccount:ci:deployer"')
+
+
+def test_service_account_of_another_namespace_matches_its_user_name_spelt_out():
+    """A ServiceAccount subject of another namespace (kept as its namespace and name, indexed by the namespace)
+    matches exactly the user name system:serviceaccount:<namespace>:<name>, as upstream's MatchesUsername: a
+    subject's namespace is not validated, so one holding ':' matches where the name would seem to start."""
+    a = authz(crole("c", [RULE_CM]),
+              crb("b", "c", [U("carol"), SA("deployer", "ci"), SA("c", "a:b"), SA("y:z", "x")]),
+              role("r", [RULE_CM]), rb("rb", "Role", "r", [SA("builder", "ci"), SA("builder")]))
+    d = a.authorize(res(UserInfo("system:serviceaccount:ci:deployer"), "get", "configmaps", ns=""))
+    assert d.allowed and d.reason == ('RBAC: allowed by ClusterRoleBinding "b" of ClusterRole "c" to '
+                                      'ServiceAccount "deployer/ci"')
+    for name, allowed in [("system:serviceaccount:a:b:c", True), ("system:serviceaccount:x:y:z", True),
+                          ("system:serviceaccount:a:b", False), ("system:serviceaccount:ci:deployer:", False),
+                          ("system:serviceaccount:ci", False), ("system:serviceaccount:ci:deployerx", False),
+                          ("system:serviceaccount:cix:deployer", False), ("ci:deployer", False)]:
+        assert a.authorize(res(UserInfo(name), "get", "configmaps", ns="")).allowed is allowed, name
+    d = a.authorize(res(UserInfo("system:serviceaccount:ci:builder"), "get", "configmaps", ns="demo"))
+    assert d.allowed and d.reason == ('RBAC: allowed by RoleBinding "rb/demo" of Role "r" to '
+                                      'ServiceAccount "builder/ci"')
+    assert a.authorize(res(UserInfo("system:serviceaccount:demo:builder"), "get", "configmaps", ns="demo")).allowed
+    assert not a.authorize(res(UserInfo("system:serviceaccount:ci:builder"), "get", "configmaps", ns="")).allowed
+    a.apply("ClusterRoleBinding", "MODIFIED", crb("b", "c", [U("carol"), SA("c", "a:b")]))
+    assert not a.authorize(res(UserInfo("system:serviceaccount:ci:deployer"), "get", "configmaps", ns="")).allowed
+    assert a.authorize(res(UserInfo("system:serviceaccount:a:b:c"), "get", "configmaps", ns="")).allowed
+    a.apply("ClusterRoleBinding", "DELETED", crb("b", "c", []))
+    assert not a.authorize(res(UserInfo("system:serviceaccount:a:b:c"), "get", "configmaps", ns="")).allowed
+    assert a._crb_idx == ({}, {}, {}, {})       # nothing left indexed
 
 
 def test_unknown_subject_kind_matches_nobody():

@@ -45,7 +45,7 @@ from .attributes import Attributes, Decision
 from .user import SYSTEM_PRIVILEGED_GROUP, UserInfo
 
 KINDS = ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
-USER, GROUP, LOCAL_SA = 0, 1, 2
+USER, GROUP, LOCAL_SA, SA = 0, 1, 2, 3
 _BIG = 12        # rule lists longer than this are looked up through an index by (verb, resource)
 SA_PREFIX = "system:serviceaccount:"
 
@@ -60,11 +60,22 @@ Rule = tuple
 # A binding: (name, roleRef kind, roleRef name, codes, *subject keys), one flat tuple (a separate tuple of keys
 # would cost 40 B more per binding, and a table entry to share it): the keys in subject order from index
 # KEYS, each with a 2-bit code (bits 2i, 2i+1 of codes) naming the index it is in: USER (the user name a User
-# subject, or a ServiceAccount subject of another namespace, matches), GROUP (a Group subject's name),
-# LOCAL_SA (the name of a ServiceAccount of the RoleBinding's own namespace: not spelt out as a user name, so
-# one string serves every namespace); subjects that can match nobody are left out.
+# subject matches), GROUP (a Group subject's name), LOCAL_SA (the name of a ServiceAccount of the RoleBinding's
+# own namespace: not spelt out as a user name, so one string serves every namespace), SA (a ServiceAccount of
+# another namespace, every ClusterRoleBinding's: two keys, its namespace then its name, the second coded USER
+# and never indexed; the binding is indexed under the namespace). A ServiceAccount's user name spelt out would
+# be a string of its own per (namespace, name), interned: every tenant's operator bound cluster-wide made
+# several (bench.rbac_floor: 33 B per RBAC object); its namespace and name are strings other objects share.
+# Subjects that can match nobody are left out.
 Binding = tuple
 KEYS = 4
+# A scope's index (the cluster's, or a namespace's for its RoleBindings): dicts from a key to the binding that
+# has it, or a list of those: by user name, by group, by local ServiceAccount name, by ServiceAccount namespace.
+Index = tuple
+
+
+def _new_index() -> Index:
+    return ({}, {}, {}, {})
 
 
 def _obj(obj) -> dict:
@@ -147,9 +158,8 @@ class RBACAuthorizer:
         self._compiled: dict[int, tuple] = {}               # id(long rule list) -> (it, its (verb, resource) index)
         self._rb: dict[str, dict[str, Binding]] = {}        # namespace -> name -> binding
         self._crb: dict[str, Binding] = {}                  # name -> binding
-        # namespace -> (by user name, by group, by local SA name), each key -> binding | [bindings]
-        self._rb_idx: dict[str, tuple[dict, dict, dict]] = {}
-        self._crb_idx: tuple[dict, dict, dict] = ({}, {}, {})
+        self._rb_idx: dict[str, Index] = {}                # namespace -> its RoleBindings' index
+        self._crb_idx: Index = _new_index()
         self._shared: dict = {}                             # identical rules, rule lists, key tuples: one copy
         self._dropped = 0                                   # shared values possibly orphaned since the last sweep
 
@@ -166,7 +176,7 @@ class RBACAuthorizer:
         elif kind == "RoleBinding":
             self._rb, self._rb_idx = {}, {}
         elif kind == "ClusterRoleBinding":
-            self._crb, self._crb_idx = {}, ({}, {}, {})
+            self._crb, self._crb_idx = {}, _new_index()
         else:
             raise ValueError(f"not an RBAC kind: {kind!r}")
         self._sweep()
@@ -272,7 +282,9 @@ class RBACAuthorizer:
                     codes |= LOCAL_SA << 2 * len(keys)
                     keys.append(_intern(sname))
                 elif sa_ns:
-                    keys.append(_intern(f"{SA_PREFIX}{sa_ns}:{sname}"))
+                    codes |= SA << 2 * len(keys)
+                    keys.append(_intern(sa_ns))
+                    keys.append(_intern(sname))
         return (_intern(name), _intern(ref.get("kind") or ""), _intern(ref.get("name") or ""), codes, *keys)
 
 
@@ -281,8 +293,8 @@ class RBACAuthorizer:
         old = reg.get(name) if reg is not None else None
         if old is not None:   # (bindings hold nothing of the sharing table: no sweep to count for)
             idx = self._rb_idx[ns] if ns else self._crb_idx
-            for i, k in enumerate(old[KEYS:]):
-                _unlink(idx[old[3] >> 2 * i & 3], k, old)
+            for code, k in _indexed(old):
+                _unlink(idx[code], k, old)
             del reg[name]
             if ns and not reg and o is None:
                 del self._rb[ns], self._rb_idx[ns]
@@ -298,9 +310,9 @@ class RBACAuthorizer:
         else:
             idx = self._rb_idx.get(ns)
             if idx is None:
-                idx = self._rb_idx[ns] = ({}, {}, {})
-        for i, k in enumerate(b[KEYS:]):
-            _link(idx[b[3] >> 2 * i & 3], k, b)
+                idx = self._rb_idx[ns] = _new_index()
+        for code, k in _indexed(b):
+            _link(idx[code], k, b)
 
     def _sweep(self) -> None:
         """Rebuild the table of shared values from what is still in use (drops rules nobody holds)."""
@@ -383,18 +395,11 @@ class RBACAuthorizer:
                     break
             else:
                 idx = self._crb_idx
-            users, gidx, sas = idx
+            users, gidx, sas, other_sas = idx
             found = users.get(uname)
             hits = [] if found is None else ([found] if type(found) is tuple else list(found))
-            if sas and uname.startswith(SA_PREFIX):
-                sa_ns, _, sa_name = uname[len(SA_PREFIX):].partition(":")
-                if sa_ns == scope:
-                    f = sas.get(sa_name)
-                    if f is not None:
-                        if type(f) is tuple:
-                            hits.append(f)
-                        else:
-                            hits.extend(f)
+            if (sas or other_sas) and uname.startswith(SA_PREFIX):
+                _sa_hits(uname, scope, sas, other_sas, hits)
             for g in groups:
                 f = gidx.get(g)
                 if f is not None:
@@ -482,8 +487,12 @@ class RBACAuthorizer:
     def _describe(b: Binding, ns: str, user: UserInfo) -> str:
         """Upstream's source describer: the binding, its role, and the first of its subjects that applies."""
         subject = ""
-        for i, k in enumerate(b[KEYS:]):
+        keys = b[KEYS:]
+        i = 0
+        while i < len(keys):
+            k = keys[i]
             code = b[3] >> 2 * i & 3
+            i += 1
             if code == GROUP:
                 if k in user.groups:
                     subject = f'Group "{k}"'
@@ -492,12 +501,13 @@ class RBACAuthorizer:
                 if user.name == f"{SA_PREFIX}{ns}:{k}":
                     subject = f'ServiceAccount "{k}/{ns}"'
                     break
-            elif k == user.name:
-                if k.startswith(SA_PREFIX) and k.count(":") == 3:
-                    sa_ns, sa_name = k[len(SA_PREFIX):].split(":")
-                    subject = f'ServiceAccount "{sa_name}/{sa_ns}"'
-                else:
-                    subject = f'User "{k}"'
+            elif code == SA:
+                i += 1
+                if user.name == f"{SA_PREFIX}{k}:{keys[i - 1]}":
+                    subject = f'ServiceAccount "{keys[i - 1]}/{k}"'
+                    break
+            elif k == user.name:     # a User subject, even one named like a service account (as upstream)
+                subject = f'User "{k}"'
                 break
         if ns:
             return f'RoleBinding "{b[0]}/{ns}" of {b[1]} "{b[2]}" to {subject}'
@@ -511,14 +521,12 @@ class RBACAuthorizer:
         nonres: list[dict] = []
         errors: list[str] = []
         for scope in (("", namespace) if namespace else ("",)):
-            users, gidx, sas = (self._rb_idx.get(scope) or ({}, {}, {})) if scope else self._crb_idx
+            users, gidx, sas, other_sas = (self._rb_idx.get(scope) or _new_index()) if scope else self._crb_idx
             hits = _as_list(users.get(user.name))
             for g in user.groups:
                 hits.extend(_as_list(gidx.get(g)))
             if user.name.startswith(SA_PREFIX):
-                sa_ns, _, sa_name = user.name[len(SA_PREFIX):].partition(":")
-                if sa_ns == scope:
-                    hits.extend(_as_list(sas.get(sa_name)))
+                _sa_hits(user.name, scope, sas, other_sas, hits)
             seen: set = set()
             for b in hits:
                 if id(b) in seen:
@@ -550,6 +558,57 @@ class RBACAuthorizer:
     def counts(self) -> dict[str, int]:
         return {"Role": sum(len(d) for d in self._roles.values()), "ClusterRole": len(self._cluster_roles),
                 "RoleBinding": sum(len(d) for d in self._rb.values()), "ClusterRoleBinding": len(self._crb)}
+
+
+def _indexed(b: Binding):
+    """(index number, key) of each of a binding's indexed keys (a ServiceAccount of another namespace: its
+    namespace's)."""
+    keys = b[KEYS:]
+    codes = b[3]
+    i = 0
+    while i < len(keys):
+        code = codes >> 2 * i & 3
+        yield code, keys[i]
+        i += 2 if code == SA else 1
+
+
+def _has_sa(b: Binding, sa_ns: str, sa_name: str) -> bool:
+    """Whether ServiceAccount sa_name of namespace sa_ns (another than the binding's) is a subject of `b`."""
+    keys = b[KEYS:]
+    codes = b[3]
+    i = 0
+    while i < len(keys):
+        if codes >> 2 * i & 3 == SA:
+            if keys[i] == sa_ns and keys[i + 1] == sa_name:
+                return True
+            i += 2
+        else:
+            i += 1
+    return False
+
+
+def _sa_hits(uname: str, scope: str, sas: dict, other_sas: dict, hits: list) -> None:
+    """Bindings of a scope that name the service account user `uname` (system:serviceaccount:<ns>:<name>) as a
+    ServiceAccount subject, appended to hits. A subject matches when its user name spelt out equals uname
+    (upstream's serviceaccount.MatchesUsername), so every ':' of the rest is tried as the end of the namespace:
+    a subject's namespace is not validated and may hold one."""
+    rest = uname[len(SA_PREFIX):]
+    cut = rest.find(":")
+    while cut >= 0:
+        sa_ns, sa_name = rest[:cut], rest[cut + 1:]
+        if sa_ns == scope:
+            f = sas.get(sa_name)
+            if f is not None:
+                if type(f) is tuple:
+                    hits.append(f)
+                else:
+                    hits.extend(f)
+        f = other_sas.get(sa_ns)
+        if f is not None:
+            for b in (f,) if type(f) is tuple else f:
+                if _has_sa(b, sa_ns, sa_name):
+                    hits.append(b)
+        cut = rest.find(":", cut + 1)
 
 
 def _as_list(v) -> list:

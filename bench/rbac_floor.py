@@ -18,6 +18,9 @@ etcd, and `/debug/residency?gc=1` gives their tracemalloc heap and RSS:
 * `cache`: `--authorization-mode=AlwaysAllow` (the watch cache only);
 * each minus the floor of the same process with an empty etcd prefix (which holds the bootstrap roles in RBAC
   mode), divided by the number of RBAC objects loaded;
+* "all told", the issue's figure: the `rbac` process's tracemalloc bytes plus the native memory tracemalloc
+  cannot see (the caches' CRoaring bitmaps and libzstd decoder contexts, as `/debug/residency` reports them),
+  floor subtracted, per object;
 * `index` (in a child process): the authorizer's indexes alone, built with `RBACAuthorizer.apply` from the
   same objects as the cache hands them over (tracemalloc and RSS deltas), and decisions timed one by one over a
   realistic request mix (operator service accounts in tenant namespaces and cluster-wide, team users through
@@ -58,7 +61,7 @@ TARGET_BYTES = 450          # the issue's target, all told, per RBAC object
 TARGET_P99_US = 20.0
 KIND_PATH = {"Role": "roles", "RoleBinding": "rolebindings", "ClusterRole": "clusterroles",
              "ClusterRoleBinding": "clusterrolebindings"}
-FIGURES = ("rbac_bytes_per_object_tracemalloc", "rbac_bytes_per_object_rss", "cache_bytes_per_object_tracemalloc",
+FIGURES = ("rbac_bytes_per_object_all", "rbac_bytes_per_object_tracemalloc", "rbac_bytes_per_object_rss", "cache_bytes_per_object_tracemalloc",
            "cache_bytes_per_object_rss", "index_bytes_per_object_tracemalloc", "index_bytes_per_object_rss",
            "json_bytes_per_object", "decision_p50_us", "decision_p99_us")
 
@@ -405,7 +408,13 @@ async def measure(s, etcd_ep: str, prefix: str, role: str, mode_flags: tuple[str
             raise BenchError("/debug/residency has no tracemalloc_bytes (RESIDENCY_TRACEMALLOC=1 not honoured?)")
         native = sum(v["entry_bytes"] + v["btree_bytes"] + v["bitmap_bytes"] + v["slots_bytes"] + v["history_bytes"]
                      + v["snapshot_bytes_estimate"] for v in res.values())
+        # what tracemalloc cannot see, all resources' (the floor process has the same resources): CRoaring's
+        # bitmaps and libzstd's decoder contexts (a codec's native bytes less its dictionary, which is traced)
+        untraced = sum(v["bitmap_bytes"] + (v["compression"]["codec_native_bytes"]
+                                            - v["compression"]["dictionary_bytes"] if "compression" in v else 0)
+                       for v in rep["resources"].values())
         return {"tracemalloc": pm["tracemalloc_bytes"], "rss": pm["rss_bytes"], "native_rbac_cache": native,
+                "native_untraced": untraced,
                 "rbac_objects": sum(v["objects"] for v in res.values()),
                 "entry_bytes": sum(v["entry_bytes"] for v in res.values()),
                 "namespaces_cache": sum(v["entry_bytes"] + v["btree_bytes"] for k, v in rep["resources"].items()
@@ -467,6 +476,7 @@ async def run(p: argparse.Namespace) -> dict:
                         r["per_object_tracemalloc"] = (r["tracemalloc"] - fl["tracemalloc"]) / n
                         r["per_object_rss"] = (r["rss"] - fl["rss"]) / n
                         r["per_object_native_cache"] = (r["native_rbac_cache"] - fl["native_rbac_cache"]) / n
+                        r["per_object_untraced"] = (r["native_untraced"] - fl["native_untraced"]) / n
                         step[m] = r
                         log(f"  {m}: tracemalloc {r['per_object_tracemalloc']:.0f} B/object, RSS "
                             f"{r['per_object_rss']:.0f} B/object (floor subtracted)")
@@ -493,6 +503,9 @@ def figures(step: dict) -> dict:
     if "rbac" in step:
         out["rbac_bytes_per_object_tracemalloc"] = step["rbac"]["per_object_tracemalloc"]
         out["rbac_bytes_per_object_rss"] = step["rbac"]["per_object_rss"]
+        out["rbac_bytes_per_object_untraced"] = step["rbac"]["per_object_untraced"]
+        # the issue's figure: tracemalloc plus native memory
+        out["rbac_bytes_per_object_all"] = out["rbac_bytes_per_object_tracemalloc"] + out["rbac_bytes_per_object_untraced"]
     else:   # no RBAC mode in the server: the cache through the server plus the indexes built in-process
         out["rbac_bytes_per_object_tracemalloc"] = (out["cache_bytes_per_object_tracemalloc"]
                                                     + out["index_bytes_per_object_tracemalloc"])
@@ -504,17 +517,19 @@ def table(doc: dict) -> str:
     rows = []
     for step in doc["steps"]:
         f = step["figures"]
-        ok = f["rbac_bytes_per_object_tracemalloc"] <= TARGET_BYTES
+        all_told = f.get("rbac_bytes_per_object_all", f["rbac_bytes_per_object_tracemalloc"])
+        ok = all_told <= TARGET_BYTES
         rows.append([f"{step['objects']:,}", f"{f['json_bytes_per_object']:.0f}",
                      f"{f['cache_bytes_per_object_tracemalloc']:.0f} / {f['cache_bytes_per_object_rss']:.0f}",
                      f"{f['index_bytes_per_object_tracemalloc']:.0f} / {f['index_bytes_per_object_rss']:.0f}",
-                     f"{f['rbac_bytes_per_object_tracemalloc']:.0f} / {f['rbac_bytes_per_object_rss']:.0f}",
+                     f"{f['rbac_bytes_per_object_tracemalloc']:.0f} + {f.get('rbac_bytes_per_object_untraced', 0):.0f}"
+                     f" = {all_told:.0f} / {f['rbac_bytes_per_object_rss']:.0f}",
                      "PASS" if ok else "FAIL",
                      f"{f['decision_p50_us']:.1f} / {f['decision_p99_us']:.1f}",
                      "PASS" if f["decision_p99_us"] <= TARGET_P99_US else "FAIL",
                      f"{f['zlib_dict_bytes_per_object']:.0f}"])
     return render(rows, ("RBAC objects", "JSON B/obj", "cache B/obj (tm / RSS)", "authorizer indexes B/obj (tm / RSS)",
-                         "all told B/obj (tm / RSS)", f"<= {TARGET_BYTES} B", "decision p50 / p99 µs",
+                         "all told B/obj (tm + native = all / RSS)", f"<= {TARGET_BYTES} B", "decision p50 / p99 µs",
                          f"p99 <= {TARGET_P99_US:.0f} µs", "zlib+dict B/obj"))
 
 

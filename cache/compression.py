@@ -28,6 +28,7 @@ import asyncio
 import logging
 import random
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass
 from operator import attrgetter
@@ -97,11 +98,23 @@ class CompressionConfig:
 
 EAGER = dict(min_objects=2, interval=0.05, hot_events=0)
 
+# The event loop's decoder of a dictionary is a libzstd context of 95 KiB (ZSTD_sizeof_DCtx: its literal buffer
+# and entropy tables), per resource that compresses: 4 RBAC resources held 38 B per object of a 10,000-object
+# RBAC cluster in decoders alone (bench.rbac_floor). It is made when an entry of the resource is first read, and
+# dropped this long after (the next read makes another: about 12 us, once per this many seconds at most), so a
+# resource nobody reads, as cold objects are, keeps no decoder.
+DECODER_TTL = 30.0
+# What libzstd keeps once a decoder was made from a dictionary: the digested dictionary (ZSTD_DDict, held by the
+# dictionary object for later decoders), its entropy tables with the content referenced, not copied: 28 KB by
+# RSS (200 dictionaries, glibc trimmed). python-zstandard does not report it; counted in `native_bytes`.
+DDICT_BYTES = 29 * 1024
+
 
 class Codec:
     """A dictionary (or none) and the decoder of the frames made with it. Shared by the entries it encoded."""
 
-    __slots__ = ("id", "dict_bytes", "ratio", "level", "_dict", "_decoder", "decompress", "__weakref__")
+    __slots__ = ("id", "dict_bytes", "ratio", "level", "_dict", "_decoder", "_digested", "decompress",
+                 "__weakref__")
 
     def __init__(self, id_: int, dictionary: bytes | None, ratio: float = 0.0, level: int = LEVEL):
         self.id = id_
@@ -109,15 +122,37 @@ class Codec:
         self.level = level       # what its frames are made at (decoding does not depend on it)
         self.dict_bytes = len(dictionary) if dictionary else 0
         self._dict = zstandard.ZstdCompressionDict(dictionary) if dictionary else None
-        self._decoder = self.decoder()   # the event loop's (contexts are never used by two threads at once)
-        # The wire bytes of a frame (event loop thread only; CorruptEntry if damaged): the C method itself.
-        self.decompress = self._decoder.decompress
+        self._digested = False   # a decoder was made from the dictionary (libzstd keeps its digested form)
+        # The event loop's decoder (contexts are never used by two threads at once), made on first use: then
+        # `decompress`, the wire bytes of a frame (event loop thread only; CorruptEntry if damaged), is its C
+        # method itself, until `drop_decoder` (DECODER_TTL later).
+        self._decoder: zstandard.ZstdDecompressor | None = None
+        self.decompress = self._revive
+
+    def _revive(self, frame: bytes) -> bytes:
+        """The first decode since the loop's decoder was dropped (or ever): make it, then decode through its C
+        method until it is dropped again."""
+        dec = self._decoder = self.decoder()
+        self.decompress = dec.decompress
+        try:
+            asyncio.get_running_loop().call_later(DECODER_TTL, _drop_decoder, weakref.ref(self))
+        except RuntimeError:
+            pass   # no event loop (a benchmark or test decoding in-process): kept
+        return dec.decompress(frame)
+
+    def drop_decoder(self) -> None:
+        """Free the loop's decoder context; the next read makes another."""
+        if self._decoder is not None:
+            self._decoder = None
+            self.decompress = self._revive
 
     def dictionary(self) -> bytes | None:
         """The dictionary's bytes, for the snapshot file only (never logged nor reported)."""
         return self._dict.as_bytes() if self._dict is not None else None
 
     def decoder(self) -> zstandard.ZstdDecompressor:
+        if self._dict is not None:
+            self._digested = True
         return zstandard.ZstdDecompressor(dict_data=self._dict, format=zstandard.FORMAT_ZSTD1_MAGICLESS)
 
     def compressor(self) -> zstandard.ZstdCompressor:
@@ -126,13 +161,22 @@ class Codec:
         return zstandard.ZstdCompressor(dict_data=self._dict, compression_params=params)
 
     def native_bytes(self) -> int:
-        """What stays allocated: the dictionary's bytes (kept to build compression contexts) and the decoder's
-        context with the dictionary loaded, as libzstd reports it (ZSTD_sizeof_DCtx: its window buffers are
-        reserved but mostly untouched for records this small)."""
-        return self.dict_bytes + self._decoder.memory_size()
+        """What stays allocated: the dictionary's bytes (kept to build compression contexts), its digested form
+        once a decoder was made from it (DDICT_BYTES), and the loop's decoder context while there is one, as
+        libzstd reports it (ZSTD_sizeof_DCtx: its buffers are reserved but mostly untouched for records this
+        small)."""
+        return (self.dict_bytes + (DDICT_BYTES if self._digested else 0)
+                + (self._decoder.memory_size() if self._decoder is not None else 0))
 
     def __repr__(self) -> str:  # never the dictionary's bytes
         return f"Codec(id={self.id}, dict_bytes={self.dict_bytes})"
+
+
+def _drop_decoder(ref: weakref.ref) -> None:
+    """The decoder's timer (it must not keep a dictionary nobody uses alive until it fires)."""
+    codec = ref()
+    if codec is not None:
+        codec.drop_decoder()
 
 
 def train(samples: list[bytes], dict_bytes: int = DICT_BYTES) -> bytes:

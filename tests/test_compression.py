@@ -264,6 +264,29 @@ async def test_entry_written_during_a_pass_is_not_swapped():
     assert wc.compressor.compressed == wc.compressor.stats()["entries_compressed"]
 
 
+async def test_a_decoder_is_made_when_read_and_dropped_after_its_ttl(monkeypatch):
+    """The event loop's decoder context (95 KiB of libzstd's) exists only while its resource is read: a
+    resource whose cold entries nobody reads keeps none; the first read makes one, which is dropped
+    DECODER_TTL later (the next read makes another). Its digested dictionary, which libzstd keeps once a
+    decoder was made, is counted from then on."""
+    monkeypatch.setattr(compression, "DECODER_TTL", 0.2)
+    wc = filled(300, CompressionConfig(min_objects=100))
+    want = {k: e.data for k, e in wc.store.items()}
+    await run_passes(wc)
+    codec = wc.compressor.codec
+    assert codec.dict_bytes > 0 and wc.compressor.stats()["entries_compressed"] == 300
+    assert codec._decoder is None and codec.native_bytes() == codec.dict_bytes     # compressed, never read
+    assert {k: e.data for k, e in wc.store.items()} == want                         # read: a decoder
+    dec = codec._decoder
+    assert dec is not None and codec.decompress == dec.decompress
+    assert codec.native_bytes() == codec.dict_bytes + compression.DDICT_BYTES + dec.memory_size()
+    assert wc.compressor.stats()["codec_native_bytes"] == codec.native_bytes()
+    await asyncio.sleep(0.4)
+    assert codec._decoder is None and codec.native_bytes() == codec.dict_bytes + compression.DDICT_BYTES
+    assert {k: e.data for k, e in wc.store.items()} == want                         # read again: another
+    assert codec._decoder is not None and codec._decoder is not dec
+
+
 async def test_secrets_get_no_dictionary():
     """A dictionary is made of its samples' bytes: Secrets are compressed without one (no cross-namespace leak)."""
     wc = filled(300, CompressionConfig(min_objects=100), prefix="/registry/secrets/", dictionary=False,

@@ -137,16 +137,18 @@ async def check(resp: aiohttp.ClientResponse, what: str, ok=None) -> bytes:
 
 
 async def compression_settled(s: aiohttp.ClientSession, base: str, timeout: float = 300.0, quiet: bool = False,
-                              strict: bool = True) -> dict:
+                              strict: bool = True, unread: bool = False) -> dict:
     """Wait until every cache of the apiserver at `base` has compressed its cold entries (cache/compression.py),
     so memory is measured cold; a server without compression is settled at once. `quiet`: also nothing pending
-    (after a load, once the window's 75 s have passed). Returns the last /debug/residency report; past
-    `timeout` raises BenchError, or with `strict=False` returns it as it is."""
+    (after a load, once the window's 75 s have passed). `unread`: also no decoder context left (each is
+    dropped DECODER_TTL, 30 s, after a read made it: the state of objects nobody reads). Returns the last
+    /debug/residency report; past `timeout` raises BenchError, or with `strict=False` returns it as it is."""
     deadline = time.monotonic() + timeout
     while True:
         rep = await get_json(s, base + "/debug/residency")
         zs = {k: v.get("compression", {"settled": True}) for k, v in rep["resources"].items()}
-        busy = [k for k, z in zs.items() if not z["settled"] or (quiet and z.get("pending"))]
+        busy = [k for k, z in zs.items() if not z["settled"] or (quiet and z.get("pending"))
+                or (unread and z.get("decoders"))]
         if not busy:
             return rep
         if time.monotonic() > deadline:

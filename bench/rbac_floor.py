@@ -11,7 +11,9 @@ each). Mix: 46 % RoleBindings, 40 % Roles, 10 % ClusterRoles, 4 % ClusterRoleBin
 
 Loaded through a `--watch-cache=false` apiserver over a real etcd (POSTs, as clients write them), in steps
 (10,000, then 50,000, then 100,000 objects); at each step fresh measured processes ingest everything from
-etcd, and `/debug/residency?gc=1` gives their tracemalloc heap and RSS:
+etcd, and once their caches are compressed and hold no zstd decoder (dropped 30 s after the last read: the
+authorizer read every object once when it was fed; `--quick` does not wait for this), `/debug/residency?gc=1`
+gives their tracemalloc heap and RSS:
 
 * `rbac`: `--authorization-mode=RBAC` (the watch cache of the four RBAC kinds + the authorizer's indexes fed
   from it: everything a kube-apiserver's RBAC floor covers);
@@ -386,7 +388,8 @@ async def rbac_counts(s, base: str) -> dict[str, int]:
     return out
 
 
-async def measure(s, etcd_ep: str, prefix: str, role: str, mode_flags: tuple[str, ...], expect: int) -> dict:
+async def measure(s, etcd_ep: str, prefix: str, role: str, mode_flags: tuple[str, ...], expect: int,
+                  quick: bool = False) -> dict:
     p = spawn(role, etcd_ep, prefix, *mode_flags)
     try:
         await wait_all_ready_async([p], 600)
@@ -399,7 +402,9 @@ async def measure(s, etcd_ep: str, prefix: str, role: str, mode_flags: tuple[str
             if time.perf_counter() - t0 > 600:
                 raise BenchError(f"{role}: RBAC caches not filled after 600 s")
             await asyncio.sleep(0.5)
-        await compression_settled(s, p.base)   # cold: measured as a quiet cluster holds it
+        # cold: measured as a quiet cluster holds it (compressed, and, but for --quick, no decoder left: the
+        # authorizer read every object once when it was fed, nothing reads them since)
+        await compression_settled(s, p.base, unread=not quick)
         await asyncio.sleep(1.0)
         rep = await get_json(s, p.base + "/debug/residency", {"gc": "1"})
         res = {k: v for k, v in rep["resources"].items() if k.endswith(G)}
@@ -458,7 +463,8 @@ async def run(p: argparse.Namespace) -> dict:
             floors = {}
             for m, flags in modes.items():
                 log(f"floor ({m}): empty prefix")
-                floors[m] = await measure(s, ep, f"/registry-rbac-empty-{uuid.uuid4().hex[:6]}", f"floor-{m}", flags, 0)
+                floors[m] = await measure(s, ep, f"/registry-rbac-empty-{uuid.uuid4().hex[:6]}", f"floor-{m}", flags, 0,
+                                          p.quick)
             doc["floor"] = floors
             loader = spawn("loader", ep, prefix, "--watch-cache=false", tracemalloc=False)
             try:
@@ -471,7 +477,7 @@ async def run(p: argparse.Namespace) -> dict:
                     step = {"objects": n, "load_seconds": load_s, "namespaces": len(namespaces_for(n))}
                     step["counts_via_api"] = await rbac_counts(s, loader.base)
                     for m, flags in modes.items():
-                        r = await measure(s, ep, prefix, f"{m}-{n}", flags, n)
+                        r = await measure(s, ep, prefix, f"{m}-{n}", flags, n, p.quick)
                         fl = floors[m]
                         r["per_object_tracemalloc"] = (r["tracemalloc"] - fl["tracemalloc"]) / n
                         r["per_object_rss"] = (r["rss"] - fl["rss"]) / n

@@ -140,6 +140,11 @@ class Codec:
             pass   # no event loop (a benchmark or test decoding in-process): kept
         return dec.decompress(frame)
 
+    @property
+    def has_decoder(self) -> bool:
+        """Whether the loop's decoder context exists (the resource was read within DECODER_TTL)."""
+        return self._decoder is not None
+
     def drop_decoder(self) -> None:
         """Free the loop's decoder context; the next read makes another."""
         if self._decoder is not None:
@@ -604,6 +609,7 @@ class Compressor:
                 "compressed_bytes": frame_bytes, "dictionaries": sum(1 for c in codecs.values() if c.dict_bytes),
                 "dictionary_bytes": sum(c.dict_bytes for c in codecs.values()),
                 "codec_native_bytes": sum(c.native_bytes() for c in codecs.values()),
+                "decoders": sum(1 for c in codecs.values() if c.has_decoder),
                 "trainings": self.trainings, "reencoded": self.reencoded, "corrupt": self.corrupt,
                 "history_compressed": self.history_compressed,
                 "settled": self.settled(), "pending": len(self.pending)}

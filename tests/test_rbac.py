@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from apiserver.auth.attributes import Attributes
-from apiserver.auth.rbac import KEYS, RBACAuthorizer
+from apiserver.auth.rbac import KEYS, SMALL_REGISTRY, RBACAuthorizer
 from apiserver.auth.user import UserInfo
 
 G = "rbac.authorization.k8s.io"
@@ -338,8 +338,7 @@ def test_names_and_label_pairs_are_held_once():
                                                                      ns=f"ns{i}"))))
         a.apply("ClusterRole", "ADDED", orjson.loads(orjson.dumps(
             crole(f"c{i}", [RULE_CM], labels={"app.kubernetes.io/managed-by": "Helm", "i": str(i)}))))
-    assert len({id(k) for d in a._rb.values() for k in d}) == 1
-    assert len({id(b[0]) for d in a._rb.values() for b in d.values()}) == 1
+    assert len({id(b[0]) for b in _registered(a)}) == 1
     pairs = [kv for labels in a._labels.values() for kv in labels if kv[0] == "app.kubernetes.io/managed-by"]
     assert len(pairs) == 50 and len({id(kv) for kv in pairs}) == 1
     a._sweep()      # a sweep keeps them shared, and new objects share with them
@@ -347,8 +346,42 @@ def test_names_and_label_pairs_are_held_once():
     assert len({id(kv) for labels in a._labels.values() for kv in labels
                 if kv[0] == "app.kubernetes.io/managed-by"}) == 1
     a.apply("RoleBinding", "MODIFIED", rb("app-reader", "Role", "r", [U("bob")], ns="ns3"))
-    assert a._rb["ns3"]["app-reader"][KEYS:] == ("bob",) and a.counts()["RoleBinding"] == 50
-    assert len({id(k) for d in a._rb.values() for k in d}) == 1
+    assert a._rb["ns3"] == (a._rb["ns3"][0],) and a._rb["ns3"][0][KEYS:] == ("bob",)
+    assert a.counts()["RoleBinding"] == 50
+    assert len({id(b[0]) for b in _registered(a)}) == 1
+
+
+def _registered(a):
+    """Every RoleBinding of the authorizer's per-namespace registries (tuples, or dicts by name once large)."""
+    return [b for reg in a._rb.values() for b in (reg.values() if type(reg) is dict else reg)]
+
+
+def test_a_namespace_registry_is_a_tuple_while_small_then_a_dict():
+    """A namespace's RoleBindings are kept in a tuple (found by name) up to SMALL_REGISTRY of them, in a dict by
+    name beyond; updates and deletes find them either way, and a namespace's last delete drops its entry."""
+    a = authz(role("r", [RULE_CM]))
+    n = SMALL_REGISTRY + 3
+    for i in range(n):
+        a.apply("RoleBinding", "ADDED", rb(f"b{i}", "Role", "r", [U(f"u{i}")]))
+        assert type(a._rb["demo"]) is (tuple if i < SMALL_REGISTRY else dict), i
+    assert a.counts()["RoleBinding"] == n and len(_registered(a)) == n
+    a.apply("RoleBinding", "MODIFIED", rb("b0", "Role", "r", [U("x")]))
+    assert a.counts()["RoleBinding"] == n
+    assert a.authorize(res(user("x"), "get", "configmaps")).allowed
+    assert not a.authorize(res(user("u0"), "get", "configmaps")).allowed
+    for i in range(n):
+        a.apply("RoleBinding", "DELETED", rb(f"b{i}", "Role", "r", []))
+        assert a.counts()["RoleBinding"] == n - 1 - i
+    assert "demo" not in a._rb and "demo" not in a._rb_idx
+    for i in range(3):
+        a.apply("RoleBinding", "ADDED", rb(f"b{i}", "Role", "r", [U(f"u{i}")]))
+    a.apply("RoleBinding", "MODIFIED", rb("b1", "Role", "r", [U("y")]))
+    a.apply("RoleBinding", "DELETED", rb("b0", "Role", "r", []))
+    assert sorted(b[0] for b in a._rb["demo"]) == ["b1", "b2"] and type(a._rb["demo"]) is tuple
+    assert a.authorize(res(user("y"), "get", "configmaps")).allowed
+    assert not a.authorize(res(user("u0"), "get", "configmaps")).allowed
+    a.apply("RoleBinding", "DELETED", rb("nope", "Role", "r", []))      # an unknown one: nothing changes
+    assert a.counts()["RoleBinding"] == 2
 
 
 def test_aggregated_cluster_roles():

@@ -69,6 +69,7 @@ Rule = tuple
 # Subjects that can match nobody are left out.
 Binding = tuple
 KEYS = 4
+SMALL_REGISTRY = 32
 # A scope's index (the cluster's, or a namespace's for its RoleBindings): dicts from a key to the binding that
 # has it, or a list of those: by user name, by group, by local ServiceAccount name, by ServiceAccount namespace.
 Index = tuple
@@ -156,7 +157,9 @@ class RBACAuthorizer:
         self._labels: dict[str, tuple] = {}                 # ClusterRole with labels -> sorted label items
         self._effective: dict[str, tuple] = {}              # aggregated ClusterRole -> computed rules (cache)
         self._compiled: dict[int, tuple] = {}               # id(long rule list) -> (it, its (verb, resource) index)
-        self._rb: dict[str, dict[str, Binding]] = {}        # namespace -> name -> binding
+        # namespace -> its RoleBindings: a tuple of them (found by name in a scan) while they are few, a dict by
+        # name beyond SMALL_REGISTRY (a dict per namespace cost 16 B per RBAC object of bench.rbac_floor's mix)
+        self._rb: dict[str, tuple | dict[str, Binding]] = {}
         self._crb: dict[str, Binding] = {}                  # name -> binding
         self._rb_idx: dict[str, Index] = {}                # namespace -> its RoleBindings' index
         self._crb_idx: Index = _new_index()
@@ -289,22 +292,28 @@ class RBACAuthorizer:
 
 
     def _apply_binding(self, ns: str, name: str, o: dict | None) -> None:
-        reg = self._rb.get(ns) if ns else self._crb
-        old = reg.get(name) if reg is not None else None
+        reg = self._rb.get(ns, ()) if ns else self._crb
+        old = _registered(reg, name)
         if old is not None:   # (bindings hold nothing of the sharing table: no sweep to count for)
             idx = self._rb_idx[ns] if ns else self._crb_idx
             for code, k in _indexed(old):
                 _unlink(idx[code], k, old)
-            del reg[name]
+            if type(reg) is dict:
+                del reg[name]
+            else:
+                reg = self._rb[ns] = tuple(x for x in reg if x is not old)
             if ns and not reg and o is None:
                 del self._rb[ns], self._rb_idx[ns]
         if o is None:
             return
         ns = _intern(ns)
-        if reg is None:
-            reg = self._rb[ns] = {}
         b = self._binding(ns, name, o)
-        reg[b[0]] = b      # keyed by the interned name: the decoded one would stay alive beside it
+        if type(reg) is dict:
+            reg[b[0]] = b      # keyed by the interned name: the decoded one would stay alive beside it
+        elif len(reg) < SMALL_REGISTRY:
+            self._rb[ns] = reg + (b,)
+        else:
+            self._rb[ns] = {x[0]: x for x in reg + (b,)}
         if not ns:
             idx = self._crb_idx
         else:
@@ -558,6 +567,16 @@ class RBACAuthorizer:
     def counts(self) -> dict[str, int]:
         return {"Role": sum(len(d) for d in self._roles.values()), "ClusterRole": len(self._cluster_roles),
                 "RoleBinding": sum(len(d) for d in self._rb.values()), "ClusterRoleBinding": len(self._crb)}
+
+
+def _registered(reg: tuple | dict, name: str) -> Binding | None:
+    """The binding named `name` in a registry (a dict by name, or a tuple of bindings)."""
+    if type(reg) is dict:
+        return reg.get(name)
+    for b in reg:
+        if b[0] == name:
+            return b
+    return None
 
 
 def _indexed(b: Binding):

@@ -36,6 +36,7 @@ from typing import Any
 
 import zstandard
 
+import ext
 from machinery.aio import wait_event
 
 log = logging.getLogger("cache.compression")
@@ -110,13 +111,16 @@ DECODER_TTL = 30.0
 DDICT_BYTES = 29 * 1024
 
 
-class Codec:
-    """A dictionary (or none) and the decoder of the frames made with it. Shared by the entries it encoded."""
+class Codec(ext.CodecBase):
+    """A dictionary (or none) and the decoder of the frames made with it. Shared by the entries it encoded, which
+    leave `key_prefix` (their resource's: every key of theirs starts with it) out of the key they keep."""
 
     __slots__ = ("id", "dict_bytes", "ratio", "level", "_dict", "_decoder", "_digested", "decompress",
                  "__weakref__")
 
-    def __init__(self, id_: int, dictionary: bytes | None, ratio: float = 0.0, level: int = LEVEL):
+    def __init__(self, id_: int, dictionary: bytes | None, ratio: float = 0.0, level: int = LEVEL,
+                 key_prefix: str = ""):
+        super().__init__(key_prefix)
         self.id = id_
         self.ratio = ratio       # frame bytes / wire bytes over its training sample (0: unknown)
         self.level = level       # what its frames are made at (decoding does not depend on it)
@@ -423,7 +427,7 @@ class Compressor:
         r = self.retiring
         if r is not None:
             return r if r.level == level else self.codec
-        fast = Codec(self._next_id, self.codec.dictionary(), self.codec.ratio, level=level)
+        fast = Codec(self._next_id, self.codec.dictionary(), self.codec.ratio, level=level, key_prefix=self.wc.prefix)
         self._next_id += 1
         self.retiring = fast
         return fast
@@ -497,12 +501,12 @@ class Compressor:
         codec_id = self._next_id
         self._next_id += 1
         if not self.dictionary:
-            self.codec = Codec(codec_id, None)
+            self.codec = Codec(codec_id, None, key_prefix=self.wc.prefix)
             return
         samples = self._samples()
         t0 = time.perf_counter()
         dictionary = await loop.run_in_executor(None, train, samples)
-        codec = Codec(codec_id, dictionary)
+        codec = Codec(codec_id, dictionary, key_prefix=self.wc.prefix)
         frames = await loop.run_in_executor(None, compress_all, codec, samples)
         codec.ratio = sum(len(f) if f else len(s) for f, s in zip(frames, samples)) / max(
             1, sum(len(s) for s in samples))

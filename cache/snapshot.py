@@ -418,7 +418,7 @@ async def load_section(section: Section, wc: WatchCache, identity: dict[str, Any
                 for k, v in identity.items():
                     if head.get(k) != v:
                         raise SnapshotError("mismatch", f"{k} is {head.get(k)!r}, this cache's is {v!r}")
-                codecs = {int(i): Codec(int(i), d, float(r)) for i, d, r in head["codecs"]}
+                codecs = {int(i): Codec(int(i), d, float(r), key_prefix=wc.prefix) for i, d, r in head["codecs"]}
                 if on_head is not None:
                     on_head(int(head["rv"]))
                 wc.begin_restore(head["next_slot"])

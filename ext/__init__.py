@@ -3,7 +3,8 @@
 Each compiled module ``ext.<name>`` has a pure-Python twin ``ext.<name>_py`` with the same API;
 both are tested against each other. This package re-exports the compiled functions and classes:
 ``fnv1a64*`` (:mod:`ext.fnv`), ``BTree`` (:mod:`ext.btree`, the watch cache's copy-on-write B-tree) and
-``Entry``, ``WindowEvent`` and ``Event`` (:mod:`ext.entry`, the cache's per-object record, its event window's record and the front's; ``pack_entries``, ``restore_packed`` and ``check_frames``, a warm start's saved entries and their checksums), ``has_float`` (:mod:`ext.jsonscan`, JSON
+``Entry``, ``WindowEvent`` and ``Event`` (:mod:`ext.entry`, the cache's per-object record, ``CodecBase`` the base of
+what decodes its compressed form, its event window's record and the front's; ``pack_entries``, ``restore_packed`` and ``check_frames``, a warm start's saved entries and their checksums), ``has_float`` (:mod:`ext.jsonscan`, JSON
 encoding's float check) and ``framed`` (:mod:`ext.framed`, the key-framed lists a front merges).
 
 The compiled modules are REQUIRED: if they are missing (the source tree was never built), importing
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["COMPILED", "BTree", "Entry", "Event", "WindowEvent", "pack_entries", "restore_packed", "check_frames", "slots_filled", "fnv1a64", "fnv1a64_bytes", "fnv1a64_hex", "has_float", "container_end", "framed"]
+__all__ = ["COMPILED", "BTree", "CodecBase", "Entry", "Event", "WindowEvent", "pack_entries", "restore_packed", "check_frames", "slots_filled", "fnv1a64", "fnv1a64_bytes", "fnv1a64_hex", "has_float", "container_end", "framed"]
 
 _PURE_PYTHON = os.environ.get("RESIDENCY_PURE_PYTHON") == "1"
 
@@ -39,10 +40,12 @@ if _PURE_PYTHON:
 
             globals()["BTree"] = BTree
             return BTree
-        if name in ("Entry", "Event", "WindowEvent", "pack_entries", "restore_packed", "check_frames", "slots_filled"):
-            from ext.entry_py import Entry, Event, WindowEvent, check_frames, pack_entries, restore_packed, slots_filled
+        if name in ("CodecBase", "Entry", "Event", "WindowEvent", "pack_entries", "restore_packed", "check_frames",
+                    "slots_filled"):
+            from ext.entry_py import (CodecBase, Entry, Event, WindowEvent, check_frames, pack_entries, restore_packed,
+                                      slots_filled)
 
-            globals().update(Entry=Entry, Event=Event, WindowEvent=WindowEvent, pack_entries=pack_entries,
+            globals().update(CodecBase=CodecBase, Entry=Entry, Event=Event, WindowEvent=WindowEvent, pack_entries=pack_entries,
                              restore_packed=restore_packed, check_frames=check_frames, slots_filled=slots_filled)
             return globals()[name]
         raise AttributeError(f"module 'ext' has no attribute {name!r}")
@@ -50,7 +53,8 @@ else:
     try:
         from ext.fnv import fnv1a64, fnv1a64_bytes, fnv1a64_hex
         from ext.btree import BTree
-        from ext.entry import Entry, Event, WindowEvent, check_frames, pack_entries, restore_packed, slots_filled
+        from ext.entry import (CodecBase, Entry, Event, WindowEvent, check_frames, pack_entries, restore_packed,
+                               slots_filled)
         from ext.jsonscan import container_end, has_float
         from ext import framed
     except ImportError as exc:

@@ -178,25 +178,53 @@ cdef int _cmp_slow(PyObject* a, PyObject* b) noexcept:
     return PyUnicode_Compare(<PyObject*>sa, <PyObject*>sb)
 
 
-cdef inline int _cmp(PyObject* a, PyObject* b) noexcept:
+cdef inline const char* _utf8(PyObject* o, Py_ssize_t* n, const char** pre, Py_ssize_t* pre_n) except NULL:
+    """A key's UTF-8 in two parts: pre[:pre_n] (an entry's codec's key prefix, left out of its block) + the
+    returned n bytes."""
+    if PyUnicode_CheckExact(o):
+        pre_n[0] = 0
+        return PyUnicode_AsUTF8AndSize(<object>o, n)
+    return entry_key_utf8(<Entry><object>o, n, pre, pre_n)
+
+
+cdef int _cmp(PyObject* a, PyObject* b) noexcept:
     """Order of two keys: each a str, or an Entry standing for its key (the tree keeps no key string of its
-    own for an entry, whose compressed form holds the key's UTF-8 only). UTF-8 byte order is code point order,
-    the order PyUnicode_Compare gives two str."""
+    own for an entry, whose compressed form holds the key's UTF-8 only, less its resource's prefix). UTF-8 byte
+    order is code point order, the order PyUnicode_Compare gives two str."""
     cdef const char* pa
     cdef const char* pb
-    cdef Py_ssize_t na, nb
+    cdef const char* qa = NULL
+    cdef const char* qb = NULL
+    cdef Py_ssize_t na, nb, ma = 0, mb = 0, ia = 0, ib = 0, la, lb, ra, rb, m
+    cdef const char* xa
+    cdef const char* xb
     cdef int c
     if PyUnicode_CheckExact(a) and PyUnicode_CheckExact(b):
         return PyUnicode_Compare(a, b)
     try:
-        pa = PyUnicode_AsUTF8AndSize(<object>a, &na) if PyUnicode_CheckExact(a) else entry_key_utf8(<Entry><object>a, &na)
-        pb = PyUnicode_AsUTF8AndSize(<object>b, &nb) if PyUnicode_CheckExact(b) else entry_key_utf8(<Entry><object>b, &nb)
+        pa = _utf8(a, &na, &qa, &ma)
+        pb = _utf8(b, &nb, &qb, &mb)
     except MemoryError:
         return _cmp_slow(a, b)
-    c = memcmp(pa, pb, na if na < nb else nb)
-    if c == 0:
-        return (na > nb) - (na < nb)
-    return -1 if c < 0 else 1
+    # a = qa[:ma] + pa[:na], b = qb[:mb] + pb[:nb]: compared a run at a time (at most three runs)
+    la = ma + na
+    lb = mb + nb
+    while ia < la and ib < lb:
+        if ia < ma:
+            xa, ra = qa + ia, ma - ia
+        else:
+            xa, ra = pa + (ia - ma), la - ia
+        if ib < mb:
+            xb, rb = qb + ib, mb - ib
+        else:
+            xb, rb = pb + (ib - mb), lb - ib
+        m = ra if ra < rb else rb
+        c = memcmp(xa, xb, m)
+        if c != 0:
+            return -1 if c < 0 else 1
+        ia += m
+        ib += m
+    return (la > lb) - (la < lb)
 
 
 cdef inline object _key_of(PyObject* k):

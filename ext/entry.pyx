@@ -25,7 +25,17 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
+
+
+cdef class CodecBase:
+    """Base class of what decodes compressed entries (cache/compression.py's Codec): the key prefix its entries
+    leave out of their blocks, given once (a resource's entries all start with its prefix: 16-30 B of each
+    RBAC object's key)."""
+
+    def __init__(self, str key_prefix=""):
+        self.key_prefix_str = key_prefix
+        self.key_prefix = key_prefix.encode("utf-8")
 
 
 @cython.no_gc
@@ -45,7 +55,7 @@ cdef class Entry:
         if codec is None:
             _set_plain(self, data)
         else:
-            _set_frame(self, PyBytes_AS_STRING(data), len(data))
+            _set_frame(self, PyBytes_AS_STRING(data), len(data), codec)
         self.codec = codec
 
     def __dealloc__(self):
@@ -84,12 +94,12 @@ cdef class Entry:
         if codec is None:
             _set_plain(self, frame)
         else:
-            _set_frame(self, PyBytes_AS_STRING(frame), len(frame))
+            _set_frame(self, PyBytes_AS_STRING(frame), len(frame), codec)
         self.codec = codec
 
     def __sizeof__(self):
-        """The record, its bytes and its key (a str, or the UTF-8 in the frame's block; the codec is counted by
-        its resource). O(1)."""
+        """The record, its bytes and its key (a str, or the UTF-8 in the frame's block, less the prefix the codec
+        holds; the codec is counted by its resource). O(1)."""
         cdef Py_ssize_t n = Py_TYPE_BASICSIZE(self)
         if self._key is not None:
             n += (<object>self._key).__sizeof__()
@@ -101,25 +111,39 @@ cdef class Entry:
         return f"Entry({self.key!r}, rv={self.rv}{', compressed' if self.codec is not None else ''})"
 
 
-cdef const char* entry_key_utf8(Entry e, Py_ssize_t* n) except NULL:
-    """The key's UTF-8 and its length, borrowed from the entry (its str's own for a plain entry)."""
+cdef const char* entry_key_utf8(Entry e, Py_ssize_t* n, const char** prefix, Py_ssize_t* prefix_n) except NULL:
+    """The key's UTF-8 in two parts, borrowed: `prefix` (the codec's, left out of the block; length 0 if none)
+    then the returned `n` bytes (the block's, or the key str's own for a plain entry)."""
+    prefix_n[0] = 0
     if e._key is None:
+        if _elided(e):
+            prefix[0] = PyBytes_AS_STRING((<CodecBase>e.codec).key_prefix)
+            prefix_n[0] = PyBytes_GET_SIZE((<CodecBase>e.codec).key_prefix)
         n[0] = _klen(e)
         return <const char*>e._stored + 2
     return PyUnicode_AsUTF8AndSize(e._key, n)
 
 
 cdef str entry_key(Entry e):
+    cdef str rest
     if e._key is not None:
         return <str>e._key
-    return PyUnicode_DecodeUTF8(<const char*>e._stored + 2, _klen(e), "strict")
+    rest = PyUnicode_DecodeUTF8(<const char*>e._stored + 2, _klen(e), "strict")
+    if _elided(e):
+        return (<CodecBase>e.codec).key_prefix_str + rest
+    return rest
 
 
 # Module functions, not cdef methods: a cdef method would add a vtable pointer to every entry (72 B, not 64).
 cdef inline Py_ssize_t _klen(Entry e) noexcept:
     """Bytes of key UTF-8 in a compressed entry's block (0 when the key stayed a str)."""
     cdef const unsigned char* b = <const unsigned char*>e._stored
-    return b[0] | (<Py_ssize_t>b[1] << 8)
+    return b[0] | (<Py_ssize_t>(b[1] & 0x7F) << 8)
+
+
+cdef inline bint _elided(Entry e) noexcept:
+    """Whether a compressed entry's block leaves its codec's key prefix out."""
+    return (<const unsigned char*>e._stored)[1] & 0x80
 
 
 cdef inline const char* _frame(Entry e) noexcept:
@@ -139,31 +163,51 @@ cdef int _set_plain(Entry e, bytes data) except -1:
     """Hold `data` itself (the caller then sets `codec` to None; what the entry held before is released, a key
     kept in a frame's block becomes a str again first)."""
     if e._key is None:
-        e._key = PyUnicode_DecodeUTF8(<const char*>e._stored + 2, _klen(e), "strict")
+        e._key = entry_key(e)
     _incref(<PyObject*>data)   # first: `data` may be what the entry holds
     _release(e)
     e._stored = <void*>data
     return 0
 
 
-cdef int _set_frame(Entry e, const char* p, Py_ssize_t n) except -1:
-    """Copy a frame into a block of the entry's own, the key's UTF-8 in front of it (the caller then sets
-    `codec`; what the entry held before is released). A key over 65,535 bytes of UTF-8 stays a str."""
+cdef int _set_frame(Entry e, const char* p, Py_ssize_t n, object codec) except -1:
+    """Copy a frame into a block of the entry's own, the key's UTF-8 in front of it less the key prefix `codec`
+    holds (the caller then sets `codec`; what the entry held before is released). A key whose rest is over
+    32,767 bytes of UTF-8 stays a str."""
     cdef void* block
     cdef const char* k
-    cdef Py_ssize_t klen
+    cdef const char* pre
+    cdef Py_ssize_t klen, pre_n, cut = 0
+    cdef bytes whole = None
+    cdef bytes kp
+    cdef unsigned int flag = 0
     cdef bint key_in_block = True
     if n > 0xFFFFFFFF:
         raise OverflowError("a frame over 4 GiB")
-    k = entry_key_utf8(e, &klen)     # from the str, or from the block being replaced
-    if klen > 0xFFFF:
+    k = entry_key_utf8(e, &klen, &pre, &pre_n)     # from the str, or from the block being replaced
+    if pre_n:   # that block left its codec's prefix out: the whole key first
+        whole = PyBytes_FromStringAndSize(pre, pre_n) + PyBytes_FromStringAndSize(k, klen)
+        k = PyBytes_AS_STRING(whole)
+        klen = PyBytes_GET_SIZE(whole)
+    if isinstance(codec, CodecBase):
+        kp = (<CodecBase>codec).key_prefix
+        if kp is not None and 0 < PyBytes_GET_SIZE(kp) <= klen and \
+                memcmp(k, PyBytes_AS_STRING(kp), PyBytes_GET_SIZE(kp)) == 0:
+            cut = PyBytes_GET_SIZE(kp)
+            flag = 0x80
+    k += cut
+    klen -= cut
+    if klen > 0x7FFF:
+        if e._key is None:
+            e._key = entry_key(e)   # (from the block being replaced, before it goes)
         klen = 0
+        flag = 0
         key_in_block = False
     block = PyMem_Malloc(2 + klen + n)
     if block == NULL:
         raise MemoryError()
     (<unsigned char*>block)[0] = <unsigned char>(klen & 0xFF)
-    (<unsigned char*>block)[1] = <unsigned char>(klen >> 8)
+    (<unsigned char*>block)[1] = <unsigned char>((klen >> 8) | flag)
     memcpy(<char*>block + 2, k, klen)
     memcpy(<char*>block + 2 + klen, p, n)
     _release(e)
@@ -369,7 +413,7 @@ def restore_packed(const unsigned char[::1] buf, str after, str prefix, list slo
         if codec_id:
             codec = codecs[codec_id]
             e = Entry(key, 0, _EMPTY, 0, 0, None)
-            _set_frame(e, <const char*>(p + pos), dlen)
+            _set_frame(e, <const char*>(p + pos), dlen, codec)
             e.codec = codec
             ncompressed += 1
             compressed_bytes += dlen

@@ -5,6 +5,15 @@ import struct
 import zlib
 
 
+class CodecBase:
+    """The compiled base's key prefix (the twin's entries keep their key as a str: nothing is left out)."""
+    __slots__ = ("key_prefix", "key_prefix_str")
+
+    def __init__(self, key_prefix: str = ""):
+        self.key_prefix_str = key_prefix
+        self.key_prefix = key_prefix.encode("utf-8")
+
+
 class Entry:
     __slots__ = ("key", "rv", "stored", "codec", "slot", "uid_hash")
 

@@ -107,7 +107,8 @@ EAGER = dict(min_objects=2, interval=0.05, hot_events=0)
 DECODER_TTL = 30.0
 # What libzstd keeps once a decoder was made from a dictionary: the digested dictionary (ZSTD_DDict, held by the
 # dictionary object for later decoders), its entropy tables with the content referenced, not copied: 28 KB by
-# RSS (200 dictionaries, glibc trimmed). python-zstandard does not report it; counted in `native_bytes`.
+# RSS (200 dictionaries, glibc trimmed). python-zstandard does not report it; counted in `native_bytes` while
+# it exists (dropping the loop's decoder drops it too: the dictionary object is made again from its bytes).
 DDICT_BYTES = 29 * 1024
 
 
@@ -150,10 +151,14 @@ class Codec(ext.CodecBase):
         return self._decoder is not None
 
     def drop_decoder(self) -> None:
-        """Free the loop's decoder context; the next read makes another."""
+        """Free the loop's decoder context and the digested dictionary it made; the next read makes both again.
+        (A worker thread compressing with the old dictionary object meanwhile keeps it until it is done.)"""
         if self._decoder is not None:
             self._decoder = None
             self.decompress = self._revive
+            if self._dict is not None:
+                self._dict = zstandard.ZstdCompressionDict(self._dict.as_bytes())
+                self._digested = False
 
     def dictionary(self) -> bytes | None:
         """The dictionary's bytes, for the snapshot file only (never logged nor reported)."""

@@ -267,8 +267,8 @@ async def test_entry_written_during_a_pass_is_not_swapped():
 async def test_a_decoder_is_made_when_read_and_dropped_after_its_ttl(monkeypatch):
     """The event loop's decoder context (95 KiB of libzstd's) exists only while its resource is read: a
     resource whose cold entries nobody reads keeps none; the first read makes one, which is dropped
-    DECODER_TTL later (the next read makes another). Its digested dictionary, which libzstd keeps once a
-    decoder was made, is counted from then on."""
+    DECODER_TTL later (the next read makes another), with the digested dictionary libzstd made for it
+    (counted while it exists)."""
     monkeypatch.setattr(compression, "DECODER_TTL", 0.2)
     wc = filled(300, CompressionConfig(min_objects=100))
     want = {k: e.data for k, e in wc.store.items()}
@@ -282,9 +282,10 @@ async def test_a_decoder_is_made_when_read_and_dropped_after_its_ttl(monkeypatch
     assert codec.native_bytes() == codec.dict_bytes + compression.DDICT_BYTES + dec.memory_size()
     assert wc.compressor.stats()["codec_native_bytes"] == codec.native_bytes()
     await asyncio.sleep(0.4)
-    assert codec._decoder is None and codec.native_bytes() == codec.dict_bytes + compression.DDICT_BYTES
+    assert codec._decoder is None and codec.native_bytes() == codec.dict_bytes      # the digested one too
     assert {k: e.data for k, e in wc.store.items()} == want                         # read again: another
     assert codec._decoder is not None and codec._decoder is not dec
+    assert codec.native_bytes() == codec.dict_bytes + compression.DDICT_BYTES + codec._decoder.memory_size()
 
 
 async def test_secrets_get_no_dictionary():

@@ -33,6 +33,7 @@ cdef extern from "Python.h":
     # Both arguments are always str here, so this cannot fail. Code point order == UTF-8 byte order.
     int PyUnicode_Compare(PyObject* a, PyObject* b)
     bint PyUnicode_CheckExact(PyObject* o)
+    bint PyUnicode_Check(PyObject* o)
     const char* PyUnicode_AsUTF8AndSize(object u, Py_ssize_t* size) except NULL
     void _incref "Py_INCREF"(PyObject* o)
     void _decref "Py_DECREF"(PyObject* o)
@@ -171,8 +172,8 @@ cdef int _cmp_slow(PyObject* a, PyObject* b) noexcept:
     """_cmp when a side's UTF-8 could not be had (no memory): both keys as str objects."""
     cdef object sa, sb
     try:
-        sa = <object>a if PyUnicode_CheckExact(a) else entry_key(<Entry><object>a)
-        sb = <object>b if PyUnicode_CheckExact(b) else entry_key(<Entry><object>b)
+        sa = <object>a if PyUnicode_Check(a) else entry_key(<Entry><object>a)
+        sb = <object>b if PyUnicode_Check(b) else entry_key(<Entry><object>b)
     except MemoryError:
         return 0
     return PyUnicode_Compare(<PyObject*>sa, <PyObject*>sb)
@@ -181,7 +182,7 @@ cdef int _cmp_slow(PyObject* a, PyObject* b) noexcept:
 cdef inline const char* _utf8(PyObject* o, Py_ssize_t* n, const char** pre, Py_ssize_t* pre_n) except NULL:
     """A key's UTF-8 in two parts: pre[:pre_n] (an entry's codec's key prefix, left out of its block) + the
     returned n bytes."""
-    if PyUnicode_CheckExact(o):
+    if PyUnicode_Check(o):
         pre_n[0] = 0
         return PyUnicode_AsUTF8AndSize(<object>o, n)
     return entry_key_utf8(<Entry><object>o, n, pre, pre_n)
@@ -229,7 +230,7 @@ cdef int _cmp(PyObject* a, PyObject* b) noexcept:
 
 cdef inline object _key_of(PyObject* k):
     """A key slot's key as a str."""
-    if PyUnicode_CheckExact(k):
+    if PyUnicode_Check(k):
         return <object>k
     return entry_key(<Entry><object>k)
 
@@ -439,7 +440,7 @@ cdef object _replace(_Node nd, int32_t i, PyObject* k, PyObject* v):
 
 
 cdef inline int _check_key(object key) except -1:
-    if not PyUnicode_CheckExact(<PyObject*>key) and type(key) is not Entry:
+    if not PyUnicode_Check(<PyObject*>key) and type(key) is not Entry:
         raise TypeError(f"BTree keys must be str (or an ext.Entry, for its key), not {type(key).__name__}")
     return 0
 

@@ -157,6 +157,12 @@ def test_compiled_tree_keyed_by_entries_orders_by_their_keys():
     with pytest.raises(TypeError):
         t.insert(b"/r/a", 1)
 
+    class Key(str):
+        pass
+    t.insert(Key("/r/c"), 7)                    # a str subclass is a str key, beside entries
+    assert t.get(Key("/r/b")) is new and t.get("/r/c") == 7 and "/r/c" in list(t.keys())
+    t._check()
+
 
 class _PrefixCodec(ext.CodecBase):
     """A codec whose entries leave a key prefix out of their blocks (cache/compression.Codec's base)."""

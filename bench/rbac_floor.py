@@ -63,7 +63,8 @@ TARGET_BYTES = 450          # the issue's target, all told, per RBAC object
 TARGET_P99_US = 20.0
 KIND_PATH = {"Role": "roles", "RoleBinding": "rolebindings", "ClusterRole": "clusterroles",
              "ClusterRoleBinding": "clusterrolebindings"}
-FIGURES = ("rbac_bytes_per_object_all", "rbac_bytes_per_object_tracemalloc", "rbac_bytes_per_object_rss", "cache_bytes_per_object_tracemalloc",
+FIGURES = ("rbac_bytes_per_object_all", "rbac_bytes_per_object_tracemalloc", "rbac_bytes_per_object_rss",
+           "cache_bytes_per_object_tracemalloc",
            "cache_bytes_per_object_rss", "index_bytes_per_object_tracemalloc", "index_bytes_per_object_rss",
            "json_bytes_per_object", "decision_p50_us", "decision_p99_us")
 
@@ -511,7 +512,8 @@ def figures(step: dict) -> dict:
         out["rbac_bytes_per_object_rss"] = step["rbac"]["per_object_rss"]
         out["rbac_bytes_per_object_untraced"] = step["rbac"]["per_object_untraced"]
         # the figure: tracemalloc plus native memory
-        out["rbac_bytes_per_object_all"] = out["rbac_bytes_per_object_tracemalloc"] + out["rbac_bytes_per_object_untraced"]
+        out["rbac_bytes_per_object_all"] = (out["rbac_bytes_per_object_tracemalloc"]
+                                            + out["rbac_bytes_per_object_untraced"])
     else:   # no RBAC mode in the server: the cache through the server plus the indexes built in-process
         out["rbac_bytes_per_object_tracemalloc"] = (out["cache_bytes_per_object_tracemalloc"]
                                                     + out["index_bytes_per_object_tracemalloc"])

@@ -45,8 +45,9 @@ if _PURE_PYTHON:
             from ext.entry_py import (CodecBase, Entry, Event, WindowEvent, check_frames, pack_entries, restore_packed,
                                       slots_filled)
 
-            globals().update(CodecBase=CodecBase, Entry=Entry, Event=Event, WindowEvent=WindowEvent, pack_entries=pack_entries,
-                             restore_packed=restore_packed, check_frames=check_frames, slots_filled=slots_filled)
+            globals().update(CodecBase=CodecBase, Entry=Entry, Event=Event, WindowEvent=WindowEvent,
+                             pack_entries=pack_entries, restore_packed=restore_packed, check_frames=check_frames,
+                             slots_filled=slots_filled)
             return globals()[name]
         raise AttributeError(f"module 'ext' has no attribute {name!r}")
 else:

@@ -616,12 +616,7 @@ def _sa_hits(uname: str, scope: str, sas: dict, other_sas: dict, hits: list) -> 
     while cut >= 0:
         sa_ns, sa_name = rest[:cut], rest[cut + 1:]
         if sa_ns == scope:
-            f = sas.get(sa_name)
-            if f is not None:
-                if type(f) is tuple:
-                    hits.append(f)
-                else:
-                    hits.extend(f)
+            hits.extend(_as_list(sas.get(sa_name)))
         f = other_sas.get(sa_ns)
         if f is not None:
             for b in (f,) if type(f) is tuple else f:

@@ -583,7 +583,6 @@ cdef class BTree:
         cdef int32_t i
         cdef bint found
         cdef int c
-        cdef object old
         self.version += 1
         if self.root is None:
             nd = _new_node(4, False, cow)

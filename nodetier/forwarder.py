@@ -19,7 +19,8 @@
   machine was 0.1-0.15 s: 64 in flight capped the control plane at 400-600 of the ~980 forwards a second due).
   Each Lease's next due time is computed when its state changes and kept in a heap: a tick (every TICK) sends
   what is due, together (one by one as renewals came, each forward cost the apiserver and etcd about twice the
-  CPU), and costs what is due, not a scan of every Lease (at 23,000 Leases the scan every 0.25 s was a quarter of the tier's CPU). A sweep
+  CPU), and costs what is due, not a scan of every Lease (at 23,000 Leases the scan every 0.25 s was a quarter
+  of the tier's CPU). A sweep
   every SWEEP seconds re-schedules every Lease (SWEEP_SLICE per wake), in case a change was not seen.
 * **Watch.** Changes made at the control plane by someone else (an edit, a delete by the garbage collector)
   reach the tier through a watch of the namespace's Leases; a newer renewal the tier holds is kept and

@@ -52,8 +52,19 @@ class Etcd:
         self.member.start(timeout=60)
 
     def pause(self) -> None:
+        """SIGSTOP, returning once the member is stopped: the signal is delivered before every thread has
+        stopped, and a request sent meanwhile may still be answered (a cold .ci/run saw /livez answer 200 right
+        after it)."""
         os.kill(self.pid, signal.SIGSTOP)
         self.paused = True
+        deadline = time.monotonic() + 5
+        while self.state() != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def state(self) -> str:
+        """The process's state letter from /proc (T: stopped, Z: a zombie)."""
+        with open(f"/proc/{self.pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
 
     def resume(self) -> None:
         os.kill(self.pid, signal.SIGCONT)

@@ -416,7 +416,7 @@ async def measure(s, etcd_ep: str, prefix: str, role: str, mode_flags: tuple[str
                      + v["snapshot_bytes_estimate"] for v in res.values())
         # what tracemalloc cannot see, all resources' (the floor process has the same resources): CRoaring's
         # bitmaps and libzstd's decoder contexts (a codec's native bytes less its dictionary, which is traced)
-        untraced = sum(v["bitmap_bytes"] + (v["compression"]["codec_native_bytes"]
+        untraced = sum(v["bitmap_native_bytes"] + (v["compression"]["codec_native_bytes"]
                                             - v["compression"]["dictionary_bytes"] if "compression" in v else 0)
                        for v in rep["resources"].values())
         return {"tracemalloc": pm["tracemalloc_bytes"], "rss": pm["rss_bytes"], "native_rbac_cache": native,

@@ -357,7 +357,7 @@ async def heap_bytes(side: Side) -> int:
         rep = await compression_settled(s, side.base, quiet=True, strict=False)
     # Entries and B-tree nodes are allocated through Python's allocator (tracemalloc sees them); the roaring
     # bitmaps are CRoaring's malloc and the compression codecs libzstd's, so they are added.
-    native = sum(st["bitmap_bytes"] + st.get("compression", {}).get("codec_native_bytes", 0)
+    native = sum(st["bitmap_native_bytes"] + st.get("compression", {}).get("codec_native_bytes", 0)
                  for st in rep["resources"].values())
     if "tracemalloc_bytes" not in rep["process"]:
         raise BenchError("ours runs without RESIDENCY_TRACEMALLOC=1")

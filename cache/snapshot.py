@@ -96,7 +96,8 @@ def snapshot_path(state_dir: str, etcd_prefix: str, residency: str, clusters: di
 def dump_indexes(ix: Indexes) -> dict[str, Any]:
     return {"all": ix.all.serialize(),
             "ns": [[k, b.serialize()] for k, b in ix.by_namespace.items()],
-            "label": [[k, v, b.serialize()] for (k, v), b in ix.by_label.items()],
+            # a value with one object is its slot (Indexes keeps an int for it)
+            "label": [[k, v, b if type(b) is int else b.serialize()] for (k, v), b in ix.by_label.items()],
             "key": [[k, b.serialize()] for k, b in ix.by_label_key.items()],
             "values": ix.values_per_key, "unindexed": sorted(ix.unindexed_keys)}
 
@@ -106,7 +107,7 @@ def load_indexes(d: dict[str, Any]) -> Indexes:
     de = BitMap.deserialize
     ix.all = de(d["all"])
     ix.by_namespace = {k: de(b) for k, b in d["ns"]}
-    ix.by_label = {(sys.intern(k), v): de(b) for k, v, b in d["label"]}
+    ix.by_label = {(sys.intern(k), v): b if type(b) is int else de(b) for k, v, b in d["label"]}
     ix.by_label_key = {sys.intern(k): de(b) for k, b in d["key"]}
     ix.values_per_key = dict(d["values"])
     ix.unindexed_keys = set(d["unindexed"])

@@ -85,12 +85,18 @@ class Indexes:
     far more than the objects' share of 4 B. Such a key keeps only its
     "exists" bitmap; selectors on it get candidates from that bitmap and are
     finished by matching the objects (`select` says the answer is not exact).
+
+    A label value held by one object alone (a Helm chart's version, a release
+    name: most values of such keys below the near-unique threshold) is kept as
+    that object's slot, an int, instead of a bitmap: a one-member BitMap costs
+    184 B (a 40 B Python object and 144 B of CRoaring allocations, see
+    `bitmap_native_bytes`), an int 32 B. `label_slots` reads either form.
     """
 
     def __init__(self) -> None:
         self.all = BitMap()
         self.by_namespace: dict[str, BitMap] = {}
-        self.by_label: dict[tuple[str, str], BitMap] = {}
+        self.by_label: dict[tuple[str, str], BitMap | int] = {}
         self.by_label_key: dict[str, BitMap] = {}
         self.values_per_key: dict[str, int] = {}
         self.unindexed_keys: set[str] = set()
@@ -104,13 +110,15 @@ class Indexes:
                 continue
             b = self.by_label.get((k, v))
             if b is None:
-                b = self.by_label[(sys.intern(k), v)] = BitMap()
+                self.by_label[(sys.intern(k), v)] = slot
                 n = self.values_per_key[k] = self.values_per_key.get(k, 0) + 1
                 if n > HIGH_CARDINALITY_VALUES and n * HIGH_CARDINALITY_SHARE > len(self.all):
-                    b.add(slot)
                     self._stop_indexing(k)
-                    continue
-            b.add(slot)
+            elif type(b) is int:
+                if b != slot:
+                    self.by_label[(k, v)] = BitMap((b, slot))
+            else:
+                b.add(slot)
 
     def _stop_indexing(self, key: str) -> None:
         self.unindexed_keys.add(key)
@@ -126,11 +134,27 @@ class Indexes:
             if k in self.unindexed_keys:
                 continue
             b = self.by_label.get((k, v))
-            if b is not None:
+            if b is None:
+                continue
+            if type(b) is int:
+                if b != slot:
+                    continue
+            else:
                 b.discard(slot)
-                if not b:
-                    del self.by_label[(k, v)]
-                    self.values_per_key[k] -= 1
+                if len(b) == 1:
+                    self.by_label[(k, v)] = b.min()   # back to one member: the int form
+                    continue
+                if b:
+                    continue
+            del self.by_label[(k, v)]
+            self.values_per_key[k] -= 1
+
+    def label_slots(self, key: str, value: str) -> BitMap:
+        """The slots of the objects labelled key=value (a new BitMap when the value has one object)."""
+        b = self.by_label.get((key, value))
+        if b is None:
+            return BitMap()
+        return BitMap((b,)) if type(b) is int else b
 
     def select(self, requirements: Iterable[tuple[str, str, Any]], namespace: str | None) -> tuple[BitMap, bool]:
         """(slots, exact): slots matching the label requirements (ops from machinery.selectors) in a
@@ -148,11 +172,11 @@ class Indexes:
             if op in ("=", "==", "in"):
                 m = BitMap()
                 for v in values:
-                    m |= self.by_label.get((key, v), BitMap())
+                    m |= self.label_slots(key, v)
                 out &= m
             elif op in ("!=", "notin"):
                 for v in values:
-                    out -= self.by_label.get((key, v), BitMap())
+                    out -= self.label_slots(key, v)
             elif op == "exists":
                 out &= self.by_label_key.get(key, BitMap())
             elif op == "!":
@@ -161,18 +185,31 @@ class Indexes:
                 raise ValueError(f"unsupported label operator for bitmap index: {op}")
         return out, exact
 
-    def optimize(self) -> None:
-        """Convert dense runs of slots to run containers (after a full list, slots are contiguous)."""
-        self.all.run_optimize()
+    def _bitmaps(self) -> Iterator[BitMap]:
+        yield self.all
         for d in (self.by_namespace, self.by_label, self.by_label_key):
             for b in d.values():
-                b.run_optimize()
+                if type(b) is not int:
+                    yield b
+
+    def optimize(self) -> None:
+        """Convert dense runs of slots to run containers (after a full list, slots are contiguous)."""
+        for b in self._bitmaps():
+            b.run_optimize()
+
+    def native_bytes(self) -> int:
+        """What CRoaring allocated for the bitmaps (outside the Python heap, so tracemalloc cannot see it)."""
+        return sum(bitmap_native_bytes(b) for b in self._bitmaps())
 
     def __sizeof__(self) -> int:
-        """Bitmaps plus the dicts holding them (keys' strings are shared with nothing else)."""
-        n = self.all.__sizeof__()
+        """Everything the indexes hold: the dicts, the bitmaps' Python objects and their CRoaring memory, the
+        one-object values' ints (keys' strings are shared with nothing else)."""
+        n = 0
+        for b in self._bitmaps():
+            n += _BITMAP_OBJECT_BYTES + bitmap_native_bytes(b)
         for d in (self.by_namespace, self.by_label, self.by_label_key):
-            n += d.__sizeof__() + sum(b.__sizeof__() for b in d.values())
+            n += d.__sizeof__()
+        n += sum(b.__sizeof__() for b in self.by_label.values() if type(b) is int)
         return n
 
 
@@ -182,6 +219,31 @@ def _discard(d: dict, k, slot: int) -> None:
         b.discard(slot)
         if not b:
             del d[k]
+
+
+# What a BitMap costs besides CRoaring's memory: its Python object (tracemalloc: 40 B).
+_BITMAP_OBJECT_BYTES = 40
+
+
+def _chunk(n: int) -> int:
+    """glibc malloc's chunk for an n-byte request (8 B of header, 16 B alignment, 32 B at least)."""
+    return max(32, (n + 8 + 15) & ~15)
+
+
+def bitmap_native_bytes(b: BitMap) -> int:
+    """An estimate of what CRoaring allocated for `b`: its roaring_bitmap_t (40 B), the container index (key,
+    pointer and type per container, 11 B, grown by doubling), a 16 B struct per container, and the containers'
+    values (sized by CRoaring's statistics; their spare capacity is not reported). pyroaring's own
+    `__sizeof__` is the serialised size: 18 B for one member, where glibc's mallinfo2 counted 144 B allocated
+    per bitmap over 2,000 of them (this estimate: 144; 40 members: 210 counted, 208 estimated; 300 members over
+    four containers: 1,006 and 904; a bitset container: 8,334 and 8,320)."""
+    st = b.get_statistics()
+    n = st["n_containers"]
+    if not n:
+        return _chunk(40)
+    data = st["n_bytes_array_containers"] + st["n_bytes_run_containers"] + st["n_bytes_bitset_containers"]
+    return (_chunk(40) + _chunk(11 * (1 << (n - 1).bit_length())) + n * _chunk(16)
+            + max(n * 32, data + n * 16))
 
 
 # Snapshots kept per event (the most recent ones; older states are rebuilt by undo),
@@ -536,6 +598,7 @@ class WatchCache:
             "entry_bytes": entry_bytes,
             "btree_bytes": self.store.__sizeof__(),
             "bitmap_bytes": self.indexes.__sizeof__(),
+            "bitmap_native_bytes": self.indexes.native_bytes(),
             "slots_bytes": self.slots.__sizeof__(),
             "history_events": len(self.history),
             "history_bytes": history_bytes,

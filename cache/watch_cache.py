@@ -272,7 +272,7 @@ class WatchCache:
         self.lower = lower_capacity
         self.upper = upper_capacity
         self.capacity = lower_capacity
-        self.store = ext.BTree()
+        self.store = ext.BTree(self_keyed=True)   # each entry its own key: one pointer per item
         self.history: deque[CacheEvent] = deque()
         # A snapshot per applied event (S2.14) for the most recent `recent_snapshots` events:
         # RVs and trees in two deques, ascending by RV (dropping the oldest is O(1)). Older
@@ -321,7 +321,7 @@ class WatchCache:
     # In between the state is partial; the Cacher is not ready then, and nothing reads it.
 
     def begin_replace(self) -> None:
-        self.store = ext.BTree()
+        self.store = ext.BTree(self_keyed=True)   # each entry its own key: one pointer per item
         self.history.clear()
         self.slots = []
         self.allocator.reset()

@@ -11,7 +11,9 @@ design: google/btree, degree 16, at most 31 items per node, subtree sizes for O(
 
 Memory layout: a node is a small non-GC extension object (no cyclic-GC header) plus one
 ``PyMem_Malloc`` block of interleaved ``key, value`` pointers and, for internal nodes, one block of
-child pointers. Blocks are sized to the fill (capacity rounded up to 4 items, shrunk again when a
+child pointers. A self-keyed tree (``BTree(self_keyed=True)``, the watch cache's: every item is an entry
+inserted as its own key, ``insert(e, e)``) keeps one pointer per item instead of two, the item's
+``stride`` (1 or 2 slots, the same in every node of a tree); 8 B less per item. Blocks are sized to the fill (capacity rounded up to 4 items, shrunk again when a
 node loses 8 free slots), so half-full nodes do not pay for 31 slots. ``PyMem_*`` memory is visible
 to tracemalloc. Because nodes are not GC-tracked, a cycle running through a stored value back to the
 tree is never collected (cache entries never refer to their tree).
@@ -24,7 +26,7 @@ can reach it any more (its snapshot was dropped).
 cimport cython
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.object cimport PyObject
-from libc.stdint cimport int32_t, uint64_t
+from libc.stdint cimport int16_t, int32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memmove
 
 from ext.entry cimport Entry, entry_key, entry_key_utf8
@@ -64,16 +66,17 @@ cdef inline uint64_t _next_cow() noexcept:
 cdef class _Node:
     """A B-tree node (internal to this module). ``ch == NULL`` for leaves."""
     cdef int32_t n          # items
-    cdef int32_t cap        # capacity in items; kv has 2*cap slots, ch (internal) has cap+1
+    cdef int16_t cap        # capacity in items; kv has s*cap slots, ch (internal) has cap+1
+    cdef int16_t s          # slots per item: 2 (key, value), or 1 in a self-keyed tree (the key is the value)
     cdef Py_ssize_t size    # items in this subtree
     cdef uint64_t cow       # copy-on-write context allowed to mutate this node in place
-    cdef PyObject** kv      # key0, val0, key1, val1, ... (owned references)
+    cdef PyObject** kv      # key0, val0, key1, val1, ... or key0, key1, ... (owned references)
     cdef PyObject** ch      # n + 1 children (owned references), NULL for leaves
 
     def __dealloc__(self):
         cdef int32_t i
         if self.kv != NULL:
-            for i in range(2 * self.n):
+            for i in range(self.s * self.n):
                 _decref(self.kv[i])
             PyMem_Free(self.kv)
         if self.ch != NULL:
@@ -91,22 +94,45 @@ cdef inline int32_t _cap_for(int32_t n) noexcept:
     return c
 
 
-cdef _Node _new_node(int32_t cap, bint internal, uint64_t cow):
+cdef inline PyObject* _k(_Node nd, int32_t i) noexcept:
+    """Item i's key slot."""
+    return nd.kv[nd.s * i]
+
+
+cdef inline PyObject* _v(_Node nd, int32_t i) noexcept:
+    """Item i's value (its key slot itself in a self-keyed tree)."""
+    return nd.kv[nd.s * i + nd.s - 1]
+
+
+cdef inline void _set(_Node nd, int32_t i, PyObject* k, PyObject* v) noexcept:
+    """Item i of `nd` := (k, v), references moved in: one (k is v) in a self-keyed tree."""
+    nd.kv[nd.s * i] = k
+    if nd.s == 2:
+        nd.kv[2 * i + 1] = v
+
+
+cdef inline void _move(_Node nd, int32_t to, int32_t frm, int32_t items) noexcept:
+    """memmove of `items` items of `nd` from index frm to index to."""
+    memmove(nd.kv + nd.s * to, nd.kv + nd.s * frm, nd.s * items * sizeof(PyObject*))
+
+
+cdef _Node _new_node(int32_t cap, bint internal, uint64_t cow, int16_t s):
     cdef _Node nd = _Node.__new__(_Node)
-    nd.kv = <PyObject**>PyMem_Malloc(2 * cap * sizeof(PyObject*))
+    nd.s = s
+    nd.kv = <PyObject**>PyMem_Malloc(s * cap * sizeof(PyObject*))
     if nd.kv == NULL:
         raise MemoryError()
     if internal:
         nd.ch = <PyObject**>PyMem_Malloc((cap + 1) * sizeof(PyObject*))
         if nd.ch == NULL:
             raise MemoryError()
-    nd.cap = cap
+    nd.cap = <int16_t>cap
     nd.cow = cow
     return nd
 
 
 cdef int _resize(_Node nd, int32_t cap) except -1:
-    cdef PyObject** kv = <PyObject**>PyMem_Realloc(nd.kv, 2 * cap * sizeof(PyObject*))
+    cdef PyObject** kv = <PyObject**>PyMem_Realloc(nd.kv, nd.s * cap * sizeof(PyObject*))
     cdef PyObject** ch
     if kv == NULL:
         raise MemoryError()
@@ -116,7 +142,7 @@ cdef int _resize(_Node nd, int32_t cap) except -1:
         if ch == NULL:
             raise MemoryError()
         nd.ch = ch
-    nd.cap = cap
+    nd.cap = <int16_t>cap
     return 0
 
 
@@ -138,10 +164,10 @@ cdef inline void _maybe_shrink(_Node nd) noexcept:
 
 cdef _Node _copy(_Node src, uint64_t cow):
     """Copy of ``src`` owned by ``cow`` (items and children shared, their refcounts bumped). O(1)."""
-    cdef _Node nd = _new_node(_cap_for(src.n + 1), src.ch != NULL, cow)
+    cdef _Node nd = _new_node(_cap_for(src.n + 1), src.ch != NULL, cow, src.s)
     cdef int32_t i
-    memcpy(nd.kv, src.kv, 2 * src.n * sizeof(PyObject*))
-    for i in range(2 * src.n):
+    memcpy(nd.kv, src.kv, src.s * src.n * sizeof(PyObject*))
+    for i in range(src.s * src.n):
         _incref(nd.kv[i])
     if src.ch != NULL:
         memcpy(nd.ch, src.ch, (src.n + 1) * sizeof(PyObject*))
@@ -240,10 +266,11 @@ cdef inline int32_t _search(_Node nd, PyObject* key, bint* found) noexcept:
     cdef int32_t lo = 0, hi = nd.n, mid
     cdef int c
     cdef PyObject** kv = nd.kv
+    cdef int32_t s = nd.s
     found[0] = False
     while lo < hi:
         mid = (lo + hi) >> 1
-        c = _cmp(kv[2 * mid], key)
+        c = _cmp(kv[s * mid], key)
         if c < 0:
             lo = mid + 1
         elif c > 0:
@@ -255,14 +282,15 @@ cdef inline int32_t _search(_Node nd, PyObject* key, bint* found) noexcept:
 
 
 cdef _Node _split(_Node nd, int32_t i, uint64_t cow, PyObject** mk, PyObject** mv):
-    """Split mutable ``nd`` at item ``i``; item ``i`` is moved to ``mk``/``mv`` (owned). O(1)."""
+    """Split mutable ``nd`` at item ``i``; item ``i`` is moved to ``mk``/``mv`` (owned: one reference for both
+    in a self-keyed tree). O(1)."""
     cdef int32_t m = nd.n - i - 1
     cdef int32_t j
     cdef Py_ssize_t sz = m
-    cdef _Node second = _new_node(_cap_for(m + 1), nd.ch != NULL, cow)
-    memcpy(second.kv, nd.kv + 2 * (i + 1), 2 * m * sizeof(PyObject*))
-    mk[0] = nd.kv[2 * i]
-    mv[0] = nd.kv[2 * i + 1]
+    cdef _Node second = _new_node(_cap_for(m + 1), nd.ch != NULL, cow, nd.s)
+    memcpy(second.kv, nd.kv + nd.s * (i + 1), nd.s * m * sizeof(PyObject*))
+    mk[0] = _k(nd, i)
+    mv[0] = _v(nd, i)
     second.n = m
     if nd.ch != NULL:
         memcpy(second.ch, nd.ch + i + 1, (m + 1) * sizeof(PyObject*))
@@ -283,9 +311,8 @@ cdef int _split_child(_Node nd, int32_t i, uint64_t cow) except -1:
     _ensure_cap(nd, nd.n + 1)
     first = _mut_child(nd, i, cow)
     second = _split(first, MAX_ITEMS_C // 2, cow, &mk, &mv)
-    memmove(nd.kv + 2 * (i + 1), nd.kv + 2 * i, 2 * (nd.n - i) * sizeof(PyObject*))
-    nd.kv[2 * i] = mk
-    nd.kv[2 * i + 1] = mv
+    _move(nd, i + 1, i, nd.n - i)
+    _set(nd, i, mk, mv)
     memmove(nd.ch + i + 2, nd.ch + i + 1, (nd.n - i) * sizeof(PyObject*))
     _incref(<PyObject*>second)
     nd.ch[i + 1] = <PyObject*>second
@@ -303,12 +330,10 @@ cdef int _grow_child(_Node nd, int32_t i, uint64_t cow) except -1:
         child = _mut_child(nd, i, cow)
         sib = _mut_child(nd, i - 1, cow)
         _ensure_cap(child, child.n + 1)
-        memmove(child.kv + 2, child.kv, 2 * child.n * sizeof(PyObject*))
-        child.kv[0] = nd.kv[2 * (i - 1)]
-        child.kv[1] = nd.kv[2 * (i - 1) + 1]
+        _move(child, 1, 0, child.n)
+        _set(child, 0, _k(nd, i - 1), _v(nd, i - 1))
         sib.n -= 1
-        nd.kv[2 * (i - 1)] = sib.kv[2 * sib.n]
-        nd.kv[2 * (i - 1) + 1] = sib.kv[2 * sib.n + 1]
+        _set(nd, i - 1, _k(sib, sib.n), _v(sib, sib.n))
         moved = 1
         if sib.ch != NULL:
             c = sib.ch[sib.n + 1]
@@ -324,11 +349,9 @@ cdef int _grow_child(_Node nd, int32_t i, uint64_t cow) except -1:
         sib = _mut_child(nd, i + 1, cow)
         _ensure_cap(child, child.n + 1)
         cn = child.n
-        child.kv[2 * cn] = nd.kv[2 * i]
-        child.kv[2 * cn + 1] = nd.kv[2 * i + 1]
-        nd.kv[2 * i] = sib.kv[0]
-        nd.kv[2 * i + 1] = sib.kv[1]
-        memmove(sib.kv, sib.kv + 2, 2 * (sib.n - 1) * sizeof(PyObject*))
+        _set(child, cn, _k(nd, i), _v(nd, i))
+        _set(nd, i, _k(sib, 0), _v(sib, 0))
+        _move(sib, 0, 1, sib.n - 1)
         moved = 1
         if sib.ch != NULL:
             c = sib.ch[0]
@@ -347,18 +370,17 @@ cdef int _grow_child(_Node nd, int32_t i, uint64_t cow) except -1:
         merged = <_Node>nd.ch[i + 1]  # only read from: may stay shared with a snapshot
         _ensure_cap(child, child.n + 1 + merged.n)
         cn = child.n
-        child.kv[2 * cn] = nd.kv[2 * i]
-        child.kv[2 * cn + 1] = nd.kv[2 * i + 1]
-        for j in range(2 * merged.n):
+        _set(child, cn, _k(nd, i), _v(nd, i))
+        for j in range(child.s * merged.n):
             _incref(merged.kv[j])
-            child.kv[2 * (cn + 1) + j] = merged.kv[j]
+            child.kv[child.s * (cn + 1) + j] = merged.kv[j]
         if child.ch != NULL:
             for j in range(merged.n + 1):
                 _incref(merged.ch[j])
                 child.ch[cn + 1 + j] = merged.ch[j]
         child.n += 1 + merged.n
         child.size += 1 + merged.size
-        memmove(nd.kv + 2 * i, nd.kv + 2 * (i + 1), 2 * (nd.n - i - 1) * sizeof(PyObject*))
+        _move(nd, i, i + 1, nd.n - i - 1)
         memmove(nd.ch + i + 1, nd.ch + i + 2, (nd.n - i - 1) * sizeof(PyObject*))
         nd.n -= 1
         _decref(<PyObject*>merged)  # nd's reference; the local one keeps it alive until return
@@ -368,7 +390,8 @@ cdef int _grow_child(_Node nd, int32_t i, uint64_t cow) except -1:
 cdef int _remove(_Node nd, PyObject* key, int typ, uint64_t cow, PyObject** ok, PyObject** ov) except -1:
     """Remove ``key`` (or the maximum) below mutable ``nd``; the target must exist. O(log n).
 
-    The removed key/value are moved to ``ok``/``ov`` (owned references).
+    The removed key/value are moved to ``ok``/``ov`` (owned references; one for both, the same object, in a
+    self-keyed tree).
     """
     cdef int32_t i
     cdef bint found
@@ -378,8 +401,8 @@ cdef int _remove(_Node nd, PyObject* key, int typ, uint64_t cow, PyObject** ok, 
         if typ == REMOVE_MAX:
             if nd.ch == NULL:
                 nd.n -= 1
-                ok[0] = nd.kv[2 * nd.n]
-                ov[0] = nd.kv[2 * nd.n + 1]
+                ok[0] = _k(nd, nd.n)
+                ov[0] = _v(nd, nd.n)
                 _maybe_shrink(nd)
                 return 0
             i = nd.n
@@ -389,9 +412,9 @@ cdef int _remove(_Node nd, PyObject* key, int typ, uint64_t cow, PyObject** ok, 
             if nd.ch == NULL:
                 if not found:
                     raise AssertionError("BTree._remove: key vanished")
-                ok[0] = nd.kv[2 * i]
-                ov[0] = nd.kv[2 * i + 1]
-                memmove(nd.kv + 2 * i, nd.kv + 2 * (i + 1), 2 * (nd.n - i - 1) * sizeof(PyObject*))
+                ok[0] = _k(nd, i)
+                ov[0] = _v(nd, i)
+                _move(nd, i, i + 1, nd.n - i - 1)
                 nd.n -= 1
                 _maybe_shrink(nd)
                 return 0
@@ -400,10 +423,11 @@ cdef int _remove(_Node nd, PyObject* key, int typ, uint64_t cow, PyObject** ok, 
             continue  # nd changed: search again
         child = _mut_child(nd, i, cow)
         if found:
-            ok[0] = nd.kv[2 * i]
-            ov[0] = nd.kv[2 * i + 1]
-            # Replace the item by its predecessor (the maximum of the left subtree).
-            _remove(child, NULL, REMOVE_MAX, cow, &nd.kv[2 * i], &nd.kv[2 * i + 1])
+            ok[0] = _k(nd, i)
+            ov[0] = _v(nd, i)
+            # Replace the item by its predecessor (the maximum of the left subtree); in a self-keyed tree both
+            # pointers are the item's one slot.
+            _remove(child, NULL, REMOVE_MAX, cow, &nd.kv[nd.s * i], &nd.kv[nd.s * i + nd.s - 1])
             return 0
         child.size -= 1
         nd = child
@@ -414,11 +438,11 @@ cdef int _put_in_leaf(_Node nd, int32_t i, PyObject* k, PyObject* v, PyObject** 
     above it (`path`)."""
     cdef int d
     _ensure_cap(nd, nd.n + 1)
-    memmove(nd.kv + 2 * (i + 1), nd.kv + 2 * i, 2 * (nd.n - i) * sizeof(PyObject*))
+    _move(nd, i + 1, i, nd.n - i)
     _incref(k)
-    _incref(v)
-    nd.kv[2 * i] = k
-    nd.kv[2 * i + 1] = v
+    if nd.s == 2:
+        _incref(v)
+    _set(nd, i, k, v)
     nd.n += 1
     nd.size += 1
     for d in range(depth):
@@ -429,13 +453,13 @@ cdef int _put_in_leaf(_Node nd, int32_t i, PyObject* k, PyObject* v, PyObject** 
 cdef object _replace(_Node nd, int32_t i, PyObject* k, PyObject* v):
     """Item i of mutable `nd` gets key object `k` and value `v` (new references); returns the old value. The key
     object is replaced too: an entry standing for its key must not outlive its replacement in the tree."""
-    cdef object old = <object>nd.kv[2 * i + 1]
+    cdef object old = <object>_v(nd, i)
     _incref(k)
-    _incref(v)
-    _decref(nd.kv[2 * i])
-    _decref(nd.kv[2 * i + 1])
-    nd.kv[2 * i] = k
-    nd.kv[2 * i + 1] = v
+    _decref(nd.kv[nd.s * i])
+    if nd.s == 2:
+        _incref(v)
+        _decref(nd.kv[2 * i + 1])
+    _set(nd, i, k, v)
     return old
 
 
@@ -475,12 +499,20 @@ cdef class BTree:
     cdef _Node root          # None when empty
     cdef uint64_t cow
     cdef Py_ssize_t version  # bumped by every write; iterators compare it
+    cdef int16_t stride      # slots per item in its nodes: 1 when self-keyed
     cdef object __weakref__
 
-    def __cinit__(self):
+    def __cinit__(self, bint self_keyed=False):
+        """``self_keyed``: every item is inserted as its own key (``insert(e, e)``, an ``ext.Entry`` or a str),
+        and kept in one pointer instead of two."""
         self.root = None
         self.cow = _next_cow()
         self.version = 0
+        self.stride = 1 if self_keyed else 2
+
+    @property
+    def self_keyed(self):
+        return self.stride == 1
 
     def __len__(self):
         """Number of entries. O(1)."""
@@ -498,7 +530,7 @@ cdef class BTree:
         while nd is not None:
             i = _search(nd, <PyObject*>key, &found)
             if found:
-                return nd.kv[2 * i + 1]
+                return _v(nd, i)
             if nd.ch == NULL:
                 return NULL
             nd = <_Node>nd.ch[i]
@@ -527,7 +559,7 @@ cdef class BTree:
             return None
         while nd.ch != NULL:
             nd = <_Node>nd.ch[0]
-        return _key_of(nd.kv[0])
+        return _key_of(_k(nd, 0))
 
     def max_key(self):
         """Largest key, None if empty. O(log n)."""
@@ -536,7 +568,7 @@ cdef class BTree:
             return None
         while nd.ch != NULL:
             nd = <_Node>nd.ch[nd.n]
-        return _key_of(nd.kv[2 * (nd.n - 1)])
+        return _key_of(_k(nd, nd.n - 1))
 
     cdef _Node _mut_root(self):
         cdef _Node root = self.root
@@ -555,10 +587,9 @@ cdef class BTree:
         cdef PyObject* mk
         cdef PyObject* mv
         if nd.n >= MAX_ITEMS_C:
-            nr = _new_node(4, True, self.cow)
+            nr = _new_node(4, True, self.cow, self.stride)
             second = _split(nd, MAX_ITEMS_C // 2, self.cow, &mk, &mv)
-            nr.kv[0] = mk
-            nr.kv[1] = mv
+            _set(nr, 0, mk, mv)
             _incref(<PyObject*>nd)
             _incref(<PyObject*>second)
             nr.ch[0] = <PyObject*>nd
@@ -573,8 +604,11 @@ cdef class BTree:
         """Set ``key`` to ``value``; return the previous value or None. O(log n).
 
         Copies (at most) the nodes on the root-to-leaf path that are shared with a snapshot.
+        A self-keyed tree takes only ``value is key`` (ValueError otherwise).
         """
         _check_key(key)
+        if self.stride == 1 and value is not key:
+            raise ValueError("a self-keyed BTree keeps each item as its own key: insert(e, e)")
         cdef PyObject* k = <PyObject*>key
         cdef uint64_t cow = self.cow
         cdef _Node nd
@@ -585,11 +619,11 @@ cdef class BTree:
         cdef int c
         self.version += 1
         if self.root is None:
-            nd = _new_node(4, False, cow)
+            nd = _new_node(4, False, cow, self.stride)
             _incref(k)
-            _incref(<PyObject*>value)
-            nd.kv[0] = k
-            nd.kv[1] = <PyObject*>value
+            if self.stride == 2:
+                _incref(<PyObject*>value)
+            _set(nd, 0, k, <PyObject*>value)
             nd.n = 1
             nd.size = 1
             self.root = nd
@@ -604,7 +638,7 @@ cdef class BTree:
                 return None
             if (<_Node>nd.ch[i]).n >= MAX_ITEMS_C:
                 _split_child(nd, i, cow)
-                c = _cmp(nd.kv[2 * i], k)
+                c = _cmp(_k(nd, i), k)
                 if c < 0:
                     i += 1
                 elif c == 0:
@@ -620,6 +654,8 @@ cdef class BTree:
         comparison instead of a search per level. A warm start installs each saved resource in key order
         this way (cache/snapshot.py). The tree built is the one ``insert`` builds for such keys."""
         _check_key(key)
+        if self.stride == 1 and value is not key:
+            raise ValueError("a self-keyed BTree keeps each item as its own key: append(e, e)")
         cdef PyObject* k = <PyObject*>key
         cdef uint64_t cow = self.cow
         cdef _Node nd
@@ -632,7 +668,7 @@ cdef class BTree:
         nd = self.root
         while nd.ch != NULL:
             nd = <_Node>nd.ch[nd.n]
-        if _cmp(nd.kv[2 * (nd.n - 1)], k) >= 0:
+        if _cmp(_k(nd, nd.n - 1), k) >= 0:
             raise ValueError(f"BTree.append: {key!r} is not after the last key")
         self.version += 1
         nd = self._writable_root()
@@ -664,12 +700,14 @@ cdef class BTree:
             self.root = None if root.ch == NULL else <_Node>root.ch[0]
         val = <object>ov
         _decref(ov)
-        _decref(ok)
+        if self.stride == 2:
+            _decref(ok)
         return val
 
     def snapshot(self):
         """O(1) copy-on-write clone; later writes to either tree are invisible to the other."""
         cdef BTree out = BTree.__new__(BTree)
+        out.stride = self.stride
         out.root = self.root
         self.cow = _next_cow()
         return out
@@ -756,7 +794,7 @@ cdef Py_ssize_t _tree_bytes(_Node nd):
     cdef int32_t j
     if nd is None:
         return 0
-    b = _NODE_BASICSIZE + 2 * nd.cap * sizeof(PyObject*)
+    b = _NODE_BASICSIZE + nd.s * nd.cap * sizeof(PyObject*)
     if nd.ch != NULL:
         b += (nd.cap + 1) * sizeof(PyObject*)
         for j in range(nd.n + 1):
@@ -790,7 +828,7 @@ cdef Py_ssize_t _check_node(_Node nd, object lo, object hi, int depth, list leaf
     cdef Py_ssize_t total
     assert 0 <= n <= nd.cap <= MAX_ITEMS_C, f"bad fill {n}/{nd.cap}"
     assert is_root or n >= MIN_ITEMS_C, f"node underfull: {n}"
-    keys = [_key_of(nd.kv[2 * j]) for j in range(n)]
+    keys = [_key_of(_k(nd, j)) for j in range(n)]
     for j in range(n):
         k = keys[j]
         assert type(k) is str or isinstance(k, str)
@@ -806,6 +844,7 @@ cdef Py_ssize_t _check_node(_Node nd, object lo, object hi, int depth, list leaf
     total = n
     bounds = [lo] + keys + [hi]
     for j in range(n + 1):
+        assert (<_Node>nd.ch[j]).s == nd.s, "a tree's nodes differ in stride"
         total += _check_node(<_Node>nd.ch[j], bounds[j], bounds[j + 1], depth + 1, leaf_depth, False)
     assert nd.size == total, f"subtree size {nd.size} != {total}"
     return total
@@ -862,10 +901,10 @@ cdef class _BTreeIter:
                     c = <_Node>c.ch[0]
                     self._push(c, 0)
             if self.mode == 0:
-                return (_key_of(nd.kv[2 * i]), <object>nd.kv[2 * i + 1])
+                return (_key_of(_k(nd, i)), <object>_v(nd, i))
             elif self.mode == 1:
-                return _key_of(nd.kv[2 * i])
-            return <object>nd.kv[2 * i + 1]
+                return _key_of(_k(nd, i))
+            return <object>_v(nd, i)
         raise StopIteration
 
 

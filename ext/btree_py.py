@@ -103,13 +103,19 @@ class BTree:
     Not thread-safe: callers serialize writers (the watch cache has a single writer).
     """
 
-    __slots__ = ("_root", "_cow", "_version", "__weakref__")
+    __slots__ = ("_root", "_cow", "_version", "_self_keyed", "__weakref__")
 
-    def __init__(self) -> None:
-        """Empty tree. O(1)."""
+    def __init__(self, self_keyed: bool = False) -> None:
+        """Empty tree. O(1). ``self_keyed``: every item is inserted as its own key (``insert(e, e)``); the
+        compiled tree then keeps one pointer per item, this twin only checks the rule."""
         self._root: _Node | None = None
         self._cow = next(_cow_tokens)
         self._version = 0
+        self._self_keyed = self_keyed
+
+    @property
+    def self_keyed(self) -> bool:
+        return self._self_keyed
 
     # ---- size / lookup -------------------------------------------------------------------------
 
@@ -183,7 +189,10 @@ class BTree:
         """Set ``key`` to ``value``; return the previous value or None. O(log n).
 
         Copies (at most) the nodes on the root-to-leaf path that are shared with a snapshot.
+        A self-keyed tree takes only ``value is key`` (ValueError otherwise).
         """
+        if self._self_keyed and value is not key:
+            raise ValueError("a self-keyed BTree keeps each item as its own key: insert(e, e)")
         key = _check_key(key)
         cow = self._cow
         self._version += 1
@@ -228,9 +237,11 @@ class BTree:
 
     def append(self, key: str, value: Any) -> None:
         """Insert ``key``, greater than every key in the tree (ValueError otherwise)."""
-        key = _check_key(key)
-        if self._root is not None and not key > self.max_key():
-            raise ValueError(f"BTree.append: {key!r} is not after the last key")
+        if self._self_keyed and value is not key:
+            raise ValueError("a self-keyed BTree keeps each item as its own key: append(e, e)")
+        k = _check_key(key)
+        if self._root is not None and not k > self.max_key():
+            raise ValueError(f"BTree.append: {k!r} is not after the last key")
         self.insert(key, value)
 
     def delete(self, key: str) -> Any:
@@ -250,6 +261,7 @@ class BTree:
         out = BTree.__new__(BTree)
         out._root = self._root
         out._version = 0
+        out._self_keyed = self._self_keyed
         out._cow = next(_cow_tokens)
         self._cow = next(_cow_tokens)
         return out

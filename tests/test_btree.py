@@ -49,11 +49,13 @@ def _same(tree, model: Model) -> None:
     assert list(tree.items()) == model.sorted_items()
 
 
-def make_machine(mod: ModuleType):
+def make_machine(mod: ModuleType, self_keyed: bool = False):
+    """The tree against the model; `self_keyed`: every item is its own key (the value drawn is replaced by the
+    key), the watch cache's one-pointer-per-item mode."""
     class BTreeMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
-            self.tree = mod.BTree()
+            self.tree = mod.BTree(self_keyed=self_keyed) if self_keyed else mod.BTree()
             self.model = Model()
             self.snaps: list[tuple] = []  # (snapshot, model copy at snapshot time)
 
@@ -64,6 +66,7 @@ def make_machine(mod: ModuleType):
 
         @rule(key=KEYS, value=st.integers())
         def insert(self, key, value):
+            value = key if self_keyed else value
             assert self.tree.insert(key, value) == self.model.d.get(key)
             self.model.d[key] = value
             self._check_all()
@@ -74,8 +77,9 @@ def make_machine(mod: ModuleType):
             rnd = random.Random(seed)
             for _ in range(n):
                 key = "".join(rnd.choice("abcdefgh") for _ in range(rnd.randint(1, 4)))
-                self.tree.insert(key, seed)
-                self.model.d[key] = seed
+                value = key if self_keyed else seed
+                self.tree.insert(key, value)
+                self.model.d[key] = value
             self._check_all()
 
         @rule(key=KEYS)
@@ -124,7 +128,11 @@ def make_machine(mod: ModuleType):
         def write_snapshot(self, i, key, value):
             # Snapshots are full trees: writing one must not leak into the original or other snapshots.
             s, m = self.snaps[i % len(self.snaps)]
-            if key in m.d and value % 2:
+            if self_keyed:
+                value, odd = key, value % 2
+            else:
+                odd = value % 2
+            if key in m.d and odd:
                 assert s.delete(key) == m.d.pop(key)
             else:
                 assert s.insert(key, value) == m.d.get(key)
@@ -149,6 +157,35 @@ def make_machine(mod: ModuleType):
 
 TestStateMachinePy = make_machine(btree_py).TestCase
 TestStateMachineC = make_machine(btree_c).TestCase
+TestStateMachineSelfKeyedPy = make_machine(btree_py, self_keyed=True).TestCase
+TestStateMachineSelfKeyedC = make_machine(btree_c, self_keyed=True).TestCase
+
+
+def test_self_keyed_tree_keeps_one_pointer_per_item_and_takes_only_items_as_their_keys(impl):
+    t = impl.BTree(self_keyed=True)
+    assert t.self_keyed and not impl.BTree().self_keyed
+    with pytest.raises(ValueError):
+        t.insert("a", "b")
+    with pytest.raises(ValueError):
+        t.append("a", 1)
+    keys = [f"k{i:05d}" for i in range(3000)]
+    for k in keys:
+        t.append(k, k)
+    snap = t.snapshot()
+    assert snap.self_keyed
+    with pytest.raises(ValueError):
+        snap.insert("k00001", 1)
+    for k in keys[::3]:
+        assert t.delete(k) == k
+    t._check()
+    snap._check()
+    assert list(t.keys()) == [k for i, k in enumerate(keys) if i % 3] and list(snap.values()) == keys
+    if impl is btree_c:
+        two = btree_c.BTree()
+        for k in keys:
+            two.append(k, k)
+        # one pointer (8 B) per item and per spare slot less
+        assert snap.__sizeof__() < two.__sizeof__() - 8 * len(keys)
 
 
 # ---- edge cases -------------------------------------------------------------------------------

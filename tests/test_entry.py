@@ -120,13 +120,15 @@ def test_compiled_compressed_entry_keeps_its_key_in_the_frame_block():
     assert (empty.key, empty.data) == ("", wire)
 
 
-def test_compiled_tree_keyed_by_entries_orders_by_their_keys():
+@pytest.mark.parametrize("self_keyed", [False, True], ids=["two-slot", "self-keyed"])
+def test_compiled_tree_keyed_by_entries_orders_by_their_keys(self_keyed):
     """The watch cache's tree holds each entry in its key's place (`insert(e, e)`): lookups, ranges, counts
     and snapshots by str keys see the entries' keys, plain or compressed, in UTF-8 (code point) order, keys
-    come out as str, and replacing an entry replaces it in the key's place too (the old one is released)."""
+    come out as str, and replacing an entry replaces it in the key's place too (the old one is released).
+    A self-keyed tree (the watch cache's) holds one reference per item."""
     import zlib
     keys = ["/r/a", "/r/b\u00e9", "/r/b", "/r/\U0001f600", "/r/ba", "/r/a\x00", "/r/", "/r/z" * 3]
-    t = ext.BTree()
+    t = ext.BTree(self_keyed=self_keyed)
     entries = {}
     for i, k in enumerate(keys):
         e = entries[k] = ext.Entry(k, i, b"{}", i, 0)
@@ -144,13 +146,21 @@ def test_compiled_tree_keyed_by_entries_orders_by_their_keys():
     new = ext.Entry("/r/b", 99, b"{}", 0, 0)
     held = sys.getrefcount(old)
     assert t.insert(new, new) is old
-    assert sys.getrefcount(old) == held - 2     # out of the key's place too, not only the value's
+    assert sys.getrefcount(old) == held - (1 if self_keyed else 2)  # out of the key's place too
     snap = t.snapshot()
     assert t.insert(old, old) is new
     assert t.get("/r/b") is old and snap.get("/r/b") is new
-    t.insert("/r/b", new)                       # a str key in an entry-keyed tree
+    if self_keyed:
+        t.insert(new, new)
+        with pytest.raises(ValueError):
+            t.insert("/r/b", new)
+    else:
+        t.insert("/r/b", new)                   # a str key in an entry-keyed tree
     assert t.get("/r/b") is new and list(t.keys()) == sorted(keys)
-    assert t.delete("/r/\U0001f600") is entries["/r/\U0001f600"]
+    gone = entries["/r/\U0001f600"]
+    held = sys.getrefcount(gone)
+    assert t.delete("/r/\U0001f600") is gone
+    assert sys.getrefcount(gone) == held - (1 if self_keyed else 2)
     t._check()
     with pytest.raises(ValueError):
         t.append(ext.Entry("/r/a", 1, b"{}", 0, 0), None)
@@ -159,8 +169,9 @@ def test_compiled_tree_keyed_by_entries_orders_by_their_keys():
 
     class Key(str):
         pass
-    t.insert(Key("/r/c"), 7)                    # a str subclass is a str key, beside entries
-    assert t.get(Key("/r/b")) is new and t.get("/r/c") == 7 and "/r/c" in list(t.keys())
+    c = Key("/r/c")
+    t.insert(c, c if self_keyed else 7)         # a str subclass is a str key, beside entries
+    assert t.get(Key("/r/b")) is new and t.get("/r/c") == (c if self_keyed else 7) and "/r/c" in list(t.keys())
     t._check()
 
 

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from apiserver.auth.attributes import Attributes
-from apiserver.auth.rbac import KEYS, SMALL_REGISTRY, RBACAuthorizer
+from apiserver.auth.rbac import KEYS, SMALL_GROUP, SMALL_REGISTRY, RBACAuthorizer, _Group
 from apiserver.auth.user import UserInfo
 
 G = "rbac.authorization.k8s.io"
@@ -382,6 +382,35 @@ def test_a_namespace_registry_is_a_tuple_while_small_then_a_dict():
     assert not a.authorize(res(user("u0"), "get", "configmaps")).allowed
     a.apply("RoleBinding", "DELETED", rb("nope", "Role", "r", []))      # an unknown one: nothing changes
     assert a.counts()["RoleBinding"] == 2
+
+
+def test_bindings_under_one_index_key_are_a_tuple_group_while_small_then_a_list():
+    """One binding per key is the binding itself, two to SMALL_GROUP a _Group (a tuple), a list beyond; each
+    form answers alike, and deletes go back down to one binding and to nothing."""
+    a = authz(role("r", [RULE_CM]))
+    n = SMALL_GROUP + 4
+    users = a._rb_idx
+
+    def held():
+        return users["demo"][0].get("alice")
+    for i in range(n):
+        a.apply("RoleBinding", "ADDED", rb(f"b{i}", "Role", "r", [U("alice")]))
+        want = tuple if i == 0 else _Group if i < SMALL_GROUP else list
+        assert type(held()) is want and (i == 0 or len(held()) == i + 1), i
+        assert a.authorize(res(user("alice"), "get", "configmaps")).allowed
+    for i in range(n - 1):
+        a.apply("RoleBinding", "DELETED", rb(f"b{i}", "Role", "r", []))
+        assert a.authorize(res(user("alice"), "get", "configmaps")).allowed, i
+    assert type(held()) is tuple and held()[0] == "b%d" % (n - 1)
+    for i in range(3):
+        a.apply("RoleBinding", "ADDED", rb(f"c{i}", "Role", "r", [U("alice")]))
+    assert type(held()) is _Group and sorted(b[0] for b in held()) == ["b%d" % (n - 1), "c0", "c1", "c2"]
+    a.apply("RoleBinding", "MODIFIED", rb("c1", "Role", "r", [U("bob")]))
+    assert sorted(b[0] for b in held()) == ["b%d" % (n - 1), "c0", "c2"]
+    assert a.authorize(res(user("bob"), "get", "configmaps")).allowed
+    for name in ("b%d" % (n - 1), "c0", "c2"):
+        a.apply("RoleBinding", "DELETED", rb(name, "Role", "r", []))
+    assert held() is None and not a.authorize(res(user("alice"), "get", "configmaps")).allowed
 
 
 def test_aggregated_cluster_roles():

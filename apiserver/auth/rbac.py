@@ -631,12 +631,23 @@ def _as_list(v) -> list:
     return [v] if type(v) is tuple else list(v)
 
 
+class _Group(tuple):
+    """Two to SMALL_GROUP bindings under one index key, as a tuple (a list of two cost 16 B more, of three or
+    four 24-32 B more); a list beyond. Its own type: a bare tuple is one binding."""
+    __slots__ = ()
+
+
+SMALL_GROUP = 16
+
+
 def _link(index: dict, key: str, b: Binding) -> None:
     cur = index.get(key)
     if cur is None:
         index[key] = b
     elif type(cur) is tuple:
-        index[key] = [cur, b]
+        index[key] = _Group((cur, b))
+    elif type(cur) is _Group:
+        index[key] = _Group((*cur, b)) if len(cur) < SMALL_GROUP else [*cur, b]
     else:
         cur.append(b)
 
@@ -648,7 +659,10 @@ def _unlink(index: dict, key: str, b: Binding) -> None:
     if cur is b:
         del index[key]
         return
-    if type(cur) is list:
+    if type(cur) is _Group:
+        rest = tuple(x for x in cur if x is not b)
+        index[key] = rest[0] if len(rest) == 1 else _Group(rest)
+    elif type(cur) is list:
         for i, x in enumerate(cur):
             if x is b:
                 del cur[i]

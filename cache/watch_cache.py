@@ -81,10 +81,13 @@ class Indexes:
     """Namespace and label bitmaps over slot ids (latest state only, S2.15).
 
     Label values are indexed per key until the key turns out to be near-unique
-    (e.g. `kubernetes.io/hostname`): a bitmap per distinct value would then cost
-    far more than the objects' share of 4 B. Such a key keeps only its
-    "exists" bitmap; selectors on it get candidates from that bitmap and are
-    finished by matching the objects (`select` says the answer is not exact).
+    (e.g. `kubernetes.io/hostname`), or its values mostly one object's each (a
+    Helm chart's version, `pod-template-hash` of one-replica Deployments): a
+    value's entry (its tuple key, string, dict slot and int or bitmap, ~200 B)
+    would then cost about as much as the object's whole compressed copy. Such a
+    key keeps only its "exists" bitmap; selectors on it get candidates from that
+    bitmap and are finished by matching the objects (`select` says the answer is
+    not exact), as upstream's cache answers every label selector.
 
     A label value held by one object alone (a Helm chart's version, a release
     name: most values of such keys below the near-unique threshold) is kept as
@@ -100,6 +103,9 @@ class Indexes:
         self.by_label_key: dict[str, BitMap] = {}
         self.values_per_key: dict[str, int] = {}
         self.unindexed_keys: set[str] = set()
+        # A (re)list is being added: the objects so far are not the whole, so the values-per-object rule waits
+        # for `review` (a list comes in key order, and a key's values need not).
+        self.filling = False
 
     def add(self, slot: int, namespace: str, labels: dict[str, str]) -> None:
         self.all.add(slot)
@@ -112,13 +118,25 @@ class Indexes:
             if b is None:
                 self.by_label[(sys.intern(k), v)] = slot
                 n = self.values_per_key[k] = self.values_per_key.get(k, 0) + 1
-                if n > HIGH_CARDINALITY_VALUES and n * HIGH_CARDINALITY_SHARE > len(self.all):
+                if n > HIGH_CARDINALITY_VALUES and n * HIGH_CARDINALITY_SHARE > len(self.all) or \
+                        not self.filling and n > MOSTLY_SINGLE_VALUES and n * 2 > len(self.all):
                     self._stop_indexing(k)
             elif type(b) is int:
                 if b != slot:
                     self.by_label[(k, v)] = BitMap((b, slot))
             else:
                 b.add(slot)
+
+    def review(self) -> None:
+        """The end of a (re)list: keys whose values turned out mostly one object's each stop being indexed."""
+        self.filling = False
+        n_all = len(self.all)
+        gone = {k for k, n in self.values_per_key.items() if n > MOSTLY_SINGLE_VALUES and n * 2 > n_all}
+        if gone:
+            self.unindexed_keys |= gone
+            for k in gone:
+                del self.values_per_key[k]
+            self.by_label = {kv: b for kv, b in self.by_label.items() if kv[0] not in gone}
 
     def _stop_indexing(self, key: str) -> None:
         self.unindexed_keys.add(key)
@@ -252,9 +270,11 @@ RECENT_SNAPSHOTS = 256
 REBUILT_KEPT = 4
 
 # A label key stops being indexed by value once it has more than this many distinct
-# values and they are more than 1/HIGH_CARDINALITY_SHARE of the objects (near-unique).
+# values and they are more than 1/HIGH_CARDINALITY_SHARE of the objects (near-unique),
 HIGH_CARDINALITY_VALUES = 1024
 HIGH_CARDINALITY_SHARE = 4
+# or more than this many and more than half as many values as objects (fewer than two objects per value).
+MOSTLY_SINGLE_VALUES = 256
 
 INDEXABLE_OPS = {"=", "==", "in", "!=", "notin", "exists", "!"}
 
@@ -326,6 +346,7 @@ class WatchCache:
         self.slots = []
         self.allocator.reset()
         self.indexes = Indexes()
+        self.indexes.filling = True
         if self.compressor is not None:
             self.compressor.reset()
 
@@ -376,6 +397,7 @@ class WatchCache:
         self.indexes = indexes
 
     def finish_replace(self, rv: int) -> None:
+        self.indexes.review()
         self.indexes.optimize()
         self.rv = rv
         self.list_rv = rv

@@ -140,6 +140,23 @@ def test_indexes_follow_label_changes_and_deletes():
     assert sel([], "other") == []
 
 
+def test_label_keys_of_mostly_one_object_per_value_are_not_indexed_by_value():
+    """A key with more than MOSTLY_SINGLE_VALUES values and fewer than two objects per value (a chart version
+    label) keeps only its exists-bitmap; one with as many values over ten times the objects stays indexed."""
+    clock = Clock()
+    wc = WatchCache("/r/", clock)
+    wc.replace([("/r/n%04d" % i, i + 1, b"{}", f"u{i}", "", {"chart": f"c-{i % 400}", "hash": f"h{i % 300}"})
+                for i in range(600)], 5000)
+    assert "chart" in wc.indexes.unindexed_keys and "hash" not in wc.indexes.unindexed_keys
+    slots, exact = wc.indexes.select([("chart", "=", ["c-7"])], None)
+    assert not exact and len(slots) == 600          # candidates: every object with the key
+    wc = WatchCache("/r/", clock)
+    wc.replace([("/r/n%04d" % i, i + 1, b"{}", f"u{i}", "", {"hash": f"h{i % 300}"}) for i in range(3000)], 5000)
+    assert not wc.indexes.unindexed_keys
+    slots, exact = wc.indexes.select([("hash", "=", ["h7"])], None)
+    assert exact and len(slots) == 10
+
+
 def test_a_label_value_of_one_object_is_kept_as_its_slot():
     """One object's value is an int (no bitmap); a second object makes it a bitmap, and back to an int when
     one is left; selectors read both forms alike."""

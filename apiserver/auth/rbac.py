@@ -397,6 +397,7 @@ class RBACAuthorizer:
             star_sub = "*/" + sub if sub else None
         else:
             path = a.path
+        big = self.big
         for scope in (("", ns) if ns else ("",)):
             if scope:
                 idx = self._rb_idx.get(scope)
@@ -417,41 +418,64 @@ class RBACAuthorizer:
                     else:
                         hits.extend(f)
             # A group bound many times in a namespace (an operator's chart per app) often reaches the same rules
-            # through several bindings: rules that did not allow the request once will not the second time.
-            tried = set() if len(hits) > 4 else None
+            # through several bindings: rules that did not allow the request once will not the second time. A
+            # role already tried by name is skipped before it is looked up (its missing-role error, if any, was
+            # added once: the aggregate message lists each once); roles sharing one rules tuple are tried once.
+            if len(hits) > 4:
+                tried, tried_c, tried_r = set(), set(), set()
+            else:
+                tried = None
+            roles_here = self._roles.get(scope, _NONE) if scope else _NONE
             for b in hits:
                 kind = b[1]
+                ref = b[2]
                 if kind == "ClusterRole":
-                    rules = self._cluster_role_rules(b[2])
+                    if tried is not None:
+                        if ref in tried_c:
+                            continue
+                        tried_c.add(ref)
+                    rules = self._cluster_role_rules(ref)
                 elif kind == "Role":
-                    rules = self._roles.get(scope, _NONE).get(b[2]) if scope else None
+                    if tried is not None:
+                        if ref in tried_r:
+                            continue
+                        tried_r.add(ref)
+                    rules = roles_here.get(ref)
                 else:
                     rules = None
                 if rules is None:
                     if errors is None:
                         errors = []
-                    errors.append(_not_found(kind, b[2]) if kind in ("Role", "ClusterRole")
+                    errors.append(_not_found(kind, ref) if kind in ("Role", "ClusterRole")
                                   else f'unsupported role reference kind: "{kind}"')
                     continue
                 if tried is not None:
                     if id(rules) in tried:
                         continue
                     tried.add(id(rules))
-                if len(rules) > self.big:   # e.g. an aggregated role: only the rules naming this verb and resource
+                if len(rules) > big:   # e.g. an aggregated role: only the rules naming this verb and resource
                     rules = self._candidates(rules, verb, combined if resource_request else None, star_sub
                                              if resource_request else None)
-                for verbs, agroups, res, names, urls, prefixes in rules:
+                # (verbs, apiGroups, resources, resourceNames, nonResourceURLs, URL prefixes): read by index, as
+                # most rules fail on the first field (unpacking all six cost 146 ns a rule, indexing 80)
+                for r in rules:
+                    verbs = r[0]
                     if verb not in verbs and "*" not in verbs:
                         continue
                     if resource_request:
+                        agroups = r[1]
                         if api_group not in agroups and "*" not in agroups:
                             continue
+                        res = r[2]
                         if "*" not in res and combined not in res and (star_sub is None or star_sub not in res):
                             continue
+                        names = r[3]
                         if names and name not in names:
                             continue
                     else:
+                        urls = r[4]
                         if "*" not in urls and path not in urls:
+                            prefixes = r[5]
                             if prefixes is None:
                                 continue
                             for p in prefixes:
@@ -464,9 +488,10 @@ class RBACAuthorizer:
             return Decision(False, "RBAC: " + _aggregate(errors))
         return DENY
 
-    def _candidates(self, rules: tuple, verb: str, combined: str | None, star_sub: str | None) -> list:
+    def _candidates(self, rules: tuple, verb: str, combined: str | None, star_sub: str | None):
         """The rules of a long rule list that may allow the request (a superset of those that do), from an index
-        by (verb, resource) built the first time the list is used."""
+        by verb, then resource, built the first time the list is used (nested dicts: no key tuple to make per
+        lookup)."""
         c = self._compiled.get(id(rules))
         if c is None or c[0] is not rules:
             by_res: dict = {}
@@ -474,22 +499,32 @@ class RBACAuthorizer:
             for r in rules:
                 for v in r[0]:
                     if r[2]:
+                        per = by_res.setdefault(v, {})
                         for x in r[2]:
-                            by_res.setdefault((v, x), []).append(r)
+                            per.setdefault(x, []).append(r)
                     if r[4]:
                         by_verb.setdefault(v, []).append(r)
             c = self._compiled[id(rules)] = (rules, by_res, by_verb)
-        out: list = []
         if combined is None:
-            for v in (verb, "*"):
-                out += c[2].get(v, ())
-            return out
+            got, star = c[2].get(verb), c[2].get("*")
+            if star is None:
+                return got or ()
+            return star if got is None else got + star
+        out: list = []
         by_res = c[1]
         for v in (verb, "*"):
-            for x in (combined, "*", star_sub):
-                got = by_res.get((v, x))
+            per = by_res.get(v)
+            if per is not None:
+                got = per.get(combined)
                 if got:
                     out += got
+                got = per.get("*")
+                if got:
+                    out += got
+                if star_sub is not None:
+                    got = per.get(star_sub)
+                    if got:
+                        out += got
         return out
 
     @staticmethod

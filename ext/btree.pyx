@@ -12,9 +12,10 @@ design: google/btree, degree 16, at most 31 items per node, subtree sizes for O(
 Memory layout: a node is a small non-GC extension object (no cyclic-GC header) plus one
 ``PyMem_Malloc`` block of interleaved ``key, value`` pointers and, for internal nodes, one block of
 child pointers. A self-keyed tree (``BTree(self_keyed=True)``, the watch cache's: every item is an entry
-inserted as its own key, ``insert(e, e)``) keeps one pointer per item instead of two, the item's
-``stride`` (1 or 2 slots, the same in every node of a tree); 8 B less per item. Blocks are sized to the fill (capacity rounded up to 4 items, shrunk again when a
-node loses 8 free slots), so half-full nodes do not pay for 31 slots. ``PyMem_*`` memory is visible
+inserted as its own key, ``insert(e, e)``) keeps one pointer per item instead of two (a node's ``s``,
+1 or 2 slots per item, the same in every node of a tree): 8 B less per item. Blocks are sized to the
+fill (capacity rounded up to 4 items, shrunk again when a node loses 8 free slots), so half-full nodes
+do not pay for 31 slots. ``PyMem_*`` memory is visible
 to tracemalloc. Because nodes are not GC-tracked, a cycle running through a stored value back to the
 tree is never collected (cache entries never refer to their tree).
 

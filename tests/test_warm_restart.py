@@ -44,7 +44,8 @@ def snap_path(srv, residency: str, etcd=None) -> str:
 def _filled_cache(n: int) -> WatchCache:
     wc = WatchCache("/registry/configmaps/", time.monotonic)
     wc.replace(((f"/registry/configmaps/ns{i % 3}/c{i:04d}", 10 + i, b'{"n":%d}' % i, f"uid-{i}", f"ns{i % 3}",
-                 {"app": f"a{i % 5}", "i": str(i)}) for i in range(n)), 10 + n)
+                 {"app": f"a{i % 5}", "i": str(i), **({"one": f"o{i}"} if i < 6 else {})}) for i in range(n)),
+               10 + n)
     for i in range(0, n, 7):  # freed slots in the middle: the allocator must come back as it was
         key = f"/registry/configmaps/ns{i % 3}/c{i:04d}"
         wc.apply_delete(key, 100 + n + i, b"{}", f"ns{i % 3}", {"app": f"a{i % 5}", "i": str(i)})
@@ -74,8 +75,13 @@ async def test_snapshot_round_trip(tmp_path):
     assert [(k, e.rv, e.data, e.slot, e.uid_hash) for k, e in back.store.items()] == \
         [(k, e.rv, e.data, e.slot, e.uid_hash) for k, e in wc.store.items()]
     assert loaded.newest == max(((k, e.rv) for k, e in wc.store.items()), key=lambda x: x[1])
-    for q in ([("app", "=", ["a1"])], [("i", "exists", None)], [("app", "notin", ["a1", "a2"])]):
+    for q in ([("app", "=", ["a1"])], [("i", "exists", None)], [("app", "notin", ["a1", "a2"])],
+              [("one", "in", ["o1", "o4", "o5"])]):
         assert back.indexes.select(q, "ns1")[0] == wc.indexes.select(q, "ns1")[0]
+    # a value of one object is saved and restored as its slot; a near-unique key stays unindexed
+    assert type(back.indexes.by_label[("one", "o4")]) is int and len(back.indexes.select([("one", "=", ["o4"])],
+                                                                                          "ns1")[0]) == 1
+    assert "i" in back.indexes.unindexed_keys
     assert sorted(back.allocator._free) == sorted(wc.allocator._free) and back.allocator._next == wc.allocator._next
     # a new object takes a free slot without clashing with a restored one
     e = back.apply_put("/registry/configmaps/ns0/new", back.rv + 1, b"{}", "u", "ns0", {}, None).entry

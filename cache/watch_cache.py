@@ -119,7 +119,7 @@ class Indexes:
                 self.by_label[(sys.intern(k), v)] = slot
                 n = self.values_per_key[k] = self.values_per_key.get(k, 0) + 1
                 if n > HIGH_CARDINALITY_VALUES and n * HIGH_CARDINALITY_SHARE > len(self.all) or \
-                        not self.filling and n > MOSTLY_SINGLE_VALUES and n * 2 > len(self.all):
+                        not self.filling and _mostly_single(n, len(self.all)):
                     self._stop_indexing(k)
             elif type(b) is int:
                 if b != slot:
@@ -131,7 +131,7 @@ class Indexes:
         """The end of a (re)list: keys whose values turned out mostly one object's each stop being indexed."""
         self.filling = False
         n_all = len(self.all)
-        gone = {k for k, n in self.values_per_key.items() if n > MOSTLY_SINGLE_VALUES and n * 2 > n_all}
+        gone = {k for k, n in self.values_per_key.items() if _mostly_single(n, n_all)}
         if gone:
             self.unindexed_keys |= gone
             for k in gone:
@@ -219,16 +219,17 @@ class Indexes:
         """What CRoaring allocated for the bitmaps (outside the Python heap, so tracemalloc cannot see it)."""
         return sum(bitmap_native_bytes(b) for b in self._bitmaps())
 
-    def __sizeof__(self) -> int:
-        """Everything the indexes hold: the dicts, the bitmaps' Python objects and their CRoaring memory, the
-        one-object values' ints (keys' strings are shared with nothing else)."""
-        n = 0
-        for b in self._bitmaps():
-            n += _BITMAP_OBJECT_BYTES + bitmap_native_bytes(b)
+    def python_bytes(self) -> int:
+        """The indexes' Python heap: the dicts, the bitmaps' Python objects, the one-object values' ints (keys'
+        strings are shared with nothing else)."""
+        n = _BITMAP_OBJECT_BYTES * sum(1 for _ in self._bitmaps())
         for d in (self.by_namespace, self.by_label, self.by_label_key):
             n += d.__sizeof__()
-        n += sum(b.__sizeof__() for b in self.by_label.values() if type(b) is int)
-        return n
+        return n + sum(b.__sizeof__() for b in self.by_label.values() if type(b) is int)
+
+    def __sizeof__(self) -> int:
+        """Everything the indexes hold: their Python heap and the bitmaps' CRoaring memory."""
+        return self.python_bytes() + self.native_bytes()
 
 
 def _discard(d: dict, k, slot: int) -> None:
@@ -275,6 +276,10 @@ HIGH_CARDINALITY_VALUES = 1024
 HIGH_CARDINALITY_SHARE = 4
 # or more than this many and more than half as many values as objects (fewer than two objects per value).
 MOSTLY_SINGLE_VALUES = 256
+
+
+def _mostly_single(values: int, objects: int) -> bool:
+    return values > MOSTLY_SINGLE_VALUES and values * 2 > objects
 
 INDEXABLE_OPS = {"=", "==", "in", "!=", "notin", "exists", "!"}
 
@@ -615,12 +620,13 @@ class WatchCache:
         nodes = max(self.store.node_count(), 1)
         depth = max(1, math.ceil(math.log(max(len(self.store), 2), 16)))
         snap_bytes = max(len(self.snapshot_rvs) - 1, 0) * depth * (self.store.__sizeof__() // nodes)
+        bitmap_native = self.indexes.native_bytes()
         return {
             "objects": len(self.store),
             "entry_bytes": entry_bytes,
             "btree_bytes": self.store.__sizeof__(),
-            "bitmap_bytes": self.indexes.__sizeof__(),
-            "bitmap_native_bytes": self.indexes.native_bytes(),
+            "bitmap_bytes": self.indexes.python_bytes() + bitmap_native,
+            "bitmap_native_bytes": bitmap_native,
             "slots_bytes": self.slots.__sizeof__(),
             "history_events": len(self.history),
             "history_bytes": history_bytes,

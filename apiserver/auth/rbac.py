@@ -418,28 +418,15 @@ class RBACAuthorizer:
                     else:
                         hits.extend(f)
             # A group bound many times in a namespace (an operator's chart per app) often reaches the same rules
-            # through several bindings: rules that did not allow the request once will not the second time. A
-            # role already tried by name is skipped before it is looked up (its missing-role error, if any, was
-            # added once: the aggregate message lists each once); roles sharing one rules tuple are tried once.
-            if len(hits) > 4:
-                tried, tried_c, tried_r = set(), set(), set()
-            else:
-                tried = None
+            # through several bindings: rules that did not allow the request once will not the second time.
+            tried = set() if len(hits) > 4 else None
             roles_here = self._roles.get(scope, _NONE) if scope else _NONE
             for b in hits:
                 kind = b[1]
                 ref = b[2]
                 if kind == "ClusterRole":
-                    if tried is not None:
-                        if ref in tried_c:
-                            continue
-                        tried_c.add(ref)
                     rules = self._cluster_role_rules(ref)
                 elif kind == "Role":
-                    if tried is not None:
-                        if ref in tried_r:
-                            continue
-                        tried_r.add(ref)
                     rules = roles_here.get(ref)
                 else:
                     rules = None

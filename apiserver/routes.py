@@ -12,6 +12,7 @@ from aiohttp import web
 from machinery.metrics import CONTENT_TYPE, generate_latest
 
 from machinery import errors, jsonenc
+from machinery.memory import release_free_memory
 
 from . import discovery
 from .auth import reviews
@@ -92,6 +93,10 @@ class Routes:
             if "gc" in request.query:
                 import gc
                 gc.collect()
+            if "trim" in request.query:
+                # freed heap back to the OS first (as the server does after a (re)list), so that RSS read next
+                # holds what is live rather than what earlier garbage left in glibc's free lists
+                release_free_memory()
             return json_response(jsonenc.dumps(self.residency_report()) + b"\n")
         if head == "version" and len(parts) == 1:
             return json_response(discovery.version_json())

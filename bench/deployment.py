@@ -16,7 +16,8 @@ Sections (`--sections`, default all five, run in this order: memory, saturation,
   p50 / p99. Target: p99 <= 0.6x kube.
 * `biglists`: 20 concurrent consistent lists of 100 MB each (1,000 realistic 100 KB Pods, `bench.corpus.ai_pod`,
   loaded through kube-apiserver; each client lists `--big-list-reps` times): p50 / p99. Target: p99 <= 0.8x kube.
-* `throughput`: creates/s and updates/s of 1 KB ConfigMaps from 16 keep-alive client processes. Target >= 1.5x.
+* `throughput`: creates/s and updates/s of 1 KB ConfigMaps from 16 keep-alive HTTPS connections of the compiled
+  bench/go/writer (`--tp-client python`: forked Python processes, as before 2026-12-06). Target >= 1.5x.
 * `memory`: the whole server's memory once it holds 20,000 1 KB ConfigMaps (loaded through kube; read once
   our caches have compressed their cold entries): kube's RSS; ours single-process its RSS (and PSS); the
   deployment the sum of its processes' PSS (/proc/PID/smaps_rollup), the supervisor included. Target: the
@@ -47,7 +48,7 @@ from bench import corpus
 from bench.harness import Apiserver, BenchError, compression_settled, current_etcd, log, proc_cpu_s, versions, write_json
 from bench.report import render
 from bench.vs_upstream import (Servers, Side, ensure_ns, fanout_ladder, fanout_objects, load, ratio, run_clients,
-                               saturation_ladder, synced_count)
+                               run_ops, saturation_ladder, synced_count)
 from bench.workloads import sized_configmap
 from deployment.supervisor import pss_bytes
 from storage.embedded import free_port
@@ -230,7 +231,8 @@ def section_biglists(sv: Servers, sides: list[Side], etcd_pid: int, n: int, clie
     return concurrent_lists(sides, etcd_pid, path, clients, reps)
 
 
-def section_throughput(sv: Servers, sides: list[Side], etcd_pid: int, n: int, clients: int) -> dict:
+def section_throughput(sv: Servers, sides: list[Side], etcd_pid: int, n: int, clients: int,
+                       client: str = "go") -> dict:
     out: dict = {}
     for side in sides:
         asyncio.run(ensure_ns(sv.kube_side, f"dep-tp-{side.name}"))
@@ -244,8 +246,7 @@ def section_throughput(sv: Servers, sides: list[Side], etcd_pid: int, n: int, cl
             else:
                 ops = [("PUT", f"{path}/cm-{i:06d}", orjson.dumps(sized_configmap(
                     f"cm-{i:06d}", 1024, f"dep-tp-{side.name}", extra={"gen": "2"}))) for i in range(n)]
-            jobs = [{"kind": "ops", "conns": 1, "ops": ops[k::clients]} for k in range(clients)]
-            row[side.name] = r = measured(side, etcd_pid, lambda: run_clients(side, jobs))
+            row[side.name] = r = measured(side, etcd_pid, lambda: run_ops(side, ops, clients, client))
             log(f"throughput {verb} on {side.name}: {r['per_s']:,.0f}/s, p99 {r['p99_ms']:.0f} ms, "
                 f"server {r['server_cpu_s'] / r['n'] * 1e3:.2f} CPU-ms per write, "
                 f"etcd {r['etcd_cpu_s'] / r['n'] * 1e3:.2f}")
@@ -327,6 +328,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--shards", type=int, default=0, help="the deployment's shards (default: its own, 1)")
     ap.add_argument("--saturation-reps", type=int, default=2)
     ap.add_argument("--big-list-reps", type=int, default=2, help="lists of 100 MB per client (biglists)")
+    ap.add_argument("--tp-client", choices=("go", "python"), default="go",
+                    help="who sends the writes: the compiled bench/go/writer, or forked Python processes")
     ap.add_argument("--out", default="bench/out/deployment.json")
     p = ap.parse_args(argv)
     p.sections = [x.strip() for x in p.sections.split(",") if x.strip()]
@@ -365,7 +368,7 @@ def main(argv=None) -> int:
             if "biglists" in p.sections:
                 doc["biglists"] = section_biglists(sv, sides, etcd.pid, p.big_n, 20, p.big_list_reps)
             if "throughput" in p.sections:
-                doc["throughput"] = section_throughput(sv, sides, etcd.pid, p.tp_n, 16)
+                doc["throughput"] = section_throughput(sv, sides, etcd.pid, p.tp_n, 16, p.tp_client)
         finally:
             if dep is not None:
                 stop_deployment(dep)

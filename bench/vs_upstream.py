@@ -14,7 +14,8 @@ Sections (`--sections`, default all six):
   training Pods), bytes per cached object = growth / N once both caches hold the N objects. Heap: kube's `go_memstats_heap_alloc_bytes` after
   a forced GC (`/debug/pprof/heap?gc=1`); ours tracemalloc (which sees the cache's entries and B-tree
   nodes) + the roaring bitmaps' and compression codecs' native bytes (`/debug/residency`; ours runs with
-  RESIDENCY_TRACEMALLOC=1 for this section only), read once our cold entries are compressed. RSS for both.
+  RESIDENCY_TRACEMALLOC=1 for this section only), read once our cold entries are compressed. RSS for both (ours read
+  after `/debug/residency?gc=1&trim=1`: a collection and glibc's malloc_trim, before and after each kind).
   (`--quick` runs ours with `--cache-compression-eager`, so neither section waits out the 75 s window.)
 * `lists`: 1,000 x 100 KB ConfigMaps of real config files (`bench/corpus.py`; the KubeCon demo shape at 1/10
   scale): consistent, `resourceVersion=0`, paged (limit 500, followed to the end), label-selected (1/10 of the
@@ -42,7 +43,8 @@ Sections (`--sections`, default all six):
   The `fanout` section's Python watchers and unpaced writer measure something else: at saturation its
   p99 is the backlog's age, whichever server is watched.
 * `throughput`: creates/s, updates/s (unconditional PUT of a changed object) and GETs/s (2 per object) of 1 KB
-  ConfigMaps from `--tp-clients` (16) forked client processes, one keep-alive HTTPS connection each; 4,000
+  ConfigMaps from `--tp-clients` (16) keep-alive HTTPS connections of the compiled bench/go/writer (`--tp-client
+  python`: one forked Python process per connection, as before 2026-12-06); 4,000
   objects per server, each server in its own namespace, ours then kube per verb.
 * `restart`: its own etcd and servers: 100,000 ConfigMaps (~0.9 KB as served) in one namespace, loaded once
   through kube; then each server in turn is stopped (SIGTERM) and started again over the same etcd,
@@ -293,6 +295,35 @@ def run_clients(side: Side, jobs: list[dict], timeout: float = 900.0) -> dict:
     return out
 
 
+def run_ops_go(side: Side, ops: list[tuple], clients: int, timeout: float = 900.0) -> dict:
+    """The same as run_clients over `clients` jobs of ops[k::clients], sent by the compiled bench/go/writer
+    instead of forked Python processes (issue 21 asks for throughput with compiled clients: a Python client
+    spends about as much CPU per request as the server it measures, on the same two cores)."""
+    writer = load_tool("build_repo_go").ensure("writer")
+    import tempfile
+    with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", prefix="writer-ops-") as f:
+        for method, path, body in ops:
+            f.write(orjson.dumps({"m": method, "p": path, "b": (body or b"").decode()}) + b"\n")
+        f.flush()
+        ca, (cert, key) = side.ca, side.cert
+        r = subprocess.run([writer, "-base", side.base, "-ops", f.name, "-clients", str(clients), "-ca", ca,
+                            "-cert", cert, "-key", key], capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise BenchError(f"writer on {side.name}: exit {r.returncode}: {r.stderr[-600:]}")
+    out = orjson.loads(r.stdout)
+    if out["n"] != len(ops):
+        raise BenchError(f"writer on {side.name}: {out['n']} of {len(ops)} operations answered")
+    return out
+
+
+def run_ops(side: Side, ops: list[tuple], clients: int, client: str = "go") -> dict:
+    """ops[k::clients] per keep-alive client, all starting together: the compiled writer (`go`) or forked Python
+    processes (`python`, as before 2026-12-06)."""
+    if client == "go":
+        return run_ops_go(side, ops, clients)
+    return run_clients(side, [{"kind": "ops", "conns": 1, "ops": ops[k::clients]} for k in range(clients)])
+
+
 # --- loading (through kube-apiserver: stored as protobuf, as in a real cluster) ----------------------------
 
 KINDS = {  # name: (collection path under /namespaces/<ns>, factory(ns, i), has a status to PUT); realistic objects
@@ -372,6 +403,14 @@ async def memory_reading(side: Side, heap: bool = True) -> dict:
         async with session(side.conf()) as s:
             await compression_settled(s, side.base, quiet=True, strict=False)
         h = None
+    if side.name != "kube":
+        # glibc keeps freed pages until malloc_trim (which the server runs after a (re)list and after
+        # compression gave up 8 MiB): trim before every reading, so that a reading after one kind is not lowered
+        # by the previous kind's garbage given back in between (RoleBindings' growth read -40 B/object).
+        # kube's heap reading above already forced a GC; Go returns freed spans on its own schedule.
+        async with session(side.conf()) as s:
+            async with s.get(side.base + "/debug/residency", params={"gc": "1", "trim": "1"}) as r:
+                await check(r, "residency")
     await asyncio.sleep(0.5)
     return {"heap": h, "rss": side.rss()}
 
@@ -750,9 +789,10 @@ def section_saturation(sv: Servers, counts: dict[int, float], steps: int, step_s
 
 # --- writes and GETs per second ---------------------------------------------------------------------------------
 
-def section_throughput(sv: Servers, n: int, clients: int) -> dict:
-    """creates/s, updates/s (unconditional PUT of a changed object), GETs/s of 1 KB ConfigMaps: `clients` forked
-    client processes with one keep-alive HTTPS connection each; ours and kube in turn, each in its own namespace."""
+def section_throughput(sv: Servers, n: int, clients: int, client: str = "go") -> dict:
+    """creates/s, updates/s (unconditional PUT of a changed object), GETs/s of 1 KB ConfigMaps: `clients`
+    keep-alive HTTPS connections (the compiled bench/go/writer, or forked Python processes with `client="python"`);
+    ours and kube in turn, each in its own namespace."""
     out: dict = {}
     for side in (sv.ours_side, sv.kube_side):
         asyncio.run(ensure_ns(sv.kube_side, f"tp-{side.name}"))
@@ -772,8 +812,7 @@ def section_throughput(sv: Servers, n: int, clients: int) -> dict:
         row = {}
         for side in (sv.ours_side, sv.kube_side):
             o = ops(side, verb)
-            row[side.name] = run_clients(side, [{"kind": "ops", "conns": 1, "ops": o[k::clients]}
-                                                for k in range(clients)])
+            row[side.name] = run_ops(side, o, clients, client)
         row["ratio"] = ratio(row["ours"]["per_s"], row["kube"]["per_s"])
         log(f"throughput {verb}: {row['ours']['per_s']:,.0f} / {row['kube']['per_s']:,.0f} per s ({fmt(row['ratio'])}); "
             f"p99 {row['ours']['p99_ms']:.0f} / {row['kube']['p99_ms']:.0f} ms")
@@ -962,7 +1001,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="small sizes (CI smoke)")
     ap.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated: {', '.join(SECTIONS)}")
     ap.add_argument("--clients", type=int, default=20, help="concurrent list clients (default 20)")
-    ap.add_argument("--tp-clients", type=int, default=16, help="keep-alive client processes for creates/updates/GETs")
+    ap.add_argument("--tp-clients", type=int, default=16, help="keep-alive clients for creates/updates/GETs")
+    ap.add_argument("--tp-client", choices=("go", "python"), default="go",
+                    help="who sends them: the compiled bench/go/writer, or forked Python processes")
     ap.add_argument("--watch-procs", type=int, default=4, help="watch client processes (fan-out)")
     ap.add_argument("--restart-objects", type=int, help="objects for the restart section (100,000; --quick 2,000)")
     ap.add_argument("--restart-reps", type=int, default=2, help="restarts of each server (the fastest is reported)")
@@ -1023,7 +1064,7 @@ def main(argv=None) -> int:
             if "saturation" in p.sections:
                 doc["saturation"] = section_saturation(sv, **p.saturation)
             if "throughput" in p.sections:
-                doc["throughput"] = section_throughput(sv, p.tp_n, p.tp_clients)
+                doc["throughput"] = section_throughput(sv, p.tp_n, p.tp_clients, p.tp_client)
         finally:
             sv.stop()
     if "restart" in p.sections:

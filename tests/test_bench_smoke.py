@@ -175,6 +175,8 @@ def test_vs_upstream_fanout_throughput_restart_quick(tmp_path):
     for verb, row in doc["throughput"].items():
         for side in ("ours", "kube"):
             assert row[side]["n"] > 0 and _positive(row[side]["per_s"]), (verb, side, row)
+            # sent by the compiled writer (the default), every answer counted by its status
+            assert row[side]["statuses"] == {"201" if verb == "create" else "200": row[side]["n"]}, (verb, side, row)
     rs = doc["restart"]
     assert rs["objects"] > 0 and _positive(rs["json_bytes_per_object"])
     for side in ("ours", "kube"):
@@ -198,6 +200,8 @@ def test_deployment_quick(tmp_path):
     for verb in ("create", "update"):
         assert all(_positive(r["per_s"]) for r in doc["throughput"][verb].values()) and \
             set(doc["throughput"][verb]) == sides
+        assert all(r["statuses"] == {"201" if verb == "create" else "200": r["n"]}
+                   for r in doc["throughput"][verb].values()), doc["throughput"][verb]
     mem = doc["memory"]
     assert set(mem) == sides and all(_positive(r["memory_bytes"]) for r in mem.values())
     assert set(mem["deployment"]["processes"]) == {"shard-0", "front-0", "front-1"}

@@ -177,6 +177,18 @@ def test_residency_readiness_and_flag_validation(cluster):
     assert p.returncode == 2 and "--residency: invalid shard selector" in p.stderr
 
 
+def test_residency_report_after_a_collection_and_trim(cluster):
+    """`?gc=1&trim=1` (bench.vs_upstream reads RSS after it): a collection and glibc's malloc_trim, then the same
+    report, RSS included."""
+    full, _, ns = cluster
+    for _ in range(3):   # some garbage to give back
+        assert full.get(f"/api/v1/namespaces/{ns}/configmaps").status_code == 200
+    r = full.get("/debug/residency", params={"gc": "1", "trim": "1"})
+    assert r.status_code == 200
+    rep = r.json()
+    assert rep["resources"]["configmaps"]["objects"] >= N_CM and rep["process"]["rss_bytes"] > 0
+
+
 def test_get_of_a_non_resident_object_is_not_a_false_404(cluster):
     """GETs on a partially resident resource go to etcd (with RV=0 too), counted."""
     full, shards, ns = cluster

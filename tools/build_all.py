@@ -57,6 +57,7 @@ def _steps():
         ("protoref", lambda: build_repo_go.ensure("protoref")),
         ("fanout", lambda: build_repo_go.ensure("fanout")),
         ("leasegen", lambda: build_repo_go.ensure("leasegen")),
+        ("writer", lambda: build_repo_go.ensure("writer")),
     ]
 
 

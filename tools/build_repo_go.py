@@ -47,6 +47,7 @@ PROGRAMS: dict[str, Program] = {
     "fanout": Program("bench/go/fanout"),                # watch fan-out at saturation (bench.vs_upstream)
     "leasegen": Program("bench/go/leasegen"),            # kubelet-like Lease renewals (bench.nodes --generator)
     "lister": Program("bench/go/lister"),                # lists timed by a compiled client (bench.front)
+    "writer": Program("bench/go/writer"),                # writes timed by a compiled client (throughput sections)
 }
 
 

@@ -1,0 +1,3 @@
+module residency/writer
+
+go 1.26.0

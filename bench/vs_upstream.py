@@ -73,6 +73,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 from array import array
 import time
 
@@ -300,7 +301,6 @@ def run_ops_go(side: Side, ops: list[tuple], clients: int, timeout: float = 900.
     instead of forked Python processes (issue 21 asks for throughput with compiled clients: a Python client
     spends about as much CPU per request as the server it measures, on the same two cores)."""
     writer = load_tool("build_repo_go").ensure("writer")
-    import tempfile
     with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", prefix="writer-ops-") as f:
         for method, path, body in ops:
             f.write(orjson.dumps({"m": method, "p": path, "b": (body or b"").decode()}) + b"\n")

@@ -7,7 +7,7 @@ generation), status-subresource semantics, and CRD status conditions.
 from __future__ import annotations
 
 import base64
-import datetime as _dt
+import time
 import uuid
 from typing import Any
 
@@ -41,8 +41,18 @@ _SORTED_MAPS = ("labels", "annotations")
 _SORTED_TOP_MAPS = ("data", "binaryData", "stringData")
 
 
+_stamp: tuple[int, str] = (0, "")   # (second, its RFC 3339 text): replaced whole, so a thread reads a pair
+
+
 def now_rfc3339() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The time now to the second, as metav1.Time encodes it. Formatted once a second (strftime took 3.6 us,
+    called twice per create)."""
+    global _stamp
+    t = int(time.time())
+    st = _stamp
+    if st[0] != t:
+        st = _stamp = (t, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t)))
+    return st[1]
 
 
 def canonical(resource: Resource, obj: Obj) -> Obj:

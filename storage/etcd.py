@@ -90,6 +90,40 @@ def _map_rpc_error(e: RpcError, key: str = "") -> errors.StorageError:
     return errors.StorageError(errors.Code.INTERNAL, key, f"{e.code().name}: {detail}")
 
 
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _field(tag: int, b: bytes) -> bytes:
+    """A length-delimited field (wire type 2) whose tag byte is `tag` (field number << 3 | 2, below 16)."""
+    return bytes((tag,)) + _varint(len(b)) + b
+
+
+def _scalar(tag: int, b: bytes) -> bytes:
+    """A proto3 `bytes` field: not written when empty (its default)."""
+    return _field(tag, b) if b else b""
+
+
+def cas_request(key: bytes, expected_mod_revision: int, value: bytes | None) -> bytes:
+    """The serialised TxnRequest of a compare-and-swap, byte for byte what the message classes make (a test
+    compares them): compare [{key, target MOD, result EQUAL, mod_revision}], success [put key=value, or delete
+    the key when `value` is None], failure [range key]. Built here because the messages took 10.5 us a write
+    and this takes 4 (upb, a 1 KB value)."""
+    k = _scalar(0x0A, key)
+    cmp = b"\x10\x02" + _scalar(0x1A, key) + b"\x30" + _varint(expected_mod_revision)   # target=MOD (2),
+    # result EQUAL is proto3's default (not written); mod_revision in the target_union oneof is written even at 0
+    if value is None:
+        then = _field(0x1A, k)                                  # request_delete_range {key}
+    else:
+        then = _field(0x12, k + _scalar(0x12, value))           # request_put {key, value}
+    return _field(0x0A, cmp) + _field(0x12, then) + _field(0x1A, _field(0x0A, k))
+
+
 class EtcdClient:
     """One gRPC channel to an etcd cluster (one per resource group, see `Router`)."""
 
@@ -116,8 +150,11 @@ class EtcdClient:
             metrics.observe_etcd(op, resource, time.perf_counter() - t0)
 
     async def _kv_call(self, method: bytes, request, reply):
-        """One unary call over `self.h2`: `reply` (the response class) parsed from its answer."""
-        return reply.FromString(await self.h2.call(method, request.SerializeToString(), self.timeout))
+        """One unary call over `self.h2`: `reply` (the response class) parsed from its answer; `request` a
+        message, or its serialised bytes."""
+        if not isinstance(request, bytes):
+            request = request.SerializeToString()
+        return reply.FromString(await self.h2.call(method, request, self.timeout))
 
     async def status(self) -> str:
         """Ask the member for its version (kept for S3.6 decisions) and its cluster's id (`cluster_id`)."""
@@ -149,38 +186,30 @@ class EtcdClient:
 
     async def create(self, key: bytes, value: bytes, resource: str = "") -> tuple[bool, int, KV | None]:
         """Put iff the key does not exist. Returns (ok, revision, existing kv if not ok)."""
-        return await self._cas("create", key, 0, pb.RequestOp(request_put=pb.PutRequest(key=key, value=value)),
-                               resource)
+        return await self._cas("create", key, 0, value, resource)
 
     async def update(self, key: bytes, value: bytes, expected_mod_revision: int,
                      resource: str = "") -> tuple[bool, int, KV | None]:
         """Compare-and-swap on mod_revision. Returns (ok, revision, current kv if not ok)."""
-        return await self._cas("update", key, expected_mod_revision,
-                               pb.RequestOp(request_put=pb.PutRequest(key=key, value=value)), resource)
+        return await self._cas("update", key, expected_mod_revision, value, resource)
 
     async def delete(self, key: bytes, expected_mod_revision: int,
                      resource: str = "") -> tuple[bool, int, KV | None]:
         """Delete iff mod_revision matches. Returns (ok, revision, current kv if not ok)."""
-        return await self._cas("delete", key, expected_mod_revision,
-                               pb.RequestOp(request_delete_range=pb.DeleteRangeRequest(key=key)), resource)
+        return await self._cas("delete", key, expected_mod_revision, None, resource)
 
-    async def _cas(self, op: str, key: bytes, expected_mod_revision: int, then: pb.RequestOp,
+    async def _cas(self, op: str, key: bytes, expected_mod_revision: int, value: bytes | None,
                    resource: str) -> tuple[bool, int, KV | None]:
-        """One Txn: `then` iff the key's mod_revision is `expected_mod_revision` (0: the key does not
-        exist), else read the key. Returns (ok, revision, current kv if not ok)."""
-        req = pb.TxnRequest(
-            compare=[pb.Compare(key=key, target=pb.Compare.MOD, result=pb.Compare.EQUAL,
-                                mod_revision=expected_mod_revision)],
-            success=[then],
-            failure=[pb.RequestOp(request_range=pb.RangeRequest(key=key))])
-        r = await self.txn(req, op, resource, key.decode())
+        """One Txn: put `value` (None: delete the key) iff the key's mod_revision is `expected_mod_revision`
+        (0: the key does not exist), else read the key. Returns (ok, revision, current kv if not ok)."""
+        r = await self.txn(cas_request(key, expected_mod_revision, value), op, resource, key.decode())
         if r.succeeded:
             return True, r.header.revision, None
         kvs = r.responses[0].response_range.kvs
         return False, r.header.revision, (_kv(kvs[0]) if kvs else None)
 
     async def txn(self, req, op: str, resource: str = "", key: str = ""):
-        """A Txn as given (`_cas`; the compactor's CAS on compact_rev_key's version)."""
+        """A Txn as given, a message or its bytes (`_cas`; the compactor's CAS on compact_rev_key's version)."""
         return await self._call(op, resource, self._kv_call(TXN, req, pb.TxnResponse), key)
 
     async def defragment(self) -> None:

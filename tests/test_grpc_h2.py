@@ -16,6 +16,8 @@ import sys
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from storage import errors, grpc_h2
 from storage.etcd import EtcdClient, WatchProgress
@@ -266,6 +268,69 @@ async def test_our_header_blocks_decode_as_meant_through_a_table_that_grows_and_
         block = conn._header_block(path, ms)
         assert [tuple(f) for f in dec.decode(block)] == expect(path, ms)
     assert conn._table == {} and dec.header_table_size == 0
+
+
+def test_only_indexed_blocks_are_recognised():
+    """RFC 7541 6.1 and 5.1: indexed fields (the index with a 7-bit prefix, continued past 126) and nothing else."""
+    assert grpc_h2._only_indexed(b"\x88\xbe\xbf")
+    assert grpc_h2._only_indexed(b"\xff\x80\x01\x88")           # index 127 + 128, then 8
+    assert not grpc_h2._only_indexed(b"\xff\x80")                 # the index cut short
+    assert not grpc_h2._only_indexed(b"\x88\x40\x01a\x01b")       # a literal with incremental indexing
+    assert not grpc_h2._only_indexed(b"\x20\x88")                 # a dynamic table size update
+    assert not grpc_h2._only_indexed(b"\x88\x0f\x10\x01a")         # a literal without indexing
+    assert grpc_h2._only_indexed(b"")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.sampled_from(
+    [(":status", "200"), ("content-type", "application/grpc"), ("grpc-status", "0"), ("grpc-message", ""),
+     ("grpc-status", "14"), ("grpc-message", "etcdserver: request timed out"), ("x-a", "1"), ("x-b", "2" * 900)]),
+    min_size=1, max_size=5), st.booleans()), min_size=1, max_size=40), st.sampled_from([256, 1024, 4096]))
+def test_remembered_blocks_decode_as_a_plain_decoder_does(blocks, table):
+    """_BlockDecoder against hpack's Decoder over blocks from an encoder whose dynamic table fills, evicts
+    (small tables, a 900-byte value) and is resized: every block decodes to the same fields."""
+    from hpack import Decoder, Encoder
+    enc = Encoder()
+    enc.header_table_size = table
+    ours, plain = grpc_h2._BlockDecoder(), Decoder()
+    for fields, sensitive in blocks:
+        # a sensitive field is never indexed (RFC 7541 7.1.3): blocks that are not "indexed only" in between
+        block = enc.encode([(k, v, sensitive and k.startswith("x-")) for k, v in fields])
+        assert [tuple(f) for f in ours.decode(block)] == [tuple(f) for f in plain.decode(block)] == list(fields)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300), st.integers(0, 2**63 - 1),
+       st.one_of(st.none(), st.binary(max_size=70_000)))
+def test_cas_request_is_what_the_message_classes_serialise(key, rev, value):
+    """storage.etcd.cas_request builds the compare-and-swap Txn by hand: byte for byte the TxnRequest the
+    generated messages make, for puts and deletes, mod_revision 0 (written: it is in a oneof) up to 2**63 - 1,
+    keys and values across the varint length boundaries."""
+    from storage.etcd import cas_request
+    from storage.etcdpb import pb
+    then = (pb.RequestOp(request_delete_range=pb.DeleteRangeRequest(key=key)) if value is None else
+            pb.RequestOp(request_put=pb.PutRequest(key=key, value=value)))
+    ref = pb.TxnRequest(compare=[pb.Compare(key=key, target=pb.Compare.MOD, result=pb.Compare.EQUAL,
+                                            mod_revision=rev)],
+                        success=[then], failure=[pb.RequestOp(request_range=pb.RangeRequest(key=key))])
+    assert cas_request(key, rev, value) == ref.SerializeToString()
+
+
+async def test_etcd_replies_are_decoded_from_remembered_blocks(clients):
+    """etcd's reply headers and trailers after the first call are indexed fields only: they are kept and reused,
+    and the calls' answers are right."""
+    c = clients(5)
+    revs = []
+    for i in range(20):
+        ok, rev, _ = await c.create(f"/m/{i}".encode(), b"v")
+        assert ok
+        revs.append(rev)
+    assert revs == list(range(revs[0], revs[0] + 20))
+    kv, _ = await c.get(b"/m/7")
+    assert kv.value == b"v" and kv.mod_revision == revs[7]
+    pure = c.h2._conn.decoder.pure
+    assert pure and all(grpc_h2._only_indexed(b) for b in pure)
+    assert any(dict(f).get("grpc-status") == "0" for f in pure.values())
 
 
 async def test_closing_the_client_ends_its_watches_instead_of_resuming(etcd_member):

@@ -693,7 +693,7 @@ def section_fanout(sv: Servers, counts: list[int], updates: dict[int, int], proc
                    timeout: float) -> dict:
     """Per watcher count: ours, then kube, watched by `procs` client processes; the same stream of updates
     written through kube-apiserver (the same writer for both: the measured server only fans out)."""
-    path = fanout_objects(sv)
+    fanout_objects(sv)   # created and synced in both caches; the watchers and the writer know its path
     out = {}
     for w in counts:
         row = {}

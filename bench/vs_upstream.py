@@ -397,18 +397,15 @@ async def heap_bytes(side: Side) -> int:
 
 async def memory_reading(side: Side, heap: bool = True) -> dict:
     """Heap and RSS; `heap=False` (ours without tracemalloc): RSS only, once its compression has settled."""
-    if heap:
-        h = await heap_bytes(side)
-    else:
-        async with session(side.conf()) as s:
-            await compression_settled(s, side.base, quiet=True, strict=False)
-        h = None
+    h = await heap_bytes(side) if heap else None
     if side.name != "kube":
         # glibc keeps freed pages until malloc_trim (which the server runs after a (re)list and after
         # compression gave up 8 MiB): trim before every reading, so that a reading after one kind is not lowered
         # by the previous kind's garbage given back in between (RoleBindings' growth read -40 B/object).
         # kube's heap reading above already forced a GC; Go returns freed spans on its own schedule.
         async with session(side.conf()) as s:
+            if not heap:   # (heap_bytes waited for it)
+                await compression_settled(s, side.base, quiet=True, strict=False)
             async with s.get(side.base + "/debug/residency", params={"gc": "1", "trim": "1"}) as r:
                 await check(r, "residency")
     await asyncio.sleep(0.5)

@@ -281,6 +281,7 @@ MOSTLY_SINGLE_VALUES = 256
 def _mostly_single(values: int, objects: int) -> bool:
     return values > MOSTLY_SINGLE_VALUES and values * 2 > objects
 
+
 INDEXABLE_OPS = {"=", "==", "in", "!=", "notin", "exists", "!"}
 
 

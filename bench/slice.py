@@ -393,7 +393,8 @@ async def backlog(s, sl: Slice, prof: SliceChurn, base: str, docs: list[dict], n
 async def run_k(s, k: int, etcd_ep: str, prefix: str, prof, full: Apiserver, loader: Apiserver,
                 a: argparse.Namespace, log_dir: str) -> dict:
     extra = ("--residency-full-resources", prof.full_resources) if prof.full_resources else ()
-    sl = Slice(k, etcd_servers=etcd_ep, etcd_prefix=prefix, shard_args=extra, log_dir=log_dir)
+    sl = Slice(k, etcd_servers=etcd_ep, etcd_prefix=prefix, shard_args=extra, log_dir=log_dir,
+               zygote=a.zygote == "true")
     log(f"K={k}: starting {k} shard(s), {'the front, ' if front_available() else ''}{k} controller(s)")
     t0 = time.perf_counter()
     await asyncio.to_thread(sl.start, a.start_timeout)
@@ -422,9 +423,13 @@ async def run_k(s, k: int, etcd_ep: str, prefix: str, prof, full: Apiserver, loa
         await gc_all(s, apis + [full.base])
         rss = {"front": rss_bytes(sl.front.pid) if sl.front else 0,
                "shards": [rss_bytes(p.pid) for p in sl.shards], "full": rss_bytes(full.pid),
-               "controllers": [rss_bytes(p.pid) for p in sl.controllers]}
+               "controllers": [rss_bytes(p.pid) for p in sl.controllers],
+               # The process the apiservers were forked from (deployment/zygote.py): most of its pages are the
+               # children's too, so it is in the pages below, not in the slice's summed RSS.
+               "zygote": rss_bytes(sl.zygote.pid) if sl.zygote and sl.zygote.pid else 0}
         # The slice's pages, each once (what it would occupy on a machine of its own), and the full replica's
-        rss["slice_pages"] = group_bytes(([sl.front.pid] if sl.front else []) + [p.pid for p in sl.shards])
+        rss["slice_pages"] = group_bytes(([sl.front.pid] if sl.front else []) + [p.pid for p in sl.shards]
+                                         + ([sl.zygote.pid] if sl.zygote and sl.zygote.pid else []))
         rss["full_pages"] = group_bytes([full.pid])
         stop.set()
         await wt
@@ -628,7 +633,7 @@ def table(doc: dict) -> str:
     lines.append("")
     lines.append("# slice RSS = front + K shards (VmRSS while the writers run, after gc); pages = the physical pages "
                  "resident in any of the slice's processes, each once (bench.procmem: shared libraries counted once, as "
-                 "on a machine of the slice's own), against the full replica's; -floor = the same ratio with "
+                 "on a machine of the slice's own; the zygote the apiservers were forked from included), against the full replica's; -floor = the same ratio with "
                  "an empty apiserver's RSS taken from every process; the controllers are clients and "
                  "not counted (their RSS is in the JSON); etcd lists = etcd range reads of a whole resource by the front "
                  "and shards after start-up; etcd reads (lists) per list = range reads and current-revision reads of the serving processes per unsharded list (of them, range reads of a whole resource; the periodic count and get requests every apiserver makes are in the JSON); "
@@ -734,6 +739,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--list-path", action="append", default=[], metavar="PROFILE=PATH",
                    help="the unsharded list of a profile (default: churn=/apis/slice.example.com/v1/widgets, "
                         "state=/api/v1/configmaps)")
+    p.add_argument("--zygote", choices=("true", "false"), default="true",
+                   help="fork the slice's apiservers from one process that imported the server (false: each its own "
+                        "python -m apiserver)")
     p.add_argument("--out", default="bench/out/slice.json")
     p.add_argument("--png", default="bench/out/slice.png")
     p.add_argument("--docs", action="store_true", help="also write docs/slice.json and docs/slice.png")

@@ -22,8 +22,10 @@ so K shards do K times that work: K buys memory per process (a K-th of the state
 state does not fit one process.
 
 Restarts. A child that exits is started again after a backoff: 1 s, doubled for each exit in a row up to 30 s,
-back to 1 s once a child has run 60 s. Each child has PR_SET_PDEATHSIG: if the supervisor dies, so do its
-children. SIGTERM or SIGINT stops the fronts first (they end their watches; clients go on through whoever is
+back to 1 s once a child has run 60 s. The children are forked from a zygote (`deployment/zygote.py`: one
+process that imported the server once, so the imports' pages are shared; `--zygote=false` starts each as its own
+`python -m apiserver`). The zygote ends when the supervisor does, and each child has PR_SET_PDEATHSIG towards
+its parent: if the supervisor dies, so do its children. SIGTERM or SIGINT stops the fronts first (they end their watches; clients go on through whoever is
 left, or reconnect), then the shards, then the embedded etcds.
 
 The deployment's endpoints (`--deployment-port`, loopback): `/readyz` (200 once every child is ready),
@@ -50,6 +52,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from machinery.shard_selector import complementary
 from storage.embedded import EmbeddedEtcd, find_etcd, free_port, lease_etcd
+
+from .zygote import Zygote, ZygoteError, ZygoteProcess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -120,10 +124,11 @@ def pss_bytes(pid: int) -> int:
 class Child:
     """One apiserver process of the deployment; `probe` is its loopback base URL (readiness, metrics, reports)."""
 
-    def __init__(self, name: str, role: str, argv: list[str], probe: str, log_dir: str):
-        self.name, self.role, self.argv, self.probe = name, role, argv, probe
+    def __init__(self, name: str, role: str, argv: list[str], probe: str, log_dir: str,
+                 zygote: "Zygote | None" = None):
+        self.name, self.role, self.argv, self.probe, self.zygote = name, role, argv, probe, zygote
         self.log_path = os.path.join(log_dir, f"{name}.log")
-        self.popen: subprocess.Popen | None = None
+        self.popen: subprocess.Popen | ZygoteProcess | None = None
         self.restarts = 0
         self.started_at = 0.0
         self.backoff = BACKOFF_FIRST
@@ -134,6 +139,13 @@ class Child:
         # In the supervisor's directory (relative paths in the flags mean what they meant to it), with the
         # repository importable from there.
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+        if self.zygote is not None:
+            try:
+                self.popen = self.zygote.spawn(self.argv, log=self.log_path, cwd=os.getcwd(), env=env, deathsig=True)
+                self.started_at = time.monotonic()
+                return
+            except ZygoteError as e:
+                say(f"{self.name}: {e}; starting it as its own process")
         with open(self.log_path, "ab") as log:
             self.popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                           env=env, start_new_session=True, preexec_fn=_die_with_parent)
@@ -183,7 +195,7 @@ class Child:
 
 class Deployment:
     def __init__(self, shards: int, fronts: int, flags: dict[str, list[str]], values: argparse.Namespace,
-                 deployment_port: int = 0):
+                 deployment_port: int = 0, zygote: bool = True):
         if shards < 1 or fronts < 1:
             raise DeploymentError("--shards and --fronts must be at least 1")
         bad = sorted(set(flags) & REFUSED)
@@ -206,6 +218,10 @@ class Deployment:
         self.children: list[Child] = []
         self.stop_requested = threading.Event()
         self.server: ThreadingHTTPServer | None = None
+        # The children are forked from one zygote that imported the server once (deployment/zygote.py says why);
+        # `--zygote=false` runs each as its own `python -m apiserver`.
+        self.zygote = Zygote(cwd=ROOT, env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+            p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))) if zygote else None
 
     def _port(self) -> int:
         p = free_port(avoid=self._taken)
@@ -242,13 +258,14 @@ class Deployment:
                 "--etcd-compaction-interval", self._compaction() if i == 0 else "0"]
             if self.k > 1:
                 argv += ["--residency", str(sel)]
-            self.children.append(Child(f"shard-{i}", "shard", argv, url, self.log_dir))
+            self.children.append(Child(f"shard-{i}", "shard", argv, url, self.log_dir, self.zygote))
         for j in range(self.n):
             admin = self._port()
             argv = self._apiserver() + self._pass(FRONT - drop) + common_extra + self._divided() + [
                 "--front", "--shards", ",".join(shard_urls), "--reuse-port", "--admin-port", str(admin),
                 "--state-dir", os.path.join(self.state_dir, f"front-{j}"), "--etcd-compaction-interval", "0"]
-            self.children.append(Child(f"front-{j}", "front", argv, f"http://127.0.0.1:{admin}", self.log_dir))
+            self.children.append(Child(f"front-{j}", "front", argv, f"http://127.0.0.1:{admin}", self.log_dir,
+                                       self.zygote))
 
     def _compaction(self) -> str:
         toks = self.flags.get("etcd_compaction_interval")
@@ -335,6 +352,8 @@ class Deployment:
                 c.terminate()
             for c in group:
                 c.wait_stopped(15)
+        if self.zygote is not None:
+            self.zygote.stop()
         for e in (self.lease_etcd, self.etcd):
             if e is not None:
                 e.stop()
@@ -412,9 +431,12 @@ class Deployment:
                           "pssBytes": pss_bytes(c.pid) if c.pid else 0, "report": rep,
                           "wholeResources": whole_resources(rep) if c.role == "shard" and rep else None})
         own = pss_bytes(os.getpid())
+        zygote = pss_bytes(self.zygote.pid) if self.zygote is not None and self.zygote.pid else 0
         whole = [p["wholeResources"] for p in procs if p["wholeResources"]]
         return {"shards": self.k, "fronts": self.n, "processes": procs,
-                "memory": {"supervisorPssBytes": own, "totalPssBytes": own + sum(p["pssBytes"] for p in procs),
+                "zygote": {"pid": self.zygote.pid if self.zygote is not None else None, "pssBytes": zygote},
+                "memory": {"supervisorPssBytes": own, "zygotePssBytes": zygote,
+                           "totalPssBytes": own + zygote + sum(p["pssBytes"] for p in procs),
                            # What every shard holds whole (its --residency-full-resources), so K times over.
                            "wholeResourcesBytes": sum(w["bytes"] for w in whole)}}
 
@@ -463,18 +485,21 @@ def main(argv: list[str] | None = None) -> int:
     own.add_argument("--shards", dest="k", type=int, default=1)
     own.add_argument("--fronts", dest="n", type=int, default=os.cpu_count() or 1)
     own.add_argument("--deployment-port", type=int, default=0)
+    own.add_argument("--zygote", choices=("true", "false"), default="true")
     own.add_argument("-h", "--help", action="store_true")
     mine, rest = own.parse_known_args(argv)
     apiserver = build_parser()
     if mine.help:
         print(__doc__.split("\n\n")[0].strip() + "\n\n  python -m deployment [--shards K (default 1)] "
-              f"[--fronts N (default {os.cpu_count()}, the cores)] [--deployment-port P] [apiserver flags]\n\n"
+              f"[--fronts N (default {os.cpu_count()}, the cores)] [--deployment-port P]\n"
+              "                     [--zygote true|false (default true: the children forked from one process "
+              "that imported the server)] [apiserver flags]\n\n"
               "apiserver flags:\n" + apiserver.format_help().split("\n", 2)[-1])
         return 0
     try:
         flags = split_flags(apiserver, rest)
         values = apiserver.parse_args(rest)   # the apiserver's own checks and messages (exit 2)
-        dep = Deployment(mine.k, mine.n, flags, values, mine.deployment_port)
+        dep = Deployment(mine.k, mine.n, flags, values, mine.deployment_port, zygote=mine.zygote == "true")
     except DeploymentError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

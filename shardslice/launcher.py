@@ -30,6 +30,7 @@ import time
 import urllib.error
 import urllib.request
 
+from deployment.zygote import Zygote, ZygoteProcess
 from machinery.shard_selector import ShardSelector, complementary
 from shardslice import widgets
 from storage.embedded import EmbeddedEtcd, free_port, stop_process
@@ -56,7 +57,8 @@ class Proc:
     """One child process of the slice on a loopback port: `health` is the path polled for readiness."""
 
     def __init__(self, name: str, argv: list[str], port: int, health: str, log_dir: str,
-                 env: dict[str, str] | None = None, selector: ShardSelector | None = None):
+                 env: dict[str, str] | None = None, selector: ShardSelector | None = None,
+                 zygote: Zygote | None = None):
         self.name = name
         self.argv = argv
         self.port = port
@@ -65,13 +67,17 @@ class Proc:
         self.log_path = os.path.join(log_dir, f"{name}.log")
         self.env = dict(os.environ, **env) if env else None
         self.selector = selector
-        self.popen: subprocess.Popen | None = None
+        self.zygote = zygote
+        self.popen: subprocess.Popen | ZygoteProcess | None = None
 
     @property
     def pid(self) -> int:
         return self.popen.pid
 
     def start(self) -> "Proc":
+        if self.zygote is not None:
+            self.popen = self.zygote.spawn(self.argv, log=self.log_path, cwd=ROOT, env=self.env or dict(os.environ))
+            return self
         with open(self.log_path, "ab") as log:
             self.popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                           cwd=ROOT, env=self.env, start_new_session=True)
@@ -147,7 +153,7 @@ class Slice:
                  etcd_prefix: str = "/registry", front: bool = True, controllers: bool = True,
                  shard_args: tuple[str, ...] = (), front_args: tuple[str, ...] = (),
                  env: dict[str, str] | None = None, log_dir: str | None = None, workers: int = 4,
-                 lease_etcd: bool = False):
+                 lease_etcd: bool = False, zygote: bool = True):
         if k < 1:
             raise ValueError("--shards must be at least 1")
         self.k = k
@@ -171,6 +177,9 @@ class Slice:
         self.front: Proc | None = None
         self.controllers: list[Proc] = []
         self._tmp_state: str | None = None
+        # The apiservers are forked from one zygote that imported the server once (deployment/zygote.py);
+        # zygote=False runs each as its own `python -m apiserver`.
+        self.zygote = Zygote(cwd=ROOT) if zygote else None
 
     # --- what runs ----------------------------------------------------------------------------------
 
@@ -197,7 +206,7 @@ class Slice:
                 "--etcd-prefix", self.etcd_prefix, "--port", str(port), "--state-dir", state, *args]
         if self.lease_etcd is not None:
             argv += ["--etcd-servers-overrides", f"coordination.k8s.io/leases#{self.lease_etcd.endpoint}"]
-        return Proc(name, argv, port, "/readyz", self.log_dir, self.env, selector)
+        return Proc(name, argv, port, "/readyz", self.log_dir, self.env, selector, self.zygote)
 
     # --- start and stop -----------------------------------------------------------------------------
 
@@ -273,6 +282,8 @@ class Slice:
                 p.terminate()
             for p in tier:
                 p.stop()
+        if self.zygote is not None:
+            self.zygote.stop()
         for e in (self.lease_etcd, self.etcd):
             if e is not None:
                 e.stop()

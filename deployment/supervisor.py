@@ -141,7 +141,8 @@ class Child:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
         if self.zygote is not None:
             try:
-                self.popen = self.zygote.spawn(self.argv, log=self.log_path, cwd=os.getcwd(), env=env, deathsig=True)
+                self.popen = self.zygote.spawn(self.argv, log=self.log_path, cwd=os.getcwd(), env=env, deathsig=True,
+                                               name=self.name)
                 self.started_at = time.monotonic()
                 return
             except ZygoteError as e:

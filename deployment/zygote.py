@@ -9,12 +9,13 @@ rest stays one copy for the whole group (measured in the README, "Processes fork
 The launcher talks to the zygote over its stdin and stdout, one JSON object per line:
 
 * launcher -> zygote: ``{"id": N, "module": "apiserver", "args": [...], "cwd": ..., "env": {...}, "log": PATH,
-  "session": bool, "deathsig": bool}``
+  "session": bool, "deathsig": bool, "name": "front-0"}``
 * zygote -> launcher: ``{"id": N, "pid": P}`` once the child is forked (or ``{"id": N, "error": "..."}``),
   ``{"exit": P, "code": C}`` when a child ends (C negative for a signal, as `subprocess` reports it).
 
 A child runs ``MODULE`` as ``python -m MODULE ARGS`` would (`runpy`, argv, stdin from /dev/null, stdout and stderr
-appended to its log, its own session if asked, SIGTERM when the zygote dies if asked), then runs the exit handlers
+appended to its log, its own session if asked, SIGTERM when the zygote dies if asked, `name` as its
+/proc/PID/comm since its command line stays the zygote's), then runs the exit handlers
 and leaves with its status. The zygote ends when its stdin closes (the launcher exited); children asked to die with
 their parent then get SIGTERM, as they would have from the launcher. `ZygoteProcess` gives a child the part of
 `subprocess.Popen` the launchers use, so a launcher falls back to `Popen` where a zygote cannot run.
@@ -39,12 +40,22 @@ PRELOAD = ("apiserver.flags", "apiserver.app", "apiserver.front_server", "apiser
 # --------------------------------------------------------------------------- the zygote process
 
 
-def _set_deathsig() -> None:
+def _prctl(option: int, arg) -> None:
     try:
         import ctypes
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)    # PR_SET_PDEATHSIG
+        ctypes.CDLL(None).prctl(option, arg)
     except (OSError, AttributeError):
         pass
+
+
+def _set_deathsig() -> None:
+    _prctl(1, signal.SIGTERM)     # PR_SET_PDEATHSIG
+
+
+def set_name(name: str) -> None:
+    """/proc/PID/comm (what ps and top show): a forked child's command line is the zygote's, so its name says
+    which child it is."""
+    _prctl(15, name.encode()[:15])     # PR_SET_NAME
 
 
 def _status(raw: int) -> int:
@@ -66,6 +77,7 @@ def _child(req: dict, closing: list[int]) -> None:
             os.setsid()
         if req.get("deathsig"):
             _set_deathsig()
+        set_name(req.get("name") or req["module"])
         null = os.open(os.devnull, os.O_RDONLY)
         log = os.open(req["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         os.dup2(null, 0)
@@ -118,6 +130,7 @@ def serve(preload: tuple[str, ...] = PRELOAD) -> int:
     gc.collect()
     gc.freeze()                   # the imports' objects leave the collector: a collection would dirty their pages
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C reaches the launcher, which stops the children
+    set_name("zygote")
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
@@ -251,8 +264,9 @@ class Zygote:
             self._cond.notify_all()
 
     def spawn(self, argv: list[str], *, log: str, cwd: str, env: dict[str, str], session: bool = True,
-              deathsig: bool = False, timeout: float = 60.0) -> ZygoteProcess:
-        """Fork `argv` (``[python, "-m", MODULE, *args]``) from the zygote, its output appended to `log`."""
+              deathsig: bool = False, name: str = "", timeout: float = 60.0) -> ZygoteProcess:
+        """Fork `argv` (``[python, "-m", MODULE, *args]``) from the zygote, its output appended to `log`; `name`
+        becomes its /proc/PID/comm (the zygote's own is "zygote")."""
         if len(argv) < 3 or argv[1] != "-m":
             raise ZygoteError(f"a zygote runs `python -m MODULE ...`, not {argv[:3]}")
         with self._cond:
@@ -262,7 +276,8 @@ class Zygote:
             self._next += 1
             rid = self._next
             req = {"id": rid, "module": argv[2], "args": argv[3:], "cwd": os.path.abspath(cwd),
-                   "env": dict(env), "log": os.path.abspath(log), "session": session, "deathsig": deathsig}
+                   "env": dict(env), "log": os.path.abspath(log), "session": session, "deathsig": deathsig,
+                   "name": name}
             try:
                 self.proc.stdin.write(json.dumps(req).encode() + b"\n")
                 self.proc.stdin.flush()

@@ -104,6 +104,10 @@ class Child:
                 continue
             if p == self.pid:
                 role = "supervisor"
+            elif any(a.endswith(b"deployment.zygote") for a in argv):
+                # Forked from the deployment's zygote: the command line is the zygote's, the name says who it is
+                name = _comm(p)
+                role = name.rsplit("-", 1)[0] if name.startswith(("front-", "shard-")) else "zygote"
             elif b"--front" in argv:
                 role = "front"
             elif b"--residency" in argv or b"apiserver" in argv:
@@ -118,6 +122,14 @@ class Child:
             out.append((label, p, not (argv and argv[0].endswith(b"etcd"))))
         return out
 
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def memory_kib(pid: int) -> dict[str, int]:

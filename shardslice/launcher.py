@@ -76,7 +76,8 @@ class Proc:
 
     def start(self) -> "Proc":
         if self.zygote is not None:
-            self.popen = self.zygote.spawn(self.argv, log=self.log_path, cwd=ROOT, env=self.env or dict(os.environ))
+            self.popen = self.zygote.spawn(self.argv, log=self.log_path, cwd=ROOT, env=self.env or dict(os.environ),
+                                           name=self.name)
             return self
         with open(self.log_path, "ab") as log:
             self.popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

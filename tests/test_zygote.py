@@ -49,8 +49,13 @@ def test_exit_statuses_are_those_subprocess_reports(zygote, tmp_path):
     assert p.wait(30) == 1 and "a message to stderr" in log.read_text()
     p, log = spawn(zygote, tmp_path, "raise")
     assert p.wait(30) == 1 and "ValueError: boom" in log.read_text()
-    p, _ = spawn(zygote, tmp_path, "sleep")
+    p, _ = spawn(zygote, tmp_path, "sleep", name="sleeper")
     assert p.poll() is None
+    # Its command line is the zygote's; its name (what ps shows) says which child it is.
+    deadline = time.monotonic() + 10
+    while _comm(p.pid) != "sleeper" and time.monotonic() < deadline:   # set by the child once forked
+        time.sleep(0.05)
+    assert _comm(p.pid) == "sleeper" and _comm(zygote.pid) == "zygote"
     with pytest.raises(subprocess.TimeoutExpired):
         p.wait(0.3)
     p.terminate()
@@ -94,6 +99,11 @@ def test_the_default_preload_runs_the_apiserver(tmp_path):
         assert rss_kib > 20 * 1024
     finally:
         z.stop()
+
+
+def _comm(pid: int) -> str:
+    with open(f"/proc/{pid}/comm") as f:
+        return f.read().strip()
 
 
 def _state(pid: int) -> str:

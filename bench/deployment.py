@@ -69,7 +69,8 @@ class DeploymentSide(Side):
     def pids(self) -> list[int]:
         with urllib.request.urlopen(self.dbase + "/debug/residency", timeout=20) as r:
             rep = orjson.loads(r.read())
-        return [self.pid] + [p["pid"] for p in rep["processes"] if p["pid"]]
+        zygote = (rep.get("zygote") or {}).get("pid")   # the process the children were forked from
+        return [self.pid] + ([zygote] if zygote else []) + [p["pid"] for p in rep["processes"] if p["pid"]]
 
     def cpu_s(self) -> float:
         return sum(proc_cpu_s(p) for p in self.pids())
@@ -270,6 +271,7 @@ def section_memory(sv: Servers, sides: list[Side], n: int, settle: bool = True) 
                 rep = orjson.loads(r.read())
             row["processes"] = {p["name"]: p["pssBytes"] for p in rep["processes"]}
             row["supervisor_pss_bytes"] = rep["memory"]["supervisorPssBytes"]
+            row["zygote_pss_bytes"] = rep["memory"].get("zygotePssBytes", 0)
         out[side.name] = row
         log(f"  {side.name}: {row['memory_bytes'] / 2**20:,.0f} MiB")
     return out

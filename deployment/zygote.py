@@ -4,7 +4,7 @@ Each `python -m apiserver` imports the same ~470 modules, about 20 MiB of Python
 share. Forked from a process that imported them once, with the objects frozen out of the collector's reach
 (`gc.freeze()`: a collection would write to every object's header and copy its page), the children share those
 pages until they write to them; what the children touch (reference counts of the objects they use) is copied, the
-rest stays one copy for the whole group (measured in the README, "Processes forked from a zygote").
+rest stays one copy for the whole group (measured in the README, "Forked from a zygote").
 
 The launcher talks to the zygote over its stdin and stdout, one JSON object per line:
 
@@ -18,7 +18,9 @@ appended to its log, its own session if asked, SIGTERM when the zygote dies if a
 /proc/PID/comm since its command line stays the zygote's), then runs the exit handlers
 and leaves with its status. The zygote ends when its stdin closes (the launcher exited); children asked to die with
 their parent then get SIGTERM, as they would have from the launcher. `ZygoteProcess` gives a child the part of
-`subprocess.Popen` the launchers use, so a launcher falls back to `Popen` where a zygote cannot run.
+`subprocess.Popen` the launchers use, so a launcher falls back to `Popen` where a zygote cannot run. What a module
+reads from the environment when it is imported, it read in the zygote (the launcher's environment); the servers read
+theirs (`RESIDENCY_*`, `ETCD_BIN`) when they run, from the child's own.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ import threading
 import time
 
 # Modules a front or a shard imports by the time it has served discovery, OpenAPI, lists, watches and /metrics
-# (`python -X importtime`, 2026-12-06): these four pull in all but a handful; the rest are named.
+# (`python -X importtime`, 2026-12-06): apiserver.app and front_server pull in all but the few named after them.
 PRELOAD = ("apiserver.flags", "apiserver.app", "apiserver.front_server", "apiserver.openapi", "uvloop",
            "storage.embedded", "ctypes", "encodings.idna", "tracemalloc")
 
@@ -67,16 +69,16 @@ def _child(req: dict, closing: list[int]) -> None:
     code = 1
     try:
         signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGPIPE):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGPIPE, signal.SIG_IGN)     # as the interpreter sets it at start-up
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)   # as the interpreter sets them at start-up
         for fd in closing:
             os.close(fd)
         if req.get("session"):
             os.setsid()
         if req.get("deathsig"):
             _set_deathsig()
+            if os.getppid() != req["zygote"]:
+                return            # the zygote died before the signal was armed
         set_name(req.get("name") or req["module"])
         null = os.open(os.devnull, os.O_RDONLY)
         log = os.open(req["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -113,11 +115,13 @@ def _child(req: dict, closing: list[int]) -> None:
                 stream.flush()
             except Exception:      # noqa: BLE001 (a closed log must not keep the child alive)
                 pass
-        os._exit(code & 0xFF if code >= 0 else 1)
+        os._exit(code & 0xFF)
 
 
 def serve(preload: tuple[str, ...] = PRELOAD) -> int:
     """The zygote's loop (`python -m deployment.zygote`)."""
+    replies = os.dup(1)
+    os.dup2(2, 1)                 # whatever a module prints goes to stderr, not into the replies
     from machinery.memory import limit_malloc_arenas
     limit_malloc_arenas()         # inherited by every child, before any thread could start
     import importlib
@@ -136,9 +140,10 @@ def serve(preload: tuple[str, ...] = PRELOAD) -> int:
     signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     requests = os.fdopen(0, "rb", buffering=0)
-    out = os.fdopen(1, "wb", buffering=0)
+    out = os.fdopen(replies, "wb", buffering=0)
     pending = b""
     children: set[int] = set()
+    me = os.getpid()
 
     def reply(msg: dict) -> None:
         try:
@@ -180,7 +185,7 @@ def serve(preload: tuple[str, ...] = PRELOAD) -> int:
                 reply({"id": req["id"], "error": str(e)})
                 continue
             if pid == 0:
-                _child(req, [wake_r, wake_w])
+                _child(dict(req, zygote=me), [wake_r, wake_w, replies])
             children.add(pid)
             reply({"id": req["id"], "pid": pid})
 
@@ -249,7 +254,10 @@ class Zygote:
 
     def _read(self, proc: subprocess.Popen) -> None:
         for line in proc.stdout:
-            msg = json.loads(line)
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
             with self._cond:
                 if "exit" in msg:
                     self._exits[msg["exit"]] = msg["code"]

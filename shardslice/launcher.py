@@ -30,7 +30,7 @@ import time
 import urllib.error
 import urllib.request
 
-from deployment.zygote import Zygote, ZygoteProcess
+from deployment.zygote import Zygote, ZygoteError, ZygoteProcess
 from machinery.shard_selector import ShardSelector, complementary
 from shardslice import widgets
 from storage.embedded import EmbeddedEtcd, free_port, stop_process
@@ -76,9 +76,12 @@ class Proc:
 
     def start(self) -> "Proc":
         if self.zygote is not None:
-            self.popen = self.zygote.spawn(self.argv, log=self.log_path, cwd=ROOT, env=self.env or dict(os.environ),
-                                           name=self.name)
-            return self
+            try:
+                self.popen = self.zygote.spawn(self.argv, log=self.log_path, cwd=ROOT,
+                                               env=self.env or dict(os.environ), name=self.name)
+                return self
+            except ZygoteError as e:
+                print(f"{self.name}: {e}; starting it as its own process", file=sys.stderr)
         with open(self.log_path, "ab") as log:
             self.popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                           cwd=ROOT, env=self.env, start_new_session=True)

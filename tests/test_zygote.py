@@ -112,3 +112,21 @@ def _state(pid: int) -> str:
             return f.read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "gone"
+
+
+def test_a_module_that_prints_at_import_does_not_garble_the_replies(tmp_path):
+    z = Zygote(preload=("this",), cwd=ROOT)    # `import this` prints the Zen of Python to stdout
+    try:
+        p, log = spawn(z, tmp_path, "exit", "4")
+        assert p.wait(30) == 4
+    finally:
+        z.stop()
+
+
+def test_a_zygote_that_cannot_start_is_an_error_the_launchers_fall_back_on(tmp_path):
+    z = Zygote(preload=("no_such_module_for_the_zygote",), cwd=ROOT)
+    try:
+        with pytest.raises(ZygoteError):
+            spawn(z, tmp_path, "exit", "0")
+    finally:
+        z.stop()

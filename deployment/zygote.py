@@ -133,6 +133,8 @@ def serve(preload: tuple[str, ...] = PRELOAD) -> int:
     import gc
     gc.collect()
     gc.freeze()                   # the imports' objects leave the collector: a collection would dirty their pages
+    from machinery.memory import release_free_memory
+    release_free_memory()         # the imports' garbage: not inherited by every child
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C reaches the launcher, which stops the children
     set_name("zygote")
     wake_r, wake_w = os.pipe()

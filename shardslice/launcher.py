@@ -1,11 +1,12 @@
 """A whole local slice in one command:
 
     python -m shardslice up --shards K [--port P] [--state-dir DIR] [--etcd-servers URL] [--no-front]
-                            [--no-controllers] [--embedded-lease-etcd]
+                            [--no-controllers] [--embedded-lease-etcd] [--zygote true|false]
 
 starts etcd (embedded, the newest binary `storage.embedded.find_etcd` finds; or `--etcd-servers`; with
 `--embedded-lease-etcd` a second one for Leases, no fsync, on tmpfs, every apiserver routed to it), K
-resident shards (`python -m apiserver --residency <range i of K>`, complementary ranges of the UID hash),
+resident shards (`python -m apiserver --residency <range i of K>`, complementary ranges of the UID hash, forked
+from one zygote that imported the server: deployment/zygote.py),
 the front over them on `--port` (`python -m apiserver --front --shards URL,...`; without the front package
 the slice runs without it and the shards are the entry points), the Widget CRD, and K controllers
 (`python -m shardslice controller`), each pinned to one shard's range on that shard. It prints the front's
@@ -315,13 +316,16 @@ def up(argv: list[str] | None = None) -> int:
     p.add_argument("--no-controllers", action="store_true")
     p.add_argument("--embedded-lease-etcd", action="store_true",
                    help="Leases (node heartbeats, leader election) on a second etcd: no fsync, data on tmpfs")
+    p.add_argument("--zygote", choices=("true", "false"), default="true",
+                   help="fork the apiservers from one process that imported the server (false: each its own "
+                        "python -m apiserver)")
     a = p.parse_args(argv)
     tmp = None if a.state_dir else tempfile.mkdtemp(prefix="slice-")
     state = a.state_dir or tmp
     os.makedirs(os.path.join(state, "logs"), exist_ok=True)
     sl = Slice(a.shards, port=a.port, etcd_servers=a.etcd_servers, state_dir=state, front=not a.no_front,
                controllers=not a.no_controllers, log_dir=os.path.join(state, "logs"),
-               lease_etcd=a.embedded_lease_etcd)
+               lease_etcd=a.embedded_lease_etcd, zygote=a.zygote == "true")
     stop = []
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, lambda *_: stop.append(1))
@@ -336,6 +340,8 @@ def up(argv: list[str] | None = None) -> int:
                  else ""))
         for sh in sl.shards:
             print(f"  shard      {sh.base}  pid {sh.pid}  {sh.selector}")
+        if sl.zygote is not None and sl.zygote.pid:
+            print(f"  zygote     pid {sl.zygote.pid}  (the shards and the front are forked from it)")
         for c in sl.controllers:
             print(f"  controller {c.base}/debug/controller  pid {c.pid}  on {c.argv[c.argv.index('--server') + 1]}")
         if sl.front:

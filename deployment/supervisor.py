@@ -30,9 +30,10 @@ left, or reconnect), then the shards, then the embedded etcds.
 
 The deployment's endpoints (`--deployment-port`, loopback): `/readyz` (200 once every child is ready),
 `/metrics` (every child's metrics, each series labelled `process="front-0"` ..., and the supervisor's
-`deployment_child_up`, `deployment_child_restarts_total`, `deployment_child_pss_bytes`), `/debug/residency`
-(every child's report; each shard's `wholeResources`, the caches of the resources every shard keeps whole, so K
-times over; and the deployment's memory: the sum of the children's and the supervisor's PSS).
+`deployment_child_up`, `deployment_child_restarts_total`, `deployment_child_pss_bytes`,
+`deployment_zygote_pss_bytes`), `/debug/residency` (every child's report; each shard's `wholeResources`, the caches
+of the resources every shard keeps whole, so K times over; and the deployment's memory: the sum of the children's,
+the zygote's and the supervisor's PSS).
 """
 from __future__ import annotations
 
@@ -418,6 +419,10 @@ class Deployment:
                  lambda c: pss_bytes(c.pid) if c.pid else 0)):
             out += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"]
             out += [f'{name}{{process="{c.name}",role="{c.role}"}} {value(c)}' for c in self.children]
+        if self.zygote is not None:
+            out += ["# HELP deployment_zygote_pss_bytes the proportional set size of the process the children are "
+                    "forked from", "# TYPE deployment_zygote_pss_bytes gauge",
+                    f"deployment_zygote_pss_bytes {pss_bytes(self.zygote.pid) if self.zygote.pid else 0}"]
         return "\n".join(out) + "\n"
 
     def report(self) -> dict:

@@ -40,6 +40,11 @@ def restarts(d: Deployment) -> dict[str, int]:
             re.finditer(r'^deployment_child_restarts_total\{process="([^"]+)",role="[^"]+"\} (\S+)$', text, re.M)}
 
 
+def parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
 def test_two_shards_two_fronts_on_one_port(tmp_path, current_etcd):
     cert, key = self_signed_serving_cert(tmp_path)
     sport = free_port()
@@ -83,6 +88,11 @@ def test_two_shards_two_fronts_on_one_port(tmp_path, current_etcd):
             assert f'deployment_child_up{{process="{name}",role="{name[:-2]}"}} 1' in text, name
         rep = d.report()
         assert rep["memory"]["totalPssBytes"] > sum(p["pssBytes"] for p in rep["processes"]) > 0
+        # Every child is forked from the deployment's zygote (deployment/zygote.py), counted in its memory.
+        zygote = rep["zygote"]["pid"]
+        assert zygote and rep["memory"]["zygotePssBytes"] > 0
+        assert all(parent(pid) == zygote for pid in pids.values()), (zygote, {p: parent(p) for p in pids.values()})
+        assert re.search(r"^deployment_zygote_pss_bytes [1-9]", text, re.M), "no zygote PSS on /metrics"
         assert all(p["report"] is not None for p in rep["processes"])
         # Each shard holds the namespaces (and the other always-whole kinds) in full: counted per shard.
         shards = [p for p in rep["processes"] if p["role"] == "shard"]

@@ -25,8 +25,8 @@ Restarts. A child that exits is started again after a backoff: 1 s, doubled for 
 back to 1 s once a child has run 60 s. The children are forked from a zygote (`deployment/zygote.py`: one
 process that imported the server once, so the imports' pages are shared; `--zygote=false` starts each as its own
 `python -m apiserver`). The zygote ends when the supervisor does, and each child has PR_SET_PDEATHSIG towards
-its parent: if the supervisor dies, so do its children. SIGTERM or SIGINT stops the fronts first (they end their watches; clients go on through whoever is
-left, or reconnect), then the shards, then the embedded etcds.
+its parent: if the supervisor dies, so do its children. SIGTERM or SIGINT stops the fronts first (they end their
+watches; clients go on through whoever is left, or reconnect), then the shards, then the embedded etcds.
 
 The deployment's endpoints (`--deployment-port`, loopback): `/readyz` (200 once every child is ready),
 `/metrics` (every child's metrics, each series labelled `process="front-0"` ..., and the supervisor's
@@ -110,6 +110,11 @@ def _die_with_parent() -> None:
         pass
 
 
+def child_env() -> dict[str, str]:
+    """The supervisor's environment with the repository importable (children run from the supervisor's directory)."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+
+
 def pss_bytes(pid: int) -> int:
     """Proportional set size (/proc/PID/smaps_rollup): shared pages counted once across the deployment."""
     try:
@@ -139,7 +144,7 @@ class Child:
     def start(self) -> None:
         # In the supervisor's directory (relative paths in the flags mean what they meant to it), with the
         # repository importable from there.
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+        env = child_env()
         if self.zygote is not None:
             try:
                 self.popen = self.zygote.spawn(self.argv, log=self.log_path, cwd=os.getcwd(), env=env, deathsig=True,
@@ -222,8 +227,7 @@ class Deployment:
         self.server: ThreadingHTTPServer | None = None
         # The children are forked from one zygote that imported the server once (deployment/zygote.py says why);
         # `--zygote=false` runs each as its own `python -m apiserver`.
-        self.zygote = Zygote(cwd=ROOT, env=dict(os.environ, PYTHONPATH=os.pathsep.join(
-            p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))) if zygote else None
+        self.zygote = Zygote(cwd=ROOT, env=child_env()) if zygote else None
 
     def _port(self) -> int:
         p = free_port(avoid=self._taken)

@@ -280,7 +280,14 @@ class Zygote:
         if len(argv) < 3 or argv[1] != "-m":
             raise ZygoteError(f"a zygote runs `python -m MODULE ...`, not {argv[:3]}")
         with self._cond:
-            if self.proc is None or self._dead:
+            if self.proc is not None and self._dead:    # it died: collect it before starting another
+                try:
+                    self.proc.stdin.close()
+                except OSError:
+                    pass
+                self.proc.wait()
+                self.proc = None
+            if self.proc is None:
                 self._dead = False
                 self._start()
             self._next += 1

@@ -130,3 +130,13 @@ def test_a_zygote_that_cannot_start_is_an_error_the_launchers_fall_back_on(tmp_p
             spawn(z, tmp_path, "exit", "0")
     finally:
         z.stop()
+
+
+def test_a_zygote_killed_takes_its_mortal_children_and_the_next_spawn_starts_another(zygote, tmp_path):
+    mortal, _ = spawn(zygote, tmp_path, "sleep", deathsig=True)
+    first = zygote.pid
+    os.kill(first, signal.SIGKILL)     # not a clean stop: its pipe breaks
+    assert mortal.wait(30) is not None     # its status is lost with the zygote, but it is gone
+    assert not alive(mortal.pid) or _state(mortal.pid) == "Z"
+    p, _ = spawn(zygote, tmp_path, "exit", "6")
+    assert p.wait(30) == 6 and zygote.pid not in (None, first)

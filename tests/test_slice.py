@@ -225,6 +225,11 @@ def test_launcher_up_on_the_wheels_etcd(tmp_path):
     _launcher_up(tmp_path, "distro")
 
 
+def parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
 def _launcher_up(tmp_path, etcd: str, lease_etcd: bool = False) -> None:
     ready_binaries("etcd")   # "newest" is the current build: built (or waited for) before the time limit
     state = tmp_path / "state"
@@ -247,7 +252,10 @@ def _launcher_up(tmp_path, etcd: str, lease_etcd: bool = False) -> None:
         text = "".join(out)
         assert "Ctrl-C stops the slice" in text, text
         pids = [int(x) for x in re.findall(r"pid (\d+)", text)]
-        assert len(pids) == 5, text        # 2 shards, 2 controllers, the front
+        assert len(pids) == 6, text        # 2 shards, 2 controllers, the front, the zygote they are forked from
+        zygote = int(re.search(r"^  zygote     pid (\d+)", text, re.M).group(1))
+        apiservers = [int(x) for x in re.findall(r"^(?:  shard .*|front: .*)  pid (\d+)", text, re.M)]
+        assert len(apiservers) == 3 and all(parent(pid) == zygote for pid in apiservers), text
         assert re.search(r"^front: http://127\.0\.0\.1:\d+  pid \d+$", text, re.M), text
         cfg = (state / "kubeconfig").read_text()
         server = re.search(r"server: (\S+)", cfg).group(1)

@@ -78,8 +78,11 @@ class Proc:
     def start(self) -> "Proc":
         if self.zygote is not None:
             try:
+                # Dies with the zygote, which ends with this process: a launcher that is killed leaves no process
+                # behind (PDEATHSIG towards the zygote; towards this process it would follow the thread that
+                # started the slice, and `bench.slice` starts it from a worker thread).
                 self.popen = self.zygote.spawn(self.argv, log=self.log_path, cwd=ROOT,
-                                               env=self.env or dict(os.environ), name=self.name)
+                                               env=self.env or dict(os.environ), name=self.name, deathsig=True)
                 return self
             except ZygoteError as e:
                 print(f"{self.name}: {e}; starting it as its own process", file=sys.stderr)
@@ -182,8 +185,8 @@ class Slice:
         self.front: Proc | None = None
         self.controllers: list[Proc] = []
         self._tmp_state: str | None = None
-        # The apiservers are forked from one zygote that imported the server once (deployment/zygote.py);
-        # zygote=False runs each as its own `python -m apiserver`.
+        # The apiservers (and the controllers) are forked from one zygote that imported the server once
+        # (deployment/zygote.py); zygote=False runs each as its own `python -m ...`.
         self.zygote = Zygote(cwd=ROOT) if zygote else None
 
     # --- what runs ----------------------------------------------------------------------------------
@@ -252,7 +255,7 @@ class Slice:
                     Proc(f"controller-{i}", [sys.executable, "-m", "shardslice", "controller", "--server", sh.base,
                                              "--shard-selector", str(sh.selector), "--name", f"controller-{i}",
                                              "--port", str(cport), "--workers", str(self.workers)],
-                         cport, "/healthz", self.log_dir, selector=sh.selector)
+                         cport, "/healthz", self.log_dir, selector=sh.selector, zygote=self.zygote)
                     for i, (sh, cport) in enumerate((sh, port()) for sh in self.shards)]
                 for c in self.controllers:
                     c.start()
@@ -341,7 +344,7 @@ def up(argv: list[str] | None = None) -> int:
         for sh in sl.shards:
             print(f"  shard      {sh.base}  pid {sh.pid}  {sh.selector}")
         if sl.zygote is not None and sl.zygote.pid:
-            print(f"  zygote     pid {sl.zygote.pid}  (the shards and the front are forked from it)")
+            print(f"  zygote     pid {sl.zygote.pid}  (the shards, the front and the controllers are forked from it)")
         for c in sl.controllers:
             print(f"  controller {c.base}/debug/controller  pid {c.pid}  on {c.argv[c.argv.index('--server') + 1]}")
         if sl.front:

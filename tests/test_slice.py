@@ -218,6 +218,41 @@ def test_launcher_up_starts_and_stops(tmp_path):
     _launcher_up(tmp_path, "newest", lease_etcd=True)
 
 
+def gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_a_killed_launcher_leaves_no_process_behind(tmp_path, current_etcd):
+    """SIGKILL to `shardslice up` (as a failing test's cleanup does): its zygote ends with it, and the shards, the
+    front and the controllers forked from it die with the zygote (PDEATHSIG), instead of running on as orphans."""
+    p = subprocess.Popen([sys.executable, "-m", "shardslice", "up", "--shards", "2", "--port", str(free_port()),
+                          "--state-dir", str(tmp_path / "state"), "--etcd-servers", current_etcd.endpoint],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = []
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not (out and "Ctrl-C stops the slice" in out[-1]):
+            line = p.stdout.readline()
+            if not line:
+                break
+            out.append(line)
+        text = "".join(out)
+        pids = [int(x) for x in re.findall(r"pid (\d+)", text)]
+        assert len(pids) == 6, text        # 2 shards, 2 controllers, the front, the zygote
+        p.kill()
+        p.wait()
+        wait_for(lambda: all(gone(pid) for pid in pids), 30, "processes left running after the launcher's death")
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stdout.close()
+
+
 def test_launcher_up_on_the_wheels_etcd(tmp_path):
     """The same on the wheel's etcd 3.5.1, a new user's embedded etcd: there the shards refuse a watch-list
     with an ERROR event after the 200 (S3.6), and the controllers fall back to a list and a watch as

@@ -38,7 +38,6 @@ the zygote's and the supervisor's PSS).
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import math
 import os
@@ -54,7 +53,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from machinery.shard_selector import complementary
 from storage.embedded import EmbeddedEtcd, find_etcd, free_port, lease_etcd
 
-from .zygote import Zygote, ZygoteError, ZygoteProcess
+from .zygote import Zygote, ZygoteError, ZygoteProcess, set_deathsig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -102,14 +101,6 @@ def split_flags(parser: argparse.ArgumentParser, argv: list[str]) -> dict[str, l
     return out
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the supervisor dies (Linux prctl PR_SET_PDEATHSIG)."""
-    try:
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
-
-
 def child_env() -> dict[str, str]:
     """The supervisor's environment with the repository importable (children run from the supervisor's directory)."""
     return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
@@ -155,7 +146,7 @@ class Child:
                 say(f"{self.name}: {e}; starting it as its own process")
         with open(self.log_path, "ab") as log:
             self.popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          env=env, start_new_session=True, preexec_fn=_die_with_parent)
+                                          env=env, start_new_session=True, preexec_fn=set_deathsig)
         self.started_at = time.monotonic()
 
     @property

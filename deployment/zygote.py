@@ -50,8 +50,9 @@ def _prctl(option: int, arg) -> None:
         pass
 
 
-def _set_deathsig() -> None:
-    _prctl(1, signal.SIGTERM)     # PR_SET_PDEATHSIG
+def set_deathsig() -> None:
+    """SIGTERM when this process's parent dies (Linux PR_SET_PDEATHSIG); in a child, before it runs anything."""
+    _prctl(1, signal.SIGTERM)
 
 
 def set_name(name: str) -> None:
@@ -76,7 +77,7 @@ def _child(req: dict, closing: list[int]) -> None:
         if req.get("session"):
             os.setsid()
         if req.get("deathsig"):
-            _set_deathsig()
+            set_deathsig()
             if os.getppid() != req["zygote"]:
                 return            # the zygote died before the signal was armed
         set_name(req.get("name") or req["module"])
@@ -281,11 +282,7 @@ class Zygote:
             raise ZygoteError(f"a zygote runs `python -m MODULE ...`, not {argv[:3]}")
         with self._cond:
             if self.proc is not None and self._dead:    # it died: collect it before starting another
-                try:
-                    self.proc.stdin.close()
-                except OSError:
-                    pass
-                self.proc.wait()
+                _collect(self.proc)
                 self.proc = None
             if self.proc is None:
                 self._dead = False
@@ -326,17 +323,21 @@ class Zygote:
         """Close the zygote's stdin (it exits) and wait for it; a later `spawn` starts a new one."""
         with self._cond:
             proc, self.proc, self._dead = self.proc, None, False
-        if proc is None:
-            return
-        try:
-            proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        if proc is not None:
+            _collect(proc)
+
+
+def _collect(proc: subprocess.Popen, timeout: float = 10.0) -> None:
+    """Close a zygote's stdin (it exits when it reads the end) and wait for it; SIGKILL after `timeout` s."""
+    try:
+        proc.stdin.close()
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _alive(pid: int) -> bool:

@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from storage.embedded import distro_etcd_binary, free_port
-from tests.helpers.deployment import Deployment, alive
+from tests.helpers.deployment import Deployment, alive, parent
 from tests.helpers.kube import self_signed_serving_cert
 
 CM = "/api/v1/namespaces/default/configmaps"
@@ -38,11 +38,6 @@ def restarts(d: Deployment) -> dict[str, int]:
     text = requests.get(d.dbase + "/metrics", timeout=20).text
     return {m.group(1): int(float(m.group(2))) for m in
             re.finditer(r'^deployment_child_restarts_total\{process="([^"]+)",role="[^"]+"\} (\S+)$', text, re.M)}
-
-
-def parent(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
 def test_two_shards_two_fronts_on_one_port(tmp_path, current_etcd):

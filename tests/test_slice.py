@@ -23,6 +23,7 @@ from shardslice.controller import Controller
 from shardslice.launcher import Proc, Slice
 from storage.embedded import distro_etcd_binary, free_port
 from tests.helpers import ROOT, Api, start_apiserver
+from tests.helpers.deployment import gone, parent
 from tests.helpers.gobin import ready_binaries
 
 NS = "slice-test"
@@ -218,14 +219,6 @@ def test_launcher_up_starts_and_stops(tmp_path):
     _launcher_up(tmp_path, "newest", lease_etcd=True)
 
 
-def gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
 def test_a_killed_launcher_leaves_no_process_behind(tmp_path, current_etcd):
     """SIGKILL to `shardslice up` (as a failing test's cleanup does): its zygote ends with it, and the shards, the
     front and the controllers forked from it die with the zygote (PDEATHSIG), instead of running on as orphans."""
@@ -258,11 +251,6 @@ def test_launcher_up_on_the_wheels_etcd(tmp_path):
     with an ERROR event after the 200 (S3.6), and the controllers fall back to a list and a watch as
     client-go does (they retried the watch-list forever, and the slice never became ready)."""
     _launcher_up(tmp_path, "distro")
-
-
-def parent(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
 def _launcher_up(tmp_path, etcd: str, lease_etcd: bool = False) -> None:
@@ -322,7 +310,7 @@ def _launcher_up(tmp_path, etcd: str, lease_etcd: bool = False) -> None:
         assert p.returncode == 0, text + rest
         assert "slice stopped" in rest
         for pid in pids:
-            assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z", pid
+            assert gone(pid), pid
     finally:
         if p.poll() is None:
             p.kill()

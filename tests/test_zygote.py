@@ -15,7 +15,7 @@ import time
 import pytest
 
 from deployment.zygote import Zygote, ZygoteError
-from tests.helpers.deployment import alive
+from tests.helpers.deployment import alive, gone
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHILD = [sys.executable, "-m", "tests.helpers.zygote_child"]
@@ -71,10 +71,10 @@ def test_children_asked_to_die_with_the_zygote_do(zygote, tmp_path):
     survivor, _ = spawn(zygote, tmp_path, "sleep", session=True)
     zygote.stop()                      # as when the launcher exits: the zygote's stdin closes
     deadline = time.monotonic() + 10
-    while alive(mortal.pid) and _state(mortal.pid) != "Z" and time.monotonic() < deadline:
+    while not gone(mortal.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not alive(mortal.pid) or _state(mortal.pid) == "Z"
-    assert alive(survivor.pid) and _state(survivor.pid) != "Z"
+    assert gone(mortal.pid)
+    assert not gone(survivor.pid)
     os.kill(survivor.pid, signal.SIGKILL)
     # A zygote stopped is started again on the next spawn.
     p, _ = spawn(zygote, tmp_path, "exit", "5")
@@ -106,12 +106,6 @@ def _comm(pid: int) -> str:
         return f.read().strip()
 
 
-def _state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "gone"
 
 
 def test_a_module_that_prints_at_import_does_not_garble_the_replies(tmp_path):
@@ -137,6 +131,6 @@ def test_a_zygote_killed_takes_its_mortal_children_and_the_next_spawn_starts_ano
     first = zygote.pid
     os.kill(first, signal.SIGKILL)     # not a clean stop: its pipe breaks
     assert mortal.wait(30) is not None     # its status is lost with the zygote, but it is gone
-    assert not alive(mortal.pid) or _state(mortal.pid) == "Z"
+    assert gone(mortal.pid)
     p, _ = spawn(zygote, tmp_path, "exit", "6")
     assert p.wait(30) == 6 and zygote.pid not in (None, first)

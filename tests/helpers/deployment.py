@@ -69,6 +69,21 @@ class Deployment:
             self.proc.stderr.close()
 
 
+def parent(pid: int) -> int:
+    """`pid`'s parent process id (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def gone(pid: int) -> bool:
+    """`pid` has exited: no such process, or a zombie nobody has collected yet."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

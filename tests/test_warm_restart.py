@@ -92,6 +92,34 @@ async def test_snapshot_round_trip(tmp_path):
     assert ei.value.reason == "mismatch"
 
 
+async def test_snapshot_chunks_are_bounded_in_bytes(tmp_path):
+    """Large entries go out in ENTRIES frames of about CHUNK_BYTES, not CHUNK_ENTRIES of them: a frame's rows are
+    copies of compressed entries' frames, which glibc kept as RSS after each snapshot (94 MB per chunk of 100 KB
+    ConfigMaps). They still load back whole."""
+    value = 256 << 10
+    n = (snapshot.CHUNK_BYTES // value) * 3 + 1
+    wc = WatchCache("/registry/configmaps/", time.monotonic)
+    wc.replace(((f"/registry/configmaps/ns/c{i:04d}", 10 + i, b'{"v":"%s"}' % (b"x" * value), f"uid-{i}", "ns", {})
+                for i in range(n)), 10 + n)
+    ident = {"resource": "configmaps", "group": "", "prefix": wc.prefix, "residency": "", "head": None}
+    path = str(tmp_path / "s.snap")
+    await _write(path, wc, ident)
+    sec = snapshot.SnapshotFile.open(path).sections["/configmaps"]
+    sizes = []
+    with open(path, "rb") as f:
+        f.seek(sec.offset)
+        while f.tell() < sec.offset + sec.length:
+            ftype, length, _ = snapshot._FRAME.unpack(f.read(snapshot._FRAME.size))
+            if ftype == snapshot.ENTRIES:
+                sizes.append(length)
+            f.seek(length, os.SEEK_CUR)
+    assert len(sizes) == 4 and max(sizes) < snapshot.CHUNK_BYTES + 2 * value, sizes
+    back = WatchCache(wc.prefix, time.monotonic)
+    loaded = await snapshot.load_section(sec, back, ident)
+    assert loaded.count == n and [(k, e.data) for k, e in back.store.items()] == \
+        [(k, e.data) for k, e in wc.store.items()]
+
+
 def _corrupt(path: str, how: str, section: str = "/configmaps") -> None:
     with open(path, "rb") as f:
         data = bytearray(f.read())

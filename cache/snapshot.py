@@ -205,7 +205,7 @@ async def write_snapshot(path: str, meta: dict[str, Any], captures) -> dict[str,
                         break
                     w.packed(ENTRIES, ext.pack_entries(chunk))
                     n += len(chunk)
-                    del chunk
+                    del chunk   # (the frames' copies go before the loop runs others)
                     await asyncio.sleep(0)
                 if n != cap.count:
                     raise RuntimeError(f"{key}: {n} entries written, {cap.count} captured")

@@ -73,6 +73,13 @@ FIRST_INIT_GRACE = 3.0
 # keeps the transient peak (raw page + decoded copies) from dominating its RSS.
 LIST_PAGE = 10_000
 RESIDENT_LIST_PAGE = 1_000
+# Pages are also bounded in bytes (beyond upstream): the first asks for FIRST_LIST_PAGE objects, each next one for
+# as many as fit LIST_PAGE_BYTES at the mean size of the page before (at most the page size above; large objects
+# right after a run of small ones can still make one such page, as before). A page is held whole while it is
+# decoded into the cache: 3,000 ConfigMaps of 100 KB (one page) peaked at 912 MiB RSS and held 286 MiB once
+# ready; in pages of 16 MiB, 228 and 170 MiB, ready as fast (19 list requests instead of 1; an ad hoc script).
+FIRST_LIST_PAGE = 100
+LIST_PAGE_BYTES = 16 << 20
 # etcd releases with reliable progress requests (S3.6).
 PROGRESS_OK = {(3, 4): (3, 4, 31), (3, 5): (3, 5, 13)}
 
@@ -273,11 +280,15 @@ class Cacher(Dispatching):
         n = 0
         end = _prefix_end_bytes(self.prefix.encode())
         self.wc.begin_replace()
+        limit = min(self.list_page, FIRST_LIST_PAGE)
         while True:
-            kvs, hdr, more, _ = await self.client.range(start.encode(), end, revision=rev, limit=self.list_page,
+            kvs, hdr, more, _ = await self.client.range(start.encode(), end, revision=rev, limit=limit,
                                                         resource=self.resource_label)
             rev = rev or hdr
             start = kvs[-1].key.decode() + "\x00" if kvs else start
+            if kvs:
+                size = sum(len(kv.value) for kv in kvs) or 1
+                limit = max(1, min(self.list_page, LIST_PAGE_BYTES * len(kvs) // size))
             n += self._ingest_page(kvs)  # consumes kvs: only one page of raw values is alive at a time
             if self.wc.compressor is not None:   # compressed while listed, a batch at a time (cache/compression.py)
                 await self.wc.compressor.listed(final=not more)

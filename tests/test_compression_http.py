@@ -290,3 +290,50 @@ async def test_a_cache_lists_its_objects_already_compressed(etcd_client, unique_
             assert got == want
     finally:
         await c.stop()
+
+
+async def test_a_cache_lists_in_pages_bounded_in_bytes(etcd_client, unique_prefix, monkeypatch):
+    """Over a real etcd: the initial list asks first for FIRST_LIST_PAGE objects, then for as many as fit
+    LIST_PAGE_BYTES at the mean size of the page before (a page is held whole while it is decoded: 10,000
+    ConfigMaps of 100 KB were a 1 GB etcd reply), never more than the cache's page size; every object arrives.
+    (Large objects after a run of small ones can still make one page of the page size, as before: the sizes
+    ahead are not known.)"""
+    from cache import cacher as cacher_mod
+    from cache.cacher import Cacher
+    from machinery.encoding import encode_obj, wire_head
+    from machinery.resources import Registry
+    from storage.store import EtcdStore
+    monkeypatch.setattr(cacher_mod, "FIRST_LIST_PAGE", 4)
+    monkeypatch.setattr(cacher_mod, "LIST_PAGE_BYTES", 100_000)
+    res = Registry().lookup("", "v1", "configmaps")
+    prefix = f"{unique_prefix}/"
+    store = EtcdStore(etcd_client, res.plural)
+    for i in range(60):   # 30 of ~20 KB, then 30 small: the pages follow the sizes
+        pad = "x" * (20_000 if i < 30 else 10)
+        await store.create(f"{prefix}ns/c{i:04d}", {"apiVersion": "v1", "kind": "ConfigMap",
+                                                    "metadata": {"name": f"c{i:04d}", "namespace": "ns"},
+                                                    "data": {"p": pad}})
+    asked: list[tuple[int, int]] = []   # (limit, bytes answered)
+    orig = etcd_client.range
+
+    async def spy(start, end, **kw):
+        out = await orig(start, end, **kw)
+        if start.startswith(prefix.encode()) and not kw.get("count_only"):
+            asked.append((kw.get("limit", 0), sum(len(kv.value) for kv in out[0])))
+        return out
+    monkeypatch.setattr(etcd_client, "range", spy)
+    c = Cacher(store=store, client=etcd_client, prefix=prefix, resource_label=res.plural, group=res.group,
+               encode=lambda o: encode_obj(res, o), head=wire_head(res), list_page=40)
+    c.start()
+    try:
+        for _ in range(500):
+            if c.ready:
+                break
+            await asyncio.sleep(0.02)
+        assert c.ready and len(c.wc.store) == 60
+        limits = [lim for lim, _ in asked]
+        assert limits[0] == 4 and max(limits) == 40, asked              # first FIRST_LIST_PAGE, at most list_page
+        assert all(b <= 100_000 + 21_000 for _, b in asked[1:]), asked  # then about LIST_PAGE_BYTES a page
+        assert limits[:3] == [4, 4, 4], asked                            # (~20 KB objects: 4 a page)
+    finally:
+        await c.stop()

@@ -189,6 +189,14 @@ def test_writes_from_compressed_cached_copies(pair):
 
 # --- a damaged entry, in-process over a real etcd --------------------------------------------------------------
 
+async def until(cond, tries: int = 500) -> None:
+    """Poll `cond` (a Cacher's readiness, its compression) every 20 ms, at most `tries` times."""
+    for _ in range(tries):
+        if cond():
+            return
+        await asyncio.sleep(0.02)
+
+
 async def test_damaged_entry_fails_the_request_and_the_cache_relists(etcd_client, unique_prefix):
     from cache import metrics as cmetrics
     from cache.cacher import Cacher
@@ -212,10 +220,7 @@ async def test_damaged_entry_fails_the_request_and_the_cache_relists(etcd_client
     d = CacheDelegator(res, store, c, Residency(None), prefix)
     c.start()
     try:
-        for _ in range(300):
-            if c.ready and c.wc.compressor.compressed == 5:
-                break
-            await asyncio.sleep(0.02)
+        await until(lambda: c.ready and c.wc.compressor.compressed == 5, 300)
         assert c.ready and c.wc.compressor.compressed == 5
         want = await d.get_at(f"{prefix}ns/c3", "0")
         before = cmetrics.corrupt_entries.labels("", "configmaps").get()
@@ -274,10 +279,7 @@ async def test_a_cache_lists_its_objects_already_compressed(etcd_client, unique_
                compression=CompressionConfig(min_objects=100, interval=60.0))
     c.start()
     try:
-        for _ in range(500):
-            if c.ready:
-                break
-            await asyncio.sleep(0.02)
+        await until(lambda: c.ready)
         assert c.ready and c.wc.compressor.compressed == 400, c.wc.compressor.stats()
         assert len(calls) > 4 and max(calls) < 200, calls   # in batches (and the training sample's trial)
         kvs, _, _, _ = await etcd_client.range(prefix.encode(), (prefix[:-1] + "0").encode())
@@ -326,10 +328,7 @@ async def test_a_cache_lists_in_pages_bounded_in_bytes(etcd_client, unique_prefi
                encode=lambda o: encode_obj(res, o), head=wire_head(res), list_page=40)
     c.start()
     try:
-        for _ in range(500):
-            if c.ready:
-                break
-            await asyncio.sleep(0.02)
+        await until(lambda: c.ready)
         assert c.ready and len(c.wc.store) == 60
         limits = [lim for lim, _ in asked]
         assert limits[0] == 4 and max(limits) == 40, asked              # first FIRST_LIST_PAGE, at most list_page

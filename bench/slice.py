@@ -550,6 +550,14 @@ def ratio(a, b) -> str:
     return "n/a" if a is None or b in (None, 0) else f"{a / b:.2f}"
 
 
+def pages_target(profile: str, k: int, big: bool) -> float | None:
+    """Issue 21's bound on the slice's pages against one full replica's: 2.0x at K = 2 of the state-bound profile,
+    1.2x at K = 4 of its 1.66 GB form (`--big 16000`); None where it sets none."""
+    if profile != "state":
+        return None
+    return 2.0 if k == 2 else 1.2 if k == 4 and big else None
+
+
 def targets(doc: dict) -> list[dict]:
     out = []
     for name, pr in doc["profiles"].items():
@@ -560,8 +568,7 @@ def targets(doc: dict) -> list[dict]:
             out.append({"profile": name, "k": run["k"], "target": "total RSS (front + shards) <= 1.2x one full replica",
                         "value": f"{run['rss_slice_bytes'] / full:.2f}x", "met": run["rss_slice_bytes"] <= 1.2 * full})
             pages, fpages = run["rss"].get("slice_pages"), run["rss"].get("full_pages")
-            # issue 21: 2.0x at K = 2 of the 15 MB profile, 1.2x at K = 4 of the 1.66 GB one (--big 16000)
-            limit = {2: 2.0, 4: 1.2 if doc["params"].get("big") else None}.get(run["k"]) if name == "state" else None
+            limit = pages_target(name, run["k"], bool(doc["params"].get("big")))
             if pages and fpages and limit:
                 out.append({"profile": name, "k": run["k"], "target": "issue 21: the slice's pages (each shared page "
                             f"once) <= {limit}x one full replica's", "value": f"{pages / fpages:.2f}x",

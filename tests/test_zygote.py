@@ -106,12 +106,10 @@ def _comm(pid: int) -> str:
         return f.read().strip()
 
 
-
-
 def test_a_module_that_prints_at_import_does_not_garble_the_replies(tmp_path):
     z = Zygote(preload=("this",), cwd=ROOT)    # `import this` prints the Zen of Python to stdout
     try:
-        p, log = spawn(z, tmp_path, "exit", "4")
+        p, _ = spawn(z, tmp_path, "exit", "4")
         assert p.wait(30) == 4
     finally:
         z.stop()

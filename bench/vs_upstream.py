@@ -1012,7 +1012,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         if s not in SECTIONS:
             ap.error(f"unknown section {s!r} ({', '.join(SECTIONS)})")
     if p.quick:
-        p.mem_sizes = {"ConfigMap 1.5 KB": 300, "Pod 5 KB": 200, "RoleBinding 0.75 KB": 300, "Pod 100 KB": 30}
+        p.mem_sizes = {"ConfigMap 1.5 KB": 300, "Pod 5 KB": 200, "RoleBinding 0.75 KB": 1_500, "Pod 100 KB": 30}
         p.list_n, p.reps1, p.repsn, p.clients = 50, 3, 1, min(p.clients, 4)
         p.fanout_updates, p.fanout_timeout = {20: 50, 100: 30}, 60.0
         p.tp_n, p.tp_clients, p.watch_procs = 100, min(p.tp_clients, 4), min(p.watch_procs, 2)

@@ -196,11 +196,14 @@ async def _serve(server, a) -> None:
     await runner.cleanup()
 
 
-async def start_sites(app: web.Application, a) -> tuple[web.AppRunner, list[str]]:
+async def start_sites(app: web.Application, a, wrap=None, runner_kwargs=None) -> tuple[web.AppRunner, list[str]]:
     """Serve `app` on `--port` (plain HTTP) and `--secure-port` (HTTPS) of `--bind-address`: the runner and
-    the URLs. Also the node tier's (nodetier/__main__.py), which takes the same flags."""
+    the URLs. Also the node tier's (nodetier/__main__.py), which takes the same flags, and whose connections
+    start on a protocol of its own: `wrap(aiohttp's protocol factory)` gives the factory its ports use, and
+    `runner_kwargs` go to aiohttp's runner."""
     from .filters import PROTOCOL_LIMITS, install_protocol_limits
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, **PROTOCOL_LIMITS)
+    runner = web.AppRunner(app, handle_signals=False, **{"access_log": None, **(runner_kwargs or {})},
+                           **PROTOCOL_LIMITS)
     await runner.setup()
     install_protocol_limits(runner)  # 431 for a request line or headers over the limits
     urls = []
@@ -217,16 +220,32 @@ async def start_sites(app: web.Application, a) -> tuple[web.AppRunner, list[str]
         else:
             ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.load_cert_chain(a.tls_cert_file, a.tls_private_key_file)
-        await _listen(web.TCPSite(runner, a.bind_address, a.secure_port, ssl_context=ctx, shutdown_timeout=1,
-                                  reuse_port=reuse), runner)
+        await _listen(_Site(runner, a.bind_address, a.secure_port, ssl_context=ctx, reuse_port=reuse, wrap=wrap),
+                      runner)
         urls.append(f"https://{_host(a.bind_address)}:{a.secure_port}")
     if a.port:
-        await _listen(web.TCPSite(runner, a.bind_address, a.port, shutdown_timeout=1, reuse_port=reuse), runner)
+        await _listen(_Site(runner, a.bind_address, a.port, reuse_port=reuse, wrap=wrap), runner)
         urls.insert(0, f"http://{_host(a.bind_address)}:{a.port}")
     if getattr(a, "admin_port", 0):
         await _listen(web.TCPSite(runner, "127.0.0.1", a.admin_port, shutdown_timeout=1), runner)
         urls.append(f"admin=http://127.0.0.1:{a.admin_port}")
     return runner, urls
+
+
+class _Site(web.TCPSite):
+    """aiohttp's TCP site, whose connections may start on another protocol (`start_sites`'s `wrap`)."""
+
+    def __init__(self, runner: web.AppRunner, host: str, port: int, *, wrap=None, **kw):
+        super().__init__(runner, host, port, shutdown_timeout=1, **kw)
+        self._wrap = wrap
+
+    async def start(self) -> None:
+        if self._wrap is None:
+            return await super().start()
+        await web.BaseSite.start(self)      # (registers the site with its runner, as TCPSite.start does first)
+        self._server = await asyncio.get_running_loop().create_server(
+            self._wrap(self._runner.server), self._host, self._port, ssl=self._ssl_context, backlog=self._backlog,
+            reuse_port=self._reuse_port)
 
 
 class ListenError(SystemExit):

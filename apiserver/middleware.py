@@ -75,14 +75,20 @@ def observe(request: web.Request, code: int, seconds: float) -> None:
         sc = "resource" if scope.name or request.method == "POST" else (
             "namespace" if scope.namespace else "cluster")
         labels = (verb, dry, r.group, r.version, r.plural, scope.subresource, sc, "apiserver")
+    record(labels, code, seconds, verb != "WATCH" and not dry)
+
+
+def record(labels: tuple[str, ...], code: int, seconds: float, sli: bool) -> None:
+    """Count one request of the label set `labels` (upstream's order, without the code) in the three request
+    metrics; `sli`: also in the SLI histogram. (The node tier's raw renewals count here too.)"""
     series = _SERIES.get((labels, code))
     if series is None:
-        series = _SERIES[(labels, code)] = _series(labels, code, verb != "WATCH" and not dry)
-    total, duration, sli = series
+        series = _SERIES[(labels, code)] = _series(labels, code, sli)
+    total, duration, sli_series = series
     total.inc()
     duration.observe(seconds)
-    if sli is not None:
-        sli.observe(seconds)
+    if sli_series is not None:
+        sli_series.observe(seconds)
 
 
 # The children of the three request metrics per label set, found with one lookup instead of three. A few hundred

@@ -97,7 +97,8 @@ def parse_metrics(text: str) -> dict[tuple[str, frozenset], float]:
     for fam in text_string_to_metric_families(text):
         if fam.name not in ("apiserver_request", "apiserver_request_duration_seconds",
                             "apiserver_watch_cache_resource_version", "nodetier_renewals_absorbed",
-                            "nodetier_renewals_fast_path", "nodetier_control_plane_renewal_age_seconds",
+                            "nodetier_renewals_fast_path", "nodetier_renewals_raw_path",
+                            "nodetier_control_plane_renewal_age_seconds",
                             "nodetier_forward_duration_seconds", "nodetier_forward_wait_seconds",
                             "nodetier_forwards", "python_gc_duration_seconds", "python_event_loop_lag_seconds"):
             continue
@@ -570,6 +571,9 @@ async def measure(n: int, etcd, p: argparse.Namespace, config: str = "direct") -
         "tier_cpu_cores": (tcpu1 - tcpu0) / el if tier else None,
         # the share of the tier's absorbed renewals answered on its fast path (nodetier.server.fast_renewal)
         "tier_fast_path_share": delta_sum(m0, m1, "nodetier_renewals_fast_path_total")
+        / max(1.0, delta_sum(m0, m1, "nodetier_renewals_absorbed_total")) if tier else None,
+        # ... and of those, answered from their bytes before aiohttp (nodetier.rawpath)
+        "tier_raw_path_share": delta_sum(m0, m1, "nodetier_renewals_raw_path_total")
         / max(1.0, delta_sum(m0, m1, "nodetier_renewals_absorbed_total")) if tier else None,
         # the control plane's copy of a Lease: how old its renewTime was when a forward replaced it (the oldest
         # renewal a reader of the control plane saw during the window), p99 and the highest bucket reached

@@ -16,6 +16,7 @@ from apiserver.flags import _address, _bool, _duration, _port
 from machinery import pauses
 
 from .controlplane import Identity
+from .rawpath import RawRenewals
 from .server import NodeTier
 from .split import NodeRanges
 
@@ -51,6 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "name's FNV-1a 64 hash lies in the i-th of as many equal ranges, and sends a request for "
                    "another tier's Lease to it")
     p.add_argument("--tier-index", type=int, default=0, help="this tier's place in --tiers (from 0)")
+    p.add_argument("--raw-renewals", type=_bool, default=True, nargs="?", const=True,
+                   help="answer plain renewals from their bytes before aiohttp (nodetier/rawpath.py; default true; "
+                        "false: every request through aiohttp, for comparison)")
     p.add_argument("-v", "--v", dest="verbosity", type=int, default=0)
     a = p.parse_args(argv)
     if bool(a.control_plane) == bool(a.kubeconfig):
@@ -96,12 +100,17 @@ async def _serve(tier: NodeTier, a) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     pauses.install().start_lag()     # python_event_loop_lag_seconds
-    runner, urls = await start_sites(tier.app(), a)
+    raw = RawRenewals(tier)         # renewals answered from their bytes, before aiohttp (nodetier/rawpath.py)
+    if a.raw_renewals:
+        runner, urls = await start_sites(tier.app(), a, wrap=raw.wrap, runner_kwargs=raw.runner_kwargs)
+    else:
+        runner, urls = await start_sites(tier.app(), a)
     print(f"nodetier ready: {' '.join(urls)} control-plane={a.identity.server} "
           f"forward-interval={a.forward_interval:g}s holds={a.ranges.describe()}", file=sys.stderr, flush=True)
     await stop.wait()
     print("shutting down", file=sys.stderr, flush=True)
     faulthandler.dump_traceback_later(SHUTDOWN_DUMP_AFTER + 5, exit=False)   # (+ the flush of pending renewals)
+    raw.close()         # (aiohttp's cleanup closes the connections it took over, then forwards what is pending)
     await runner.cleanup()
 
 

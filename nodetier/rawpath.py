@@ -193,6 +193,35 @@ class RawRenewals:
         return self._date
 
 
+async def _carry_on(coro, fut):
+    """The rest of a coroutine that suspended on `fut` when it was run inline."""
+    return await _Rest(coro, fut)
+
+
+class _Rest:
+    """Awaiting this resumes `coro` where it yielded `fut` (what a task would have done with it)."""
+    __slots__ = ("coro", "fut")
+
+    def __init__(self, coro, fut):
+        self.coro, self.fut = coro, fut
+
+    def __await__(self):
+        coro, waiting = self.coro, self.fut
+        while True:
+            try:
+                sent = yield waiting
+            except BaseException as e:      # (a cancellation too: the coroutine sees it where it waits)
+                try:
+                    waiting = coro.throw(e)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    waiting = coro.send(sent)
+                except StopIteration as done:
+                    return done.value
+
+
 def _body_length(head: bytes) -> int | None:
     """The length of the body after a request head aiohttp is to answer, or None when its framing is anything
     but none or one Content-Length (chunked, an upgrade, a malformed head): aiohttp then takes the connection."""
@@ -298,8 +327,16 @@ class RawRenewalProtocol(asyncio.Protocol):
                     return                          # the body is still coming
                 raw = bytes(buf[:total])
                 del buf[:total]
-                self.task = asyncio.get_running_loop().create_task(self._answer(req, raw, end + 4,
-                                                                                time.perf_counter()))
+                # Run inline: the tier's store never suspends a renewal, so the answer is written in this
+                # callback (no task, no wait behind the loop's other callbacks); if it ever suspends, a task
+                # carries it on and the next request waits for it.
+                coro = self._answer(req, raw, end + 4, time.perf_counter())
+                try:
+                    fut = coro.send(None)
+                except StopIteration:
+                    continue
+                self.task = asyncio.ensure_future(_carry_on(coro, fut))
+                self.task.add_done_callback(self._answered_later)
                 return
             length = _body_length(head) if end <= MAX_HEAD else None
             if length is None:
@@ -328,13 +365,16 @@ class RawRenewalProtocol(asyncio.Protocol):
         except Exception:  # noqa: BLE001 (aiohttp's path answers instead, and reports what it finds)
             log.exception("raw renewal of lease %s", req.name)
             response = None
-        self.task = None
         if response is None:                        # nothing was stored: aiohttp's path answers it
             self._give(raw)
         else:
             self.transport.write(response)
             record(self.raw.labels, 200, time.perf_counter() - t0, sli=True)
-        self._next()
+
+    def _answered_later(self, task: asyncio.Task) -> None:
+        self.task = None
+        if not task.cancelled() and not self.transport.is_closing():
+            self._next()
 
     def _hand_over(self) -> None:
         """aiohttp's protocol takes the transport, and what was read and not given to it, for good."""

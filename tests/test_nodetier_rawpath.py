@@ -57,6 +57,47 @@ def test_a_kubelets_renewal_head_is_parsed_and_anything_else_is_left_to_aiohttp(
     assert line.endswith(b" HTTP/1.1")
 
 
+async def test_a_coroutine_run_inline_that_suspends_is_carried_on_by_a_task():
+    """RawRenewalProtocol runs a renewal inline (`coro.send(None)`); one that suspends goes on in a task from where
+    it waited: its result, an exception raised where it waited, and a cancellation reach the coroutine."""
+    import asyncio
+    from nodetier.rawpath import _carry_on
+    loop = asyncio.get_running_loop()
+
+    async def twice(futs, seen):
+        try:
+            a = await futs[0]
+            await asyncio.sleep(0)          # (a bare yield, as asyncio.sleep(0) makes)
+            b = await futs[1]
+        except BaseException as e:
+            seen.append(type(e).__name__)
+            raise
+        return a + b
+
+    futs, seen = [loop.create_future(), loop.create_future()], []
+    coro = twice(futs, seen)
+    task = asyncio.ensure_future(_carry_on(coro, coro.send(None)))
+    futs[0].set_result(1)
+    await asyncio.sleep(0.01)
+    futs[1].set_result(2)
+    assert await task == 3 and seen == []
+    futs, seen = [loop.create_future(), loop.create_future()], []
+    coro = twice(futs, seen)
+    task = asyncio.ensure_future(_carry_on(coro, coro.send(None)))
+    futs[0].set_exception(KeyError("k"))
+    with pytest.raises(KeyError):
+        await task
+    assert seen == ["KeyError"]
+    futs, seen = [loop.create_future(), loop.create_future()], []
+    coro = twice(futs, seen)
+    task = asyncio.ensure_future(_carry_on(coro, coro.send(None)))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert seen == ["CancelledError"] and futs[0].cancelled()
+
+
 class Wire:
     """One raw HTTP/1.1 connection."""
 

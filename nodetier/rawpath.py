@@ -9,7 +9,7 @@ renewal itself. So a connection starts on `RawRenewalProtocol`:
   `Content-Type: application/json`, a JSON `Accept`, a `Content-Length` body of at most 64 KiB, no transfer or
   content coding, no `Expect`, `Upgrade`, `Connection: close` or impersonation) from a user the tier answers
   for a renewal (no authentication flags, `system:masters`, or the node whose Lease it is) goes to the same
-  `TierLeases.fast_renewal` the aiohttp path uses, and a 200 with the bytes aiohttp would send (`Date` aside)
+  `NodeTier.absorb_renewal` the aiohttp path uses, and a 200 with the bytes aiohttp would send (`Date` aside)
   is written here, counted in the same request metrics;
 * anything else, including a renewal `fast_renewal` declines (a stale version, another form), goes to
   aiohttp's protocol untouched, together with everything read after it, and aiohttp keeps the connection from
@@ -27,7 +27,6 @@ import logging
 import time
 from typing import Callable
 
-import orjson
 from aiohttp.abc import AbstractAccessLogger
 from aiohttp.http import SERVER_SOFTWARE
 
@@ -38,18 +37,16 @@ from machinery.encoding import encode_obj
 
 from . import metrics
 from .leases import REQUEST_USER_AGENT
+from .server import FAST_BODY_MAX, NODE_PREFIX, NODES_GROUP, PLAIN_ACCEPT
 
 log = logging.getLogger("nodetier")
 
 PREFIX = b"PUT /apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/"
 MAX_HEAD = 8 * 1024         # a renewal's head is ~200 B; anything longer is aiohttp's (with its 431 limits)
-MAX_BODY = 64 * 1024        # as NodeTier.fast_renewal
-_PLAIN_ACCEPT = frozenset((b"application/json, */*", b"application/json", b"*/*", b""))
+_PLAIN_ACCEPT = frozenset(a.encode() for a in PLAIN_ACCEPT)
 _NAME_CHARS = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789-.")
 # Headers whose presence hands the request to aiohttp (their meaning is its to apply).
 _HAND_OFF_HEADERS = frozenset((b"transfer-encoding", b"expect", b"upgrade", b"content-encoding"))
-NODES_GROUP = "system:nodes"
-NODE_PREFIX = "system:node:"
 
 
 class _Renewal:
@@ -93,7 +90,7 @@ def _parse(head: bytes) -> _Renewal | None:
                 return None
         elif k in _HAND_OFF_HEADERS or k.startswith(b"impersonate-"):
             return None
-    if content_type != b"application/json" or accept not in _PLAIN_ACCEPT or not length or length > MAX_BODY:
+    if content_type != b"application/json" or accept not in _PLAIN_ACCEPT or not length or length > FAST_BODY_MAX:
         return None
     try:
         return _Renewal(name.decode(), length, agent.decode("latin-1"),
@@ -166,20 +163,13 @@ class RawRenewals:
         if not tier.forwarder.loaded.is_set() or not tier.ranges.owns(req.name) \
                 or not self._allowed(transport, req):
             return None
-        try:
-            obj = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return None
-        if not isinstance(obj, dict):
-            return None
         token = REQUEST_USER_AGENT.set(req.user_agent)
         try:
-            out = await tier.leases.fast_renewal(req.name, obj)
+            out = await tier.absorb_renewal(req.name, body)
         finally:
             REQUEST_USER_AGENT.reset(token)
         if out is None:
             return None
-        metrics.renewals_fast.inc()
         metrics.renewals_raw.inc()
         payload = encode_obj(tier.res, out) + b"\n"
         return b"".join((b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ",

@@ -43,8 +43,8 @@ COLLECTION = ["apis", "coordination.k8s.io", "v1", "namespaces", NAMESPACE, "lea
 NODES_GROUP = "system:nodes"
 NODE_PREFIX = "system:node:"
 # Accept headers of a renewal the fast path answers (client-go's typed clients send the first).
-_PLAIN_ACCEPT = ("application/json, */*", "application/json", "*/*", "")
-_FAST_BODY_MAX = 64 * 1024
+PLAIN_ACCEPT = ("application/json, */*", "application/json", "*/*", "")
+FAST_BODY_MAX = 64 * 1024
 
 
 
@@ -195,11 +195,16 @@ class NodeTier:
         qualifies; anything else, or a body that is not exactly such a renewal, takes the general path (which
         finds the body read_body kept), so every answer but the time it takes is the general path's."""
         if request.query_string or request.content_type != "application/json" or \
-                request.headers.get("Accept", "application/json") not in _PLAIN_ACCEPT:
+                request.headers.get("Accept", "application/json") not in PLAIN_ACCEPT:
             return None
-        if (request.content_length or 0) > _FAST_BODY_MAX:
+        if (request.content_length or 0) > FAST_BODY_MAX:
             return None
-        body = await read_body(request)
+        out = await self.absorb_renewal(name, await read_body(request))
+        return None if out is None else respond_obj(request, self.res, out)
+
+    async def absorb_renewal(self, name: str, body: bytes) -> dict | None:
+        """A renewal's body, stored if it is exactly the kubelet's form (`TierLeases.fast_renewal`): the tier's
+        new copy, or None (nothing stored) when the general path must answer. (Also nodetier.rawpath's.)"""
         try:
             obj = orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -207,10 +212,9 @@ class NodeTier:
         if not isinstance(obj, dict):
             return None
         out = await self.leases.fast_renewal(name, obj)
-        if out is None:
-            return None
-        metrics.renewals_fast.inc()
-        return respond_obj(request, self.res, out)
+        if out is not None:
+            metrics.renewals_fast.inc()
+        return out
 
     def _absorbs(self, request: web.Request, parts: list[str]) -> bool:
         """Whether the tier serves this request itself (else the control plane does, with its policy)."""

@@ -4,9 +4,8 @@ from machinery.metrics import Counter, Gauge, Histogram
 renewals_absorbed = Counter("nodetier_renewals_absorbed_total", "Lease renewals answered by the tier alone")
 renewals_fast = Counter("nodetier_renewals_fast_path_total", "Lease renewals absorbed on the fast path (the "
                         "body was the tier's copy with a new renewTime), without the general update path")
-renewals_raw = Counter("nodetier_renewals_raw_path_total", "Lease renewals answered from the request's bytes on "
-                       "a connection that carried renewals only, before aiohttp (nodetier.rawpath); also counted "
-                       "in nodetier_renewals_fast_path_total")
+renewals_raw = Counter("nodetier_renewals_raw_path_total", "Lease renewals answered from the request's bytes, "
+                       "before aiohttp (nodetier.rawpath); also counted in nodetier_renewals_fast_path_total")
 forwards = Counter("nodetier_forwards_total", "Lease writes the tier sent to the control plane",
                    ["why", "result"])   # why: renewal (the forwarder) or change (at once, in the client's request)
 leases_held = Gauge("nodetier_leases", "Leases the tier holds")

@@ -11,13 +11,17 @@ renewal itself. So a connection starts on `RawRenewalProtocol`:
   for a renewal (no authentication flags, `system:masters`, or the node whose Lease it is) goes to the same
   `NodeTier.absorb_renewal` the aiohttp path uses, and a 200 with the bytes aiohttp would send (`Date` aside)
   is written here, counted in the same request metrics;
-* anything else, including a renewal `fast_renewal` declines (a stale version, another form), goes to
-  aiohttp's protocol untouched, together with everything read after it, and aiohttp keeps the connection from
-  then on (so every answer but the 200 of a plain renewal is aiohttp's and the general path's: errors, 409
-  texts, watches, proxying).
+* every other request, and a renewal the fast path declines (a stale version, another form: nothing was stored),
+  is given to an aiohttp protocol made for the connection on the same transport, which answers it as the tier
+  always did (errors, 409 texts, watches, proxying); its body is passed on as it arrives.
 
-Requests on one connection are answered in order, one at a time: bytes that arrive meanwhile wait in the buffer.
-A connection that only ever renews stays here; the kubelet renews on a client of its own (its heartbeat client).
+Requests on a connection are answered in order: a renewal that comes while aiohttp still owes an answer is given
+to aiohttp too, and once aiohttp's access logger reports its last answer, the connection's next renewal is raw
+again (a kubelet's GET and create of its Lease at start, or its GET after a 409, do not take its connection off
+the raw path). A request framed otherwise than by one Content-Length (chunked, an upgrade, `Expect`) or a head
+over MAX_HEAD hands aiohttp the transport for good. aiohttp's protocol keeps its own idle timer (its
+keepalive_timeout, 3,630 s in aiohttp 3.14): when it runs out it closes the connection, raw renewals in between
+or not; clients reconnect.
 """
 from __future__ import annotations
 

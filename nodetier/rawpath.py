@@ -6,7 +6,8 @@ about 40 % of the tier's CPU went to that machinery at 31,000 leasegen nodes (py
 renewal itself. So a connection starts on `RawRenewalProtocol`:
 
 * a request that is plainly a renewal (`_parse`: `PUT` of a Lease in the tier's namespace, HTTP/1.1, no query,
-  `Content-Type: application/json`, a JSON `Accept`, a `Content-Length` body of at most 64 KiB, no transfer or
+  a JSON or protobuf body (the kubelet's and kwok's typed clients send protobuf) of at most 64 KiB by
+  `Content-Length`, an `Accept` that asks for the object itself (answered as JSON, as everywhere here), no transfer or
   content coding, no `Expect`, `Upgrade`, `Connection: close` or impersonation) from a user the tier answers
   for a renewal (no authentication flags, `system:masters`, or the node whose Lease it is) goes to the same
   `NodeTier.absorb_renewal` the aiohttp path uses, and a 200 with the bytes aiohttp would send (`Date` aside)
@@ -37,27 +38,29 @@ from aiohttp.http import SERVER_SOFTWARE
 from apiserver.auth.authn import authenticator
 from apiserver.auth.user import SYSTEM_PRIVILEGED_GROUP
 from apiserver.middleware import metric_verb, record
+from machinery import protobuf
 from machinery.encoding import encode_obj
 
 from . import metrics
 from .leases import REQUEST_USER_AGENT
-from .server import FAST_BODY_MAX, NODE_PREFIX, NODES_GROUP, PLAIN_ACCEPT
+from .server import FAST_BODY_MAX, NODE_PREFIX, NODES_GROUP, RENEWAL_MEDIA_TYPES, plain_object
 
 log = logging.getLogger("nodetier")
 
 PREFIX = b"PUT /apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/"
 MAX_HEAD = 8 * 1024         # a renewal's head is ~200 B; anything longer is aiohttp's (with its 431 limits)
-_PLAIN_ACCEPT = frozenset(a.encode() for a in PLAIN_ACCEPT)
+_MEDIA_TYPES = {t.encode(): t for t in RENEWAL_MEDIA_TYPES}
 _NAME_CHARS = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789-.")
 # Headers whose presence hands the request to aiohttp (their meaning is its to apply).
 _HAND_OFF_HEADERS = frozenset((b"transfer-encoding", b"expect", b"upgrade", b"content-encoding"))
 
 
 class _Renewal:
-    __slots__ = ("name", "length", "user_agent", "authorization")
+    __slots__ = ("name", "length", "user_agent", "authorization", "protobuf")
 
-    def __init__(self, name: str, length: int, user_agent: str, authorization: str | None):
+    def __init__(self, name: str, length: int, user_agent: str, authorization: str | None, is_protobuf: bool):
         self.name, self.length, self.user_agent, self.authorization = name, length, user_agent, authorization
+        self.protobuf = is_protobuf
 
 
 def _parse(head: bytes) -> _Renewal | None:
@@ -69,7 +72,7 @@ def _parse(head: bytes) -> _Renewal | None:
     name = request_line[len(PREFIX):-9]
     if not name or len(name) > 253 or not _NAME_CHARS.issuperset(name):
         return None
-    length, content_type, accept, agent, authorization = None, None, b"", b"", None
+    length, content_type, accept, agent, authorization = None, None, None, b"", None
     for line in lines[1:]:
         k, sep, v = line.partition(b":")
         if not sep or not k or k[-1:] in b" \t" or line[:1] in b" \t":
@@ -94,11 +97,15 @@ def _parse(head: bytes) -> _Renewal | None:
                 return None
         elif k in _HAND_OFF_HEADERS or k.startswith(b"impersonate-"):
             return None
-    if content_type != b"application/json" or accept not in _PLAIN_ACCEPT or not length or length > FAST_BODY_MAX:
+    media_type = _MEDIA_TYPES.get(content_type)
+    if media_type is None or not length or length > FAST_BODY_MAX:
         return None
     try:
+        if not plain_object(None if accept is None else accept.decode("latin-1")):
+            return None
         return _Renewal(name.decode(), length, agent.decode("latin-1"),
-                        None if authorization is None else authorization.decode("latin-1"))
+                        None if authorization is None else authorization.decode("latin-1"),
+                        media_type == protobuf.MEDIA_TYPE)
     except UnicodeDecodeError:
         return None
 
@@ -169,7 +176,7 @@ class RawRenewals:
             return None
         token = REQUEST_USER_AGENT.set(req.user_agent)
         try:
-            out = await tier.absorb_renewal(req.name, body)
+            out = await tier.absorb_renewal(req.name, body, req.protobuf)
         finally:
             REQUEST_USER_AGENT.reset(token)
         if out is None:

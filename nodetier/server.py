@@ -11,6 +11,7 @@ upstream's); any other user's request goes to the control plane, which decides. 
 """
 from __future__ import annotations
 
+import functools
 import logging
 from types import SimpleNamespace
 
@@ -26,7 +27,7 @@ from apiserver.endpoints import read, watch, write
 from apiserver.endpoints.common import Context, RequestScope, decode_body, read_body, respond_obj
 from apiserver.middleware import status_and_metrics
 from apiserver.routes import is_watch
-from machinery import errors
+from machinery import errors, protobuf, tables
 from machinery.resources import Registry
 
 from .controlplane import ControlPlane, ControlPlaneError, Identity
@@ -43,8 +44,18 @@ COLLECTION = ["apis", "coordination.k8s.io", "v1", "namespaces", NAMESPACE, "lea
 NODES_GROUP = "system:nodes"
 NODE_PREFIX = "system:node:"
 # Accept headers of a renewal the fast path answers (client-go's typed clients send the first).
-PLAIN_ACCEPT = ("application/json, */*", "application/json", "*/*", "")
 FAST_BODY_MAX = 64 * 1024
+# A renewal's body: JSON (leasegen, some clients), or protobuf (the kubelet's and kwok's typed clients send
+# built-in kinds as application/vnd.kubernetes.protobuf, accepting protobuf or JSON back).
+RENEWAL_MEDIA_TYPES = ("application/json", protobuf.MEDIA_TYPE)
+
+
+@functools.lru_cache(maxsize=64)
+def plain_object(accept: str | None) -> bool:
+    """Whether the Accept header asks for the object itself (no Table or PartialObjectMetadata), which this
+    server answers as JSON whatever the media type (machinery.tables.negotiate): then a renewal's answer is
+    respond_obj's JSON. (A handful of distinct values in practice: one per kind of client.)"""
+    return tables.negotiate(accept) is None
 
 
 
@@ -191,23 +202,25 @@ class NodeTier:
     async def fast_renewal(self, request: web.Request, name: str) -> web.Response | None:
         """A kubelet's renewal (a PUT of the Lease the tier last answered with a new renewTime: every ~10 s
         from every node) answered without the general update path, which costs most of the tier's CPU per
-        renewal beside HTTP itself. Only a plain JSON PUT with no query parameters and a JSON (or no) Accept
-        qualifies; anything else, or a body that is not exactly such a renewal, takes the general path (which
+        renewal beside HTTP itself. Only a PUT with no query parameters, a JSON or protobuf body and an Accept
+        that asks for the object itself (`plain_object`) qualifies; anything else, or a body that is not exactly such a renewal, takes the general path (which
         finds the body read_body kept), so every answer but the time it takes is the general path's."""
-        if request.query_string or request.content_type != "application/json" or \
-                request.headers.get("Accept", "application/json") not in PLAIN_ACCEPT:
+        if request.query_string or request.content_type not in RENEWAL_MEDIA_TYPES or \
+                not plain_object(request.headers.get("Accept")):
             return None
         if (request.content_length or 0) > FAST_BODY_MAX:
             return None
-        out = await self.absorb_renewal(name, await read_body(request))
+        out = await self.absorb_renewal(name, await read_body(request),
+                                        request.content_type == protobuf.MEDIA_TYPE)
         return None if out is None else respond_obj(request, self.res, out)
 
-    async def absorb_renewal(self, name: str, body: bytes) -> dict | None:
-        """A renewal's body, stored if it is exactly the kubelet's form (`TierLeases.fast_renewal`): the tier's
-        new copy, or None (nothing stored) when the general path must answer. (Also nodetier.rawpath's.)"""
+    async def absorb_renewal(self, name: str, body: bytes, is_protobuf: bool = False) -> dict | None:
+        """A renewal's body (JSON, or protobuf), stored if it is exactly the kubelet's form
+        (`TierLeases.fast_renewal`): the tier's new copy, or None (nothing stored) when the general path must
+        answer. (Also nodetier.rawpath's.)"""
         try:
-            obj = orjson.loads(body)
-        except orjson.JSONDecodeError:
+            obj = protobuf.decode(body, self.res.api_version, self.res.kind) if is_protobuf else orjson.loads(body)
+        except Exception:  # noqa: BLE001 (a malformed body: the general path words the error)
             return None
         if not isinstance(obj, dict):
             return None

@@ -5,6 +5,7 @@ connection. Real etcd, a real apiserver and a real `python -m nodetier`, spoken 
 what is on the wire is what is checked."""
 from __future__ import annotations
 
+import datetime
 import json
 import re
 import socket
@@ -12,6 +13,7 @@ import uuid
 
 import pytest
 
+from machinery import protobuf
 from nodetier.rawpath import _parse
 from tests.helpers import Api, start_apiserver
 from tests.helpers.nodetier import NodeTierProcess
@@ -29,6 +31,13 @@ def test_a_kubelets_renewal_head_is_parsed_and_anything_else_is_left_to_aiohttp(
         ("node-1", 321, "kubelet/v1.37.2 (linux/amd64) kubernetes/abcdef", None)
     assert _parse(RENEWAL_HEAD + b"\r\nAuthorization: Bearer abc").authorization == "Bearer abc"
     assert _parse(RENEWAL_HEAD + b"\r\nConnection: keep-alive") is not None
+    assert not r.protobuf
+    # the kubelet's (and kwok's) typed client: a protobuf body, protobuf or JSON back (answered as JSON here)
+    kubelet = RENEWAL_HEAD.replace(b"Accept: application/json, */*\r\nContent-Type: application/json",
+                                   b"Accept: application/vnd.kubernetes.protobuf,application/json\r\n"
+                                   b"Content-Type: application/vnd.kubernetes.protobuf")
+    assert kubelet != RENEWAL_HEAD and _parse(kubelet).protobuf
+    assert _parse(RENEWAL_HEAD.replace(b"Accept: application/json, */*\r\n", b"")) is not None   # no Accept
     line = RENEWAL_HEAD.split(b"\r\n")[0]
     for other in (
             RENEWAL_HEAD.replace(b"node-1 HTTP", b"node-1?fieldManager=x HTTP"),     # a query
@@ -96,6 +105,80 @@ async def test_a_coroutine_run_inline_that_suspends_is_carried_on_by_a_task():
     with pytest.raises(asyncio.CancelledError):
         await task
     assert seen == ["CancelledError"] and futs[0].cancelled()
+
+
+# --- a Lease in protobuf, as the kubelet's typed client sends it (k8s.io/api coordination/v1 field numbers) ------
+
+def _varint(n: int) -> bytes:
+    n &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | 0x80 if n else b)
+        if not n:
+            return bytes(out)
+
+
+def _ld(num: int, payload: bytes | str) -> bytes:
+    payload = payload.encode() if isinstance(payload, str) else payload
+    return _varint(num << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _vi(num: int, v: int) -> bytes:
+    return _varint(num << 3) + _varint(v)
+
+
+def _time(s: str) -> bytes:
+    """metav1.Time / MicroTime: seconds (1) and nanos (2)."""
+    t = datetime.datetime.fromisoformat(s.replace("Z", "+00:00"))
+    micros = t.microsecond
+    return _vi(1, int(t.replace(microsecond=0).timestamp())) + (_vi(2, micros * 1000) if micros else b"")
+
+
+def lease_protobuf(obj: dict) -> bytes:
+    md, spec = obj["metadata"], obj["spec"]
+    meta = _ld(1, md["name"]) + _ld(3, md["namespace"]) + _ld(5, md["uid"]) + _ld(6, md["resourceVersion"])
+    meta += _ld(8, _time(md["creationTimestamp"]))
+    for m in md.get("managedFields", []):
+        meta += _ld(17, _ld(1, m["manager"]) + _ld(2, m["operation"]) + _ld(3, m["apiVersion"])
+                    + _ld(4, _time(m["time"])) + _ld(6, m["fieldsType"])
+                    + _ld(7, _ld(1, json.dumps(m["fieldsV1"], separators=(",", ":")))))
+    sp = _ld(1, spec["holderIdentity"]) + _vi(2, spec["leaseDurationSeconds"]) + _ld(4, _time(spec["renewTime"]))
+    raw = _ld(1, meta) + _ld(2, sp)
+    return protobuf.MAGIC + _ld(1, _ld(1, "coordination.k8s.io/v1") + _ld(2, "Lease")) + _ld(2, raw)
+
+
+def test_a_kubelets_protobuf_renewal_is_answered_raw_as_aiohttp_answers_it(tier):
+    """The kubelet's and kwok's typed clients PUT their Lease as protobuf, accepting protobuf or JSON back: the
+    raw path decodes it as the general path does and answers the same JSON aiohttp's path gives."""
+    made = create(tier, "raw-pb")
+    raw0 = metric(tier, "nodetier_renewals_raw_path_total")
+    new = {**made, "spec": {**made["spec"], "renewTime": now_micro(1)}}
+    assert protobuf.decode(lease_protobuf(new), "coordination.k8s.io/v1", "Lease") == new    # (the encoder)
+
+    def pb_renewal(obj: dict) -> bytes:
+        body = lease_protobuf(obj)
+        return (f"PUT {LEASES}/raw-pb HTTP/1.1\r\nHost: tier\r\nUser-Agent: kubelet/v1.37.2\r\n"
+                f"Accept: application/vnd.kubernetes.protobuf,application/json\r\n"
+                f"Content-Type: application/vnd.kubernetes.protobuf\r\nContent-Length: {len(body)}\r\n\r\n"
+                ).encode() + body
+    a = Wire(tier.base)
+    a.send(pb_renewal(new))
+    status, _, body, whole = a.response()
+    assert status == 200, body
+    first = json.loads(body)
+    assert first["spec"]["renewTime"] == new["spec"]["renewTime"]
+    assert metric(tier, "nodetier_renewals_raw_path_total") == raw0 + 1
+    b = Wire(tier.base)                     # behind a GET: aiohttp's fast path, protobuf too
+    b.send(get(f"{LEASES}/raw-pb") + pb_renewal({**first, "spec": {**first["spec"], "renewTime": now_micro(2)}}))
+    assert b.response()[0] == 200
+    status2, _, body2, whole2 = b.response()
+    assert status2 == 200, body2
+    second = json.loads(body2)
+    assert metric(tier, "nodetier_renewals_raw_path_total") == raw0 + 1
+    assert without(whole, first) == without(whole2, second)
+    assert tier.get(f"{LEASES}/raw-pb").json() == second
+    a.close(), b.close()
 
 
 class Wire:

@@ -281,9 +281,11 @@ class RawRenewalProtocol(asyncio.Protocol):
 
     def eof_received(self) -> bool | None:
         self.eof = True
+        if self.task is None:
+            self._next()        # what was read and is whole is answered; a request cut short closes
         if self.aio is not None:
             return self.aio.eof_received()          # as aiohttp alone would (it closes)
-        return bool(self.task is not None or self.buf) or None     # the answer in progress first
+        return True             # open until the answer in progress is written (then _next closes)
 
     def data_received(self, data: bytes) -> None:
         if self.body_left:

@@ -43,8 +43,7 @@ NAMESPACE = "kube-node-lease"
 COLLECTION = ["apis", "coordination.k8s.io", "v1", "namespaces", NAMESPACE, "leases"]
 NODES_GROUP = "system:nodes"
 NODE_PREFIX = "system:node:"
-# Accept headers of a renewal the fast path answers (client-go's typed clients send the first).
-FAST_BODY_MAX = 64 * 1024
+FAST_BODY_MAX = 64 * 1024          # the largest renewal body the fast paths take (a Lease is ~0.6 KB)
 # A renewal's body: JSON (leasegen, some clients), or protobuf (the kubelet's and kwok's typed clients send
 # built-in kinds as application/vnd.kubernetes.protobuf, accepting protobuf or JSON back).
 RENEWAL_MEDIA_TYPES = ("application/json", protobuf.MEDIA_TYPE)
@@ -203,8 +202,9 @@ class NodeTier:
         """A kubelet's renewal (a PUT of the Lease the tier last answered with a new renewTime: every ~10 s
         from every node) answered without the general update path, which costs most of the tier's CPU per
         renewal beside HTTP itself. Only a PUT with no query parameters, a JSON or protobuf body and an Accept
-        that asks for the object itself (`plain_object`) qualifies; anything else, or a body that is not exactly such a renewal, takes the general path (which
-        finds the body read_body kept), so every answer but the time it takes is the general path's."""
+        that asks for the object itself (`plain_object`) qualifies; anything else, or a body that is not exactly
+        such a renewal, takes the general path (which finds the body read_body kept), so every answer but the
+        time it takes is the general path's."""
         if request.query_string or request.content_type not in RENEWAL_MEDIA_TYPES or \
                 not plain_object(request.headers.get("Accept")):
             return None

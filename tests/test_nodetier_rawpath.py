@@ -427,3 +427,20 @@ def test_raw_renewals_false_sends_every_request_through_aiohttp(current_etcd):
             w.close()
     finally:
         cp.stop()
+
+
+def test_a_client_that_stops_sending_gets_the_answers_to_what_it_sent_whole(tier):
+    made = create(tier, "raw-eof")
+    w = Wire(tier.base)
+    w.send(renewal(made, 1))
+    w.sock.shutdown(socket.SHUT_WR)               # a whole renewal, then the client's end of the stream
+    status, _, body, _ = w.response()
+    assert status == 200, body
+    assert w.sock.recv(10) == b""                 # then the tier closes
+    w.close()
+    cut = Wire(tier.base)
+    cut.send(renewal(json.loads(body), 2)[:-10])  # a renewal cut short: closed, nothing stored
+    cut.sock.shutdown(socket.SHUT_WR)
+    assert cut.sock.recv(10) == b""
+    cut.close()
+    assert tier.get(f"{LEASES}/raw-eof").json() == json.loads(body)

@@ -233,7 +233,9 @@ async def start_sites(app: web.Application, a, wrap=None, runner_kwargs=None) ->
 
 
 class _Site(web.TCPSite):
-    """aiohttp's TCP site, whose connections may start on another protocol (`start_sites`'s `wrap`)."""
+    """aiohttp's TCP site, whose connections may start on another protocol (`start_sites`'s `wrap`). `start`
+    repeats TCPSite.start's last step with its attributes (aiohttp has no hook for the protocol factory): pinned
+    below aiohttp 4 in pyproject.toml, and tests/test_nodetier_rawpath.py starts it."""
 
     def __init__(self, runner: web.AppRunner, host: str, port: int, *, wrap=None, **kw):
         super().__init__(runner, host, port, shutdown_timeout=1, **kw)

@@ -10,8 +10,8 @@ behind a tier how old the control plane's copy of a Lease was when a forward rep
 50 s grace, 5 s period) on the control plane decided: the nodes it marked NotReady (leasegen's runs create a
 Ready Node for each Lease; a count with any is not sustained), and its CPU.
 
-For each node count N: a fresh apiserver (watch cache on, default flags) over a current etcd (fresh key
-prefix), kwok v0.8.0 (tools/build_kwok.py) with upstream's stages (tools/kwok/) and 40 s node leases
+For each node count N: a fresh apiserver (watch cache on, default flags) over a fresh current etcd of its own
+(issue 22 §5: each configuration over its own etcd, so one run's history and database do not slow the next), kwok v0.8.0 (tools/build_kwok.py) with upstream's stages (tools/kwok/) and 40 s node leases
 (renewed every ~10 s, as kubelets do), then N Nodes annotated for kwok created through the API, spread over
 at least one renewal period so that the renewals are spread as a cluster's kubelets' are (nodes created at
 once would renew in lockstep: all N within 0.4 s every 10 s). Once every node
@@ -809,12 +809,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p
 
 
-async def run(p: argparse.Namespace, etcd) -> list[dict]:
+async def measure_on_fresh_etcd(n: int, p: argparse.Namespace, config: str) -> dict:
+    """`measure` over an etcd started for it and removed after it (a previous count's 31,000 Leases and their
+    history in the same etcd slowed the next configuration's forwards fivefold)."""
+    with current_etcd() as etcd:
+        return await measure(n, etcd, p, config)
+
+
+async def run(p: argparse.Namespace) -> list[dict]:
     runs = []
     for n in p.nodes:
         for config in p.configs:
             try:
-                runs.append(await measure(n, etcd, p, config))
+                runs.append(await measure_on_fresh_etcd(n, p, config))
             except (BenchError, ApiserverError, OSError) as e:   # the others still run; the row says why
                 log(f"N={n} {config}: failed: {e}")
                 runs.append({"config": config, "nodes": n, "generator": p.generator, "failed": str(e)[-2000:],
@@ -823,7 +830,7 @@ async def run(p: argparse.Namespace, etcd) -> list[dict]:
         n = max(p.nodes)
         while runs[-1]["sustained"] and n * 2 <= p.max_nodes:
             n *= 2
-            runs.append(await measure(n, etcd, p, p.configs[-1]))
+            runs.append(await measure_on_fresh_etcd(n, p, p.configs[-1]))
     return runs
 
 
@@ -839,21 +846,20 @@ def main(argv=None) -> int:
         from tests.helpers.kwok import kube_controller_manager_binary
         kube_controller_manager_binary()      # tools/build_kube_controller_manager.py, once
     p.leasegen = load_tool("build_repo_go").ensure("leasegen") if p.generator == "leasegen" else None
-    etcd = current_etcd()
-    with etcd:
-        log(f"etcd at {etcd.endpoint} ({etcd.binary})")
+    with current_etcd() as etcd:      # for the versions only: each measurement starts an etcd of its own
+        log(f"etcd {etcd.binary}")
         vers = versions(etcd.endpoint, git=True, etcd_binary=etcd.binary,
                         **({"kwok_binary": kwok_bin, "kwok": "v0.8.0"} if kwok_bin else {"leasegen": p.leasegen}))
-        try:
-            runs = asyncio.run(run(p, etcd))
-        except BenchError as e:
-            log(f"error: {e}")
-            return 2
+    try:
+        runs = asyncio.run(run(p))
+    except BenchError as e:
+        log(f"error: {e}")
+        return 2
     verdict = {c: largest_sustained([r for r in runs if r["config"] == c]) for c in p.configs}
     doc = {"benchmark": "nodes", "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "params": {k: v for k, v in vars(p).items() if k not in ("out", "docs", "leasegen")},
            "measured": "per configuration (kube, direct, tier, lease-etcd: see the module docstring) one server "
-                       "(watch cache on) over a current etcd, kwok v0.8.0 with upstream's "
+                       "(watch cache on) over a fresh current etcd of its own, kwok v0.8.0 with upstream's "
                        "stages and 40 s node leases, a probe renewing its own Lease 5/s; all on this machine; "
                        "writes and latencies from the apiserver's request metrics, CPU from /proc, etcd writes "
                        "from its revision",

@@ -36,14 +36,13 @@ from aiohttp.abc import AbstractAccessLogger
 from aiohttp.http import SERVER_SOFTWARE
 
 from apiserver.auth.authn import authenticator
-from apiserver.auth.user import SYSTEM_PRIVILEGED_GROUP
 from apiserver.middleware import metric_verb, record
 from machinery import protobuf
 from machinery.encoding import encode_obj
 
 from . import metrics
 from .leases import REQUEST_USER_AGENT
-from .server import FAST_BODY_MAX, NODE_PREFIX, NODES_GROUP, RENEWAL_MEDIA_TYPES, plain_object
+from .server import FAST_BODY_MAX, RENEWAL_MEDIA_TYPES, plain_object, serves_itself
 
 log = logging.getLogger("nodetier")
 
@@ -63,9 +62,28 @@ class _Renewal:
         self.protobuf = is_protobuf
 
 
+class _Malformed(ValueError):
+    """A header line aiohttp is to refuse (no colon, an empty name, whitespace before the colon, a folded line)."""
+
+
+def _fields(lines: list[bytes]):
+    """Each header line's (name lowercased, value stripped); _Malformed at the first line that is not one."""
+    for line in lines:
+        k, sep, v = line.partition(b":")
+        if not sep or not k or k[-1:] in b" \t" or line[:1] in b" \t":
+            raise _Malformed(line)
+        yield k.lower(), v.strip()
+
+
 def _parse(head: bytes) -> _Renewal | None:
     """The renewal a request head (without its blank line) asks for, or None when it is anything else."""
-    lines = head.split(b"\r\n")
+    try:
+        return _parse_renewal(head.split(b"\r\n"))
+    except _Malformed:
+        return None
+
+
+def _parse_renewal(lines: list[bytes]) -> _Renewal | None:
     request_line = lines[0]
     if not request_line.startswith(PREFIX) or not request_line.endswith(b" HTTP/1.1"):
         return None
@@ -73,11 +91,7 @@ def _parse(head: bytes) -> _Renewal | None:
     if not name or len(name) > 253 or not _NAME_CHARS.issuperset(name):
         return None
     length, content_type, accept, agent, authorization = None, None, None, b"", None
-    for line in lines[1:]:
-        k, sep, v = line.partition(b":")
-        if not sep or not k or k[-1:] in b" \t" or line[:1] in b" \t":
-            return None                             # malformed, or a folded line: aiohttp's to refuse
-        k, v = k.lower(), v.strip()
+    for k, v in _fields(lines[1:]):
         if k == b"content-length":
             if length is not None or not v.isdigit():
                 return None
@@ -161,11 +175,7 @@ class RawRenewals:
             return True
         view = _AuthView(transport, req.authorization)
         user = self.auth.authenticate(view)
-        if user is None:
-            return False
-        if SYSTEM_PRIVILEGED_GROUP in user.groups:
-            return True
-        return NODES_GROUP in user.groups and user.name == NODE_PREFIX + req.name
+        return user is not None and serves_itself(user, req.name, "PUT")
 
     async def renew(self, transport, req: _Renewal, body: bytes) -> bytes | None:
         """The whole 200 response to the renewal, or None when the tier's other paths must answer it (nothing
@@ -227,19 +237,16 @@ def _body_length(head: bytes) -> int | None:
     """The length of the body after a request head aiohttp is to answer, or None when its framing is anything
     but none or one Content-Length (chunked, an upgrade, a malformed head): aiohttp then takes the connection."""
     length = None
-    for line in head.split(b"\r\n")[1:]:
-        k, sep, v = line.partition(b":")
-        if not sep or not k or line[:1] in b" \t":
-            return None
-        if k[-1:] in b" \t":
-            return None
-        k, v = k.lower(), v.strip()
-        if k == b"content-length":
-            if length is not None or not v.isdigit():
+    try:
+        for k, v in _fields(head.split(b"\r\n")[1:]):
+            if k == b"content-length":
+                if length is not None or not v.isdigit():
+                    return None
+                length = int(v)
+            elif k in (b"transfer-encoding", b"upgrade", b"expect"):
                 return None
-            length = int(v)
-        elif k in (b"transfer-encoding", b"upgrade", b"expect"):
-            return None
+    except _Malformed:
+        return None
     return length or 0
 
 

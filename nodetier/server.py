@@ -57,6 +57,23 @@ def plain_object(accept: str | None) -> bool:
     return tables.negotiate(accept) is None
 
 
+def node_name(user) -> str | None:
+    """The node a user is (`system:node:NAME` in `system:nodes`, as upstream's NodeRestriction reads it), or None."""
+    if NODES_GROUP in user.groups and user.name.startswith(NODE_PREFIX):
+        return user.name[len(NODE_PREFIX):]
+    return None
+
+
+def serves_itself(user, lease: str | None, method: str) -> bool:
+    """Whether the tier answers a request on Lease `lease` (None: the collection) itself rather than leaving it to
+    the control plane and its policy: without authentication (`user` None), for `system:masters`, and for a node
+    on its own Lease (or creating one). Both the aiohttp path (`NodeTier._absorbs`, which first refuses a node's
+    request for another node's Lease) and the raw path (`rawpath.RawRenewals`) ask this."""
+    if user is None or SYSTEM_PRIVILEGED_GROUP in user.groups:
+        return True
+    node = node_name(user)
+    return node is not None and (lease == node if lease is not None else method == "POST")
+
 
 class NodeTier:
     def __init__(self, identity: Identity, *, forward_interval: float = 30.0, forward_qps: float = 500.0,
@@ -232,17 +249,14 @@ class NodeTier:
     def _absorbs(self, request: web.Request, parts: list[str]) -> bool:
         """Whether the tier serves this request itself (else the control plane does, with its policy)."""
         user = request.get("user")
-        if user is None or SYSTEM_PRIVILEGED_GROUP in user.groups:
-            return True
-        if NODES_GROUP in user.groups and user.name.startswith(NODE_PREFIX):
-            node = user.name[len(NODE_PREFIX):]
+        node = None if user is None else node_name(user)
+        if node is not None and SYSTEM_PRIVILEGED_GROUP not in user.groups:
             if len(parts) == 7 and parts[6] != node:
                 raise errors.StatusError(403, "Forbidden", f'leases.coordination.k8s.io "{parts[6]}" is forbidden: '
                                          "can only access node lease with the same name as the requesting node",
                                          {"name": parts[6], "group": "coordination.k8s.io", "kind": "leases"})
             request["node"] = node
-            return len(parts) == 7 or request.method == "POST"
-        return False
+        return serves_itself(user, parts[6] if len(parts) == 7 else None, request.method)
 
     async def create(self, request: web.Request) -> web.StreamResponse:
         """The control plane creates (its validation, uid, admission); its answer becomes the tier's copy."""

@@ -222,24 +222,31 @@ class MemoryKV:
         self.compact_to(revision)
 
     def compact_to(self, revision: int) -> None:
-        """Forget every version older than the newest one at `revision`, and the events up to it."""
+        """Forget every version older than the newest one at `revision`, and the events up to it.
+
+        Only the keys of the events forgotten now can hold a version to forget (every version has its event,
+        and a version becomes forgettable when a newer one of its key at or below `revision` is forgotten), so
+        the cost is the events', not the keys'. (A pass over every key, as this was, ran at each write once
+        the log held `retain_events`: 31,000 nodes renew ~3,040 times a second, over 200,000 in the 65 s
+        between the forwarder's compactions, and the tier spent 46 % of its time here and fell behind.)"""
         if revision <= self.compacted:
             return
-        self.compacted = min(revision, self.revision)
-        while self._log and self._log[0][0] <= self.compacted:
-            self._log.popleft()
-        gone = []
-        for key, versions in self._versions.items():
+        self.compacted = compacted = min(revision, self.revision)
+        log, touched = self._log, set()
+        while log and log[0][0] <= compacted:
+            touched.add(log.popleft()[1])
+        for key in touched:
+            versions = self._versions.get(key)
+            if versions is None:
+                continue
             i = 0
-            while i + 1 < len(versions) and versions[i + 1][0] <= self.compacted:
+            while i + 1 < len(versions) and versions[i + 1][0] <= compacted:
                 i += 1
             if i:
                 del versions[:i]
-            if len(versions) == 1 and versions[0][1] is None and versions[0][0] <= self.compacted:
-                gone.append(key)
-        for key in gone:
-            del self._versions[key]
-            self._keys.pop(bisect.bisect_left(self._keys, key))
+            if len(versions) == 1 and versions[0][1] is None and versions[0][0] <= compacted:
+                del self._versions[key]
+                self._keys.pop(bisect.bisect_left(self._keys, key))
 
     def watch(self, prefix: bytes, start_revision: int, *, resource: str = "",
               progress_notify: bool = True) -> _Watch:

@@ -84,13 +84,16 @@ async def test_memkv_cas_ranges_at_a_revision_and_compaction():
     assert b"/a/1" not in kv._versions                          # a deleted key is gone once compacted
 
 
-async def test_memkv_compaction_in_steps_keeps_only_the_newest_version_at_or_below_it():
+@pytest.mark.parametrize("retain", [200_000, 25])
+async def test_memkv_compaction_in_steps_keeps_only_the_newest_version_at_or_below_it(retain):
     """After any sequence of writes and compactions each key keeps exactly its versions newer than the
-    compacted revision plus the newest at or below it (a deleted key none), and the key index matches."""
+    compacted revision plus the newest at or below it (a deleted key none), and the key index matches; also
+    when the log's bound (`retain_events`) compacts at every write."""
     import random
     rnd = random.Random(7)
-    kv = MemoryKV(start_revision=0)
+    kv = MemoryKV(start_revision=0, retain_events=retain)
     keys = [f"/k/{i}".encode() for i in range(20)]
+    shadow: dict[bytes, list[int]] = {}         # every revision each key was written at
     for step in range(400):
         k = rnd.choice(keys)
         cur = kv.current(k)
@@ -100,12 +103,17 @@ async def test_memkv_compaction_in_steps_keeps_only_the_newest_version_at_or_bel
             await kv.delete(k, cur.mod_revision)
         else:
             await kv.update(k, b"v%d" % step, cur.mod_revision)
+        shadow.setdefault(k, []).append(kv.revision)
         if step % 37 == 0:
             kv.compact_to(kv.revision - rnd.randint(0, 30))
+        if step % 37 == 0 or retain < 400:
             c = kv.compacted
+            assert len(kv._log) <= retain and all(r[0] > c for r in kv._log)
             for key, versions in kv._versions.items():
                 assert sum(1 for v in versions if v[0] <= c) <= 1, (key, versions, c)
                 assert not (len(versions) == 1 and versions[0][1] is None and versions[0][0] <= c)
+                # nothing newer than the compacted revision was forgotten
+                assert [v[0] for v in versions if v[0] > c] == [r for r in shadow[key] if r > c]
             assert kv._keys == sorted(kv._versions)
     for k in keys:                              # the newest versions are all still readable
         cur = kv.current(k)

@@ -57,6 +57,8 @@ RATE_SHARE = 1.0         # forwards a second may reach this share of that rate: 
 RENEW_JITTER = 0.04      # a kubelet's renewal period is jittered up to 4 % longer (nodelease.go: JitterUntil)
 CAP_SLACK = 0.8          # seconds beyond the in-step age at which the control plane's copy is forwarded anyway
 EVENT_WINDOW = 60.0      # seconds of the tier's own history kept for its watchers (older: 410)
+COMPACT_EVERY = 0.5      # seconds between compactions of that history: each holds the loop for what it forgets
+                         # (every 5 s at 31,000 nodes: 15,000 events, 31-39 ms measured alone, each time)
 
 
 class Forwarder:
@@ -350,7 +352,7 @@ class Forwarder:
         marks: deque[tuple[float, int]] = deque()
         kv = self.leases.kv
         while True:
-            await asyncio.sleep(5.0)
+            await asyncio.sleep(COMPACT_EVERY)
             now = time.monotonic()
             marks.append((now, kv.revision))
             while marks and marks[0][0] < now - EVENT_WINDOW:

@@ -17,6 +17,7 @@ from machinery import protobuf
 from nodetier.rawpath import _parse
 from tests.helpers import Api, start_apiserver
 from tests.helpers.nodetier import NodeTierProcess
+from tests.helpers.protowire import envelope, field as _ld, int_field as _vi
 from tests.test_nodetier import LEASES, create, lease, now_micro
 
 RENEWAL_HEAD = (b"PUT /apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/node-1 HTTP/1.1\r\n"
@@ -109,25 +110,6 @@ async def test_a_coroutine_run_inline_that_suspends_is_carried_on_by_a_task():
 
 # --- a Lease in protobuf, as the kubelet's typed client sends it (k8s.io/api coordination/v1 field numbers) ------
 
-def _varint(n: int) -> bytes:
-    n &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        b, n = n & 0x7F, n >> 7
-        out.append(b | 0x80 if n else b)
-        if not n:
-            return bytes(out)
-
-
-def _ld(num: int, payload: bytes | str) -> bytes:
-    payload = payload.encode() if isinstance(payload, str) else payload
-    return _varint(num << 3 | 2) + _varint(len(payload)) + payload
-
-
-def _vi(num: int, v: int) -> bytes:
-    return _varint(num << 3) + _varint(v)
-
-
 def _time(s: str) -> bytes:
     """metav1.Time / MicroTime: seconds (1) and nanos (2)."""
     t = datetime.datetime.fromisoformat(s.replace("Z", "+00:00"))
@@ -145,7 +127,7 @@ def lease_protobuf(obj: dict) -> bytes:
                     + _ld(7, _ld(1, json.dumps(m["fieldsV1"], separators=(",", ":")))))
     sp = _ld(1, spec["holderIdentity"]) + _vi(2, spec["leaseDurationSeconds"]) + _ld(4, _time(spec["renewTime"]))
     raw = _ld(1, meta) + _ld(2, sp)
-    return protobuf.MAGIC + _ld(1, _ld(1, "coordination.k8s.io/v1") + _ld(2, "Lease")) + _ld(2, raw)
+    return envelope("coordination.k8s.io/v1", "Lease", raw)
 
 
 def test_a_kubelets_protobuf_renewal_is_answered_raw_as_aiohttp_answers_it(tier):

@@ -24,6 +24,7 @@ import pytest
 from machinery import jsonenc, protobuf
 from machinery.resources import BUILTINS
 from tests.helpers.gobin import go_program
+from tests.helpers.protowire import envelope as _envelope, field as _ld
 from tests.test_http_crd import widgets  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,30 +76,7 @@ def test_decoder_matches_go_on_random_objects(protoref, seed):
     assert sum(seen.values()) >= 0.95 * 40 * len(seen)
 
 
-# --- a minimal encoder, so the HTTP tests do not need Go --------------------------
-
-def _varint(n: int) -> bytes:
-    n &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _ld(num: int, payload: bytes | str) -> bytes:
-    if isinstance(payload, str):
-        payload = payload.encode()
-    return _varint(num << 3 | 2) + _varint(len(payload)) + payload
-
-
-def _envelope(api_version: str, kind: str, raw: bytes) -> bytes:
-    return protobuf.MAGIC + _ld(1, _ld(1, api_version) + _ld(2, kind)) + _ld(2, raw)
-
+# --- bodies built with tests.helpers.protowire, so the HTTP tests do not need Go ------------
 
 def _configmap(name: str, data: dict[str, str], binary: dict[str, bytes]) -> bytes:
     meta = _ld(1, name)

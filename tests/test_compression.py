@@ -147,6 +147,35 @@ async def test_older_versions_the_window_keeps_turn_cold_too():
     assert tree is not None and {e.key: e.data for e in wc.iter_prefix(tree, PREFIX)} == old
 
 
+async def test_the_window_moves_past_part_of_the_history_batch_by_batch():
+    """Updates one a second: once the window (75 s) has moved past the first 40 of them, exactly those events'
+    older versions are compressed, over passes of 16 that each resume after the last event looked at, and the
+    fresh ones stay plain (the hot floor and the history's cursor are found by bisection)."""
+    now = [0.0]
+    wc = filled(300, CompressionConfig(min_objects=100, batch=16), clock=lambda: now[0])
+    rv = wc.rv
+    for i in range(100):
+        now[0] = float(i)
+        rv += 1
+        wc.apply_put(f"{PREFIX}default/c{i:05d}", rv, cm(i, extra="/v2"), f"uid-{i}", "default", {}, {})
+    now[0] = 75.0 + 39.5                              # events at t = 0..39 are older than the window, 40..99 not
+    c, h = wc.compressor, wc.history
+    assert c._hot_floor() == h[40].rv and c._backlog()
+    partial = set()
+    for _ in range(40):                               # the current entries first (listed, then updated), then
+        await c.step()                                # the events' older versions, 16 entries a pass
+        n = c.history_compressed
+        assert c._history_done == (h[n - 1].rv if n else 0)
+        if 0 < n < 40:
+            partial.add(n)
+    assert partial and c.history_compressed == 40 and not c._backlog()
+    assert [ev.prev.codec is not None for ev in h] == [True] * 40 + [False] * 60
+    now[0] = 75.0 + 99.5                              # the window has moved past every one of them
+    assert c._hot_floor() == wc.rv + 1 and c._backlog()
+    await run_passes(wc, 10)
+    assert c.history_compressed == 100 and not c._backlog()
+
+
 @pytest.mark.parametrize("level", [compression.LEVEL, compression.LISTING_LEVEL])
 async def test_a_list_is_compressed_while_it_is_read(monkeypatch, level):
     """Listed entries are cold (no event refers to them): a (re)list is compressed a batch at a time while its

@@ -130,11 +130,6 @@ class Routes:
         if resolved is None:
             return page_not_found()
         group, version, rest = resolved
-        # Upstream: paths under a group kube-apiserver itself serves (and under /api) that match nothing
-        # are NotFound Statuses; anything under an unknown group, or a group only custom resources use,
-        # falls through to the delegation chain's end: Go's plain-text 404.
-        builtin = not group or any(not r.custom for r in self.registry.all() if r.group == group) or \
-            any(r.group == group for r in REVIEWS)
         if len(rest) == 1 and (rv := review(group, version, rest[0])) is not None and not rv.namespaced:
             return await self.review(request, rv)
         if len(rest) == 3 and rest[0] == "namespaces" and (rv := review(group, version, rest[2])) is not None \
@@ -160,6 +155,12 @@ class Routes:
             legacy_watch = rest[0] == "watch"  # deprecated /watch/ paths: GET only, always a watch
             scope = self.scope_for(group, version, rest[1:] if legacy_watch else rest)
         except errors.StatusError as e:
+            # Upstream: paths under a group kube-apiserver itself serves (and under /api) that match nothing
+            # are NotFound Statuses; anything under an unknown group, or a group only custom resources use,
+            # falls through to the delegation chain's end: Go's plain-text 404. (Asked here, on a 404 only: a
+            # scan of every resource on every request was 0.6-1.4 % of the apiserver's samples under Lease writes.)
+            builtin = not group or any(not r.custom for r in self.registry.all() if r.group == group) or \
+                any(r.group == group for r in REVIEWS)
             if e.code == 404 and not builtin:
                 return page_not_found()
             raise

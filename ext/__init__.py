@@ -5,7 +5,7 @@ both are tested against each other. This package re-exports the compiled functio
 ``fnv1a64*`` (:mod:`ext.fnv`), ``BTree`` (:mod:`ext.btree`, the watch cache's copy-on-write B-tree) and
 ``Entry``, ``WindowEvent`` and ``Event`` (:mod:`ext.entry`, the cache's per-object record, ``CodecBase`` the base of
 what decodes its compressed form, its event window's record and the front's; ``pack_entries``, ``restore_packed`` and ``check_frames``, a warm start's saved entries and their checksums), ``has_float`` (:mod:`ext.jsonscan`, JSON
-encoding's float check) and ``framed`` (:mod:`ext.framed`, the key-framed lists a front merges).
+encoding's float check, and ``needs_slow_loads``, its decoding's check of what orjson reads unlike Go) and ``framed`` (:mod:`ext.framed`, the key-framed lists a front merges).
 
 The compiled modules are REQUIRED: if they are missing (the source tree was never built), importing
 ``ext`` raises ImportError instead of silently running 100x slower. Build them with::
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["COMPILED", "BTree", "CodecBase", "Entry", "Event", "WindowEvent", "pack_entries", "restore_packed", "check_frames", "slots_filled", "fnv1a64", "fnv1a64_bytes", "fnv1a64_hex", "has_float", "container_end", "framed"]
+__all__ = ["COMPILED", "BTree", "CodecBase", "Entry", "Event", "WindowEvent", "pack_entries", "restore_packed", "check_frames", "slots_filled", "fnv1a64", "fnv1a64_bytes", "fnv1a64_hex", "has_float", "needs_slow_loads", "container_end", "framed"]
 
 _PURE_PYTHON = os.environ.get("RESIDENCY_PURE_PYTHON") == "1"
 
@@ -29,7 +29,7 @@ COMPILED: bool
 
 if _PURE_PYTHON:
     from ext.fnv_py import fnv1a64, fnv1a64_bytes, fnv1a64_hex
-    from ext.jsonscan_py import container_end, has_float
+    from ext.jsonscan_py import container_end, has_float, needs_slow_loads
     from ext import framed_py as framed
 
     COMPILED = False
@@ -56,7 +56,7 @@ else:
         from ext.btree import BTree
         from ext.entry import (CodecBase, Entry, Event, WindowEvent, check_frames, pack_entries, restore_packed,
                                slots_filled)
-        from ext.jsonscan import container_end, has_float
+        from ext.jsonscan import container_end, has_float, needs_slow_loads
         from ext import framed
     except ImportError as exc:
         raise ImportError(

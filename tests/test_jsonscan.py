@@ -58,3 +58,25 @@ def test_container_end_finds_each_item_and_waits_for_the_rest(items, cut):
             pos = end + 1
         short = body[:max(0, len(body) - 1 - cut)]
         assert mod.container_end(short, 0) == -1
+
+
+# needs_slow_loads: a bare -0 token or a run of 19+ digits sends jsonenc.loads to the stdlib path (orjson
+# decodes both unlike Go). Texts from the characters that matter, in any order (valid JSON or not: the check
+# runs before any parse).
+_scan_text = st.lists(st.sampled_from([b"-0", b"-", b"0", b"7", b"1234567", b" ", b"\t", b"\n", b":", b",", b"[", b"]",
+                                        b"{", b'"', b".", b"e", b"E", b"a"]), max_size=30).map(b"".join)
+
+
+@settings(max_examples=3000)
+@given(_scan_text)
+def test_needs_slow_loads_compiled_matches_the_twin(b):
+    assert scan_c.needs_slow_loads(b) is scan_py.needs_slow_loads(b), b
+
+
+def test_needs_slow_loads_cases():
+    for b, want in [(b"", False), (b"-0", True), (b"[1,-0]", True), (b'{"a": \t-0}', True), (b"-0.5", False),
+                    (b"-0e1", False), (b"-01", False), (b'"x-0"', False), (b'{"a":"-0"}', False),
+                    (b"9" * 18, False), (b"9" * 19, True), (b'{"n":12345678901234567890}', True),
+                    (b'{"n":-1234567890123456789}', True), (b'{"v":[-0 ]}', True), (b'{"t":"1"}', False)]:
+        assert scan_c.needs_slow_loads(b) is want, b
+        assert scan_py.needs_slow_loads(b) is want, b

@@ -138,6 +138,8 @@ def needs_slow_loads(b) -> bool:
     cdef const unsigned char[::1] view
     if type(b) is bytes:
         return _needs_slow_loads(<const unsigned char*><bytes>b, len(<bytes>b))
+    if b is None:       # (a typed memoryview would take None)
+        raise TypeError("needs_slow_loads() argument must be a bytes-like object, not None")
     view = b
     if view.shape[0] == 0:
         return False

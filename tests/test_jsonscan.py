@@ -3,6 +3,7 @@ float with '.' or an exponent, so `has_float(orjson.dumps(v))` must equal "v con
 from __future__ import annotations
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -80,3 +81,6 @@ def test_needs_slow_loads_cases():
                     (b'{"n":-1234567890123456789}', True), (b'{"v":[-0 ]}', True), (b'{"t":"1"}', False)]:
         assert scan_c.needs_slow_loads(b) is want, b
         assert scan_py.needs_slow_loads(b) is want, b
+        assert scan_c.needs_slow_loads(bytearray(b)) is want and scan_c.needs_slow_loads(memoryview(b)) is want
+    with pytest.raises(TypeError):
+        scan_c.needs_slow_loads(None)

@@ -23,6 +23,7 @@ import pytest
 
 from tests.helpers import Api
 from tests.helpers.etcd import load_tool
+from tests.helpers.protowire import field as _field
 
 
 @pytest.fixture
@@ -161,20 +162,6 @@ def test_binding_dry_run(api, namespace):
     assert "nodeName" not in api.get(f"{base}/p").json()["spec"]
     r = api.post(f"{base}/p/binding", binding("p"), params={"dryRun": "X"})
     assert r.status_code == 422 and status_of(r)["details"]["kind"] == "CreateOptions"
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _field(num: int, payload: bytes) -> bytes:
-    return _varint(num << 3 | 2) + _varint(len(payload)) + payload
 
 
 def protobuf_binding(name: str, node: str, annotations: dict[str, str]) -> bytes:

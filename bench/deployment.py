@@ -17,7 +17,8 @@ Sections (`--sections`, default all five, run in this order: memory, saturation,
 * `biglists`: 20 concurrent consistent lists of 100 MB each (1,000 realistic 100 KB Pods, `bench.corpus.ai_pod`,
   loaded through kube-apiserver; each client lists `--big-list-reps` times): p50 / p99. Target: p99 <= 0.8x kube.
 * `throughput`: creates/s and updates/s of 1 KB ConfigMaps from 16 keep-alive HTTPS connections of the compiled
-  bench/go/writer (`--tp-client python`: forked Python processes, as before 2026-12-06). Target >= 1.5x.
+  bench/go/writer (`--tp-client python`: forked Python processes, as before 2026-12-06): `--tp-reps` interleaved
+  rounds of `--tp-n` creates then `--tp-n` updates per side, medians compared. Target >= 1.5x.
 * `memory`: the whole server's memory once it holds 20,000 1 KB ConfigMaps (loaded through kube; read once
   our caches have compressed their cold entries): kube's RSS; ours single-process its RSS (and PSS); the
   deployment the sum of its processes' PSS (/proc/PID/smaps_rollup), the supervisor included. Target: the
@@ -233,25 +234,44 @@ def section_biglists(sv: Servers, sides: list[Side], etcd_pid: int, n: int, clie
 
 
 def section_throughput(sv: Servers, sides: list[Side], etcd_pid: int, n: int, clients: int,
-                       client: str = "go") -> dict:
-    out: dict = {}
+                       client: str = "go", reps: int = 1) -> dict:
+    """`reps` interleaved rounds: in each, every side creates n new ConfigMaps, then every side updates them
+    (unconditional PUTs), the sides' order rotated by one each round so none always follows the same neighbour.
+    A side's figure per verb is the median of its rounds (rate, p99, CPU per write); `runs` keeps every round."""
     for side in sides:
         asyncio.run(ensure_ns(sv.kube_side, f"dep-tp-{side.name}"))
-    for verb in ("create", "update"):
-        row = {}
-        for side in sides:
-            path = f"/api/v1/namespaces/dep-tp-{side.name}/configmaps"
-            if verb == "create":
-                ops = [("POST", path, orjson.dumps(sized_configmap(f"cm-{i:06d}", 1024, f"dep-tp-{side.name}")))
-                       for i in range(n)]
-            else:
-                ops = [("PUT", f"{path}/cm-{i:06d}", orjson.dumps(sized_configmap(
-                    f"cm-{i:06d}", 1024, f"dep-tp-{side.name}", extra={"gen": "2"}))) for i in range(n)]
-            row[side.name] = r = measured(side, etcd_pid, lambda: run_ops(side, ops, clients, client))
-            log(f"throughput {verb} on {side.name}: {r['per_s']:,.0f}/s, p99 {r['p99_ms']:.0f} ms, "
-                f"server {r['server_cpu_s'] / r['n'] * 1e3:.2f} CPU-ms per write, "
-                f"etcd {r['etcd_cpu_s'] / r['n'] * 1e3:.2f}")
-        out[verb] = row
+    runs: dict[str, dict[str, list]] = {verb: {side.name: [] for side in sides} for verb in ("create", "update")}
+    for rnd in range(reps):
+        order = sides[rnd % len(sides):] + sides[:rnd % len(sides)]
+        for verb in ("create", "update"):
+            for side in order:
+                path = f"/api/v1/namespaces/dep-tp-{side.name}/configmaps"
+                if verb == "create":
+                    ops = [("POST", path, orjson.dumps(sized_configmap(f"cm-{rnd}-{i:06d}", 1024, f"dep-tp-{side.name}")))
+                           for i in range(n)]
+                else:
+                    ops = [("PUT", f"{path}/cm-{rnd}-{i:06d}", orjson.dumps(sized_configmap(
+                        f"cm-{rnd}-{i:06d}", 1024, f"dep-tp-{side.name}", extra={"gen": "2"}))) for i in range(n)]
+                r = measured(side, etcd_pid, lambda: run_ops(side, ops, clients, client))
+                runs[verb][side.name].append(r)
+                log(f"throughput {verb} on {side.name} (round {rnd + 1} of {reps}): {r['per_s']:,.0f}/s, "
+                    f"p99 {r['p99_ms']:.0f} ms, server {r['server_cpu_s'] / r['n'] * 1e3:.2f} CPU-ms per write, "
+                    f"etcd {r['etcd_cpu_s'] / r['n'] * 1e3:.2f}")
+    return {verb: {name: median_of_rounds(rs) for name, rs in row.items()} for verb, row in runs.items()}
+
+
+def median_of_rounds(rs: list[dict]) -> dict:
+    """One side's rounds of one verb: medians of the rate, p99 and CPU per write; writes and statuses summed."""
+    med = statistics.median
+    out = {"per_s": med(r["per_s"] for r in rs), "p50_ms": med(r["p50_ms"] for r in rs),
+           "p99_ms": med(r["p99_ms"] for r in rs), "n": sum(r["n"] for r in rs),
+           "server_cpu_ms_per_write": med(r["server_cpu_s"] / r["n"] * 1e3 for r in rs),
+           "etcd_cpu_ms_per_write": med(r["etcd_cpu_s"] / r["n"] * 1e3 for r in rs),
+           "server_cpu_s": sum(r["server_cpu_s"] for r in rs), "etcd_cpu_s": sum(r["etcd_cpu_s"] for r in rs),
+           "statuses": {}, "runs": rs}
+    for r in rs:
+        for code, k in r["statuses"].items():
+            out["statuses"][code] = out["statuses"].get(code, 0) + k
     return out
 
 
@@ -332,17 +352,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--big-list-reps", type=int, default=2, help="lists of 100 MB per client (biglists)")
     ap.add_argument("--tp-client", choices=("go", "python"), default="go",
                     help="who sends the writes: the compiled bench/go/writer, or forked Python processes")
+    ap.add_argument("--tp-n", type=int, default=0, help="ConfigMaps each side creates and updates per round "
+                                                           "(throughput; default 10,000, --quick 200)")
+    ap.add_argument("--tp-reps", type=int, default=0, help="interleaved rounds of the throughput section, medians "
+                                                           "compared (default 3, --quick 1)")
     ap.add_argument("--out", default="bench/out/deployment.json")
     p = ap.parse_args(argv)
     p.sections = [x.strip() for x in p.sections.split(",") if x.strip()]
     if p.quick:
         p.saturation = {"counts": {100: 50.0}, "steps": 2, "step_s": 3.0, "drain_s": 3.0, "reps": 1}
-        p.list_n, p.list_reps, p.tp_n, p.mem_n, p.big_n = 500, 2, 200, 1000, 20
+        p.list_n, p.list_reps, tp_n, tp_reps, p.mem_n, p.big_n = 500, 2, 200, 1, 1000, 20
     else:
         # bench.vs_upstream's ladders (rates all three servers sustain at first)
         p.saturation = {"counts": {100: 50.0, 1000: 8.0}, "steps": 9, "step_s": 10.0, "drain_s": 10.0,
                         "reps": p.saturation_reps}
-        p.list_n, p.list_reps, p.tp_n, p.mem_n, p.big_n = 10_000, 5, 4_000, 20_000, 1_000
+        p.list_n, p.list_reps, tp_n, tp_reps, p.mem_n, p.big_n = 10_000, 5, 10_000, 3, 20_000, 1_000
+    p.tp_n, p.tp_reps = p.tp_n or tp_n, p.tp_reps or tp_reps
     return p
 
 
@@ -370,7 +395,7 @@ def main(argv=None) -> int:
             if "biglists" in p.sections:
                 doc["biglists"] = section_biglists(sv, sides, etcd.pid, p.big_n, 20, p.big_list_reps)
             if "throughput" in p.sections:
-                doc["throughput"] = section_throughput(sv, sides, etcd.pid, p.tp_n, 16, p.tp_client)
+                doc["throughput"] = section_throughput(sv, sides, etcd.pid, p.tp_n, 16, p.tp_client, p.tp_reps)
         finally:
             if dep is not None:
                 stop_deployment(dep)

@@ -15,8 +15,13 @@ and errors) and gives each child the ones that concern it, as written:
 Shards listen on loopback without authentication: every client request has been authenticated and authorized by
 the front that proxies it; the shards' ports are not the deployment's address.
 
-Defaults. N = the number of cores (`os.cpu_count()`): the fronts do the client-facing work (TLS, encoding,
-fan-out to watchers, authorization), which grows with clients and spreads over cores. K = 1: every shard reads
+Defaults. N = the cores less the K shards, at least 1 (`default_fronts`): one process per core. The fronts do
+the client-facing work (TLS, encoding, fan-out to watchers, authorization), which grows with clients and spreads
+over cores; a shard under writes is a core's worth of its own (it reads every event). With N = the cores, two
+fronts and a shard shared this 2-core machine with etcd, and each front saw half of the writes: an update
+through a front that had not written the object read etcd first, and a front's copy another front had since
+made stale cost a failed Txn (a Raft round) before the write; one front made the same writes with less CPU per
+write, and scored as well on fan-out (README, "Every core ... on 2 cores"). K = 1: every shard reads
 every event of the resources it caches from etcd (residency drops the objects outside its range after decoding),
 so K shards do K times that work: K buys memory per process (a K-th of the state), not CPU; raise it when the
 state does not fit one process.
@@ -479,12 +484,17 @@ def say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def default_fronts(k: int, cores: int | None = None) -> int:
+    """N when --fronts is not given: the cores less the K shards, at least 1 (the module's docstring says why)."""
+    return max(1, (cores or os.cpu_count() or 1) - k)
+
+
 def main(argv: list[str] | None = None) -> int:
     from apiserver.flags import build_parser
     argv = list(sys.argv[1:] if argv is None else argv)
     own = argparse.ArgumentParser(prog="python -m deployment", add_help=False)
     own.add_argument("--shards", dest="k", type=int, default=1)
-    own.add_argument("--fronts", dest="n", type=int, default=os.cpu_count() or 1)
+    own.add_argument("--fronts", dest="n", type=int, default=None)
     own.add_argument("--deployment-port", type=int, default=0)
     own.add_argument("--zygote", choices=("true", "false"), default="true")
     own.add_argument("-h", "--help", action="store_true")
@@ -492,11 +502,14 @@ def main(argv: list[str] | None = None) -> int:
     apiserver = build_parser()
     if mine.help:
         print(__doc__.split("\n\n")[0].strip() + "\n\n  python -m deployment [--shards K (default 1)] "
-              f"[--fronts N (default {os.cpu_count()}, the cores)] [--deployment-port P]\n"
+              f"[--fronts N (default: the cores less K, at least 1; {default_fronts(1)} here with K = 1)] "
+              "[--deployment-port P]\n"
               "                     [--zygote true|false (default true: the children forked from one process "
               "that imported the server)] [apiserver flags]\n\n"
               "apiserver flags:\n" + apiserver.format_help().split("\n", 2)[-1])
         return 0
+    if mine.n is None:
+        mine.n = default_fronts(mine.k)
     try:
         flags = split_flags(apiserver, rest)
         values = apiserver.parse_args(rest)   # the apiserver's own checks and messages (exit 2)

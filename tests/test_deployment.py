@@ -166,3 +166,11 @@ def test_the_deployment_never_hands_a_child_the_ports_it_was_given(monkeypatch, 
         dep.plan()
         picked = [int(c.probe.rsplit(":", 1)[1]) for c in dep.children]
         assert len(set(picked)) == 6 and not {port, dport} & set(picked), (port, dport, picked)
+
+
+def test_default_fronts_are_the_cores_less_the_shards():
+    """N when --fronts is not given: one process per core, the K shards' cores first, at least one front (on this
+    2-core machine one front made the same writes with less CPU than two: deployment/supervisor.py says why)."""
+    from deployment.supervisor import default_fronts
+    assert [default_fronts(k, cores=2) for k in (1, 2, 3)] == [1, 1, 1]
+    assert default_fronts(1, cores=32) == 31 and default_fronts(4, cores=32) == 28 and default_fronts(1, cores=1) == 1

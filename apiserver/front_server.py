@@ -12,7 +12,7 @@ from aiohttp import web
 
 from front.feed import Feed
 from front.shards import ShardMap
-from front.storage import FrontStorage
+from front.storage import FrontStorage, RecentObjects
 from machinery import errors
 from machinery.resources import Resource
 from machinery.shard_selector import ShardSelectorError, parse_shard_selector
@@ -49,6 +49,7 @@ class FrontServer(APIServer):
         config.watch_cache = False   # no object cache in the front
         self.shards = ShardMap.of(shard_urls)
         self.shared_watches = shared_watches
+        self.recent = RecentObjects()   # the objects the front last wrote or read, all resources together
         super().__init__(config)
         # Watch-list is served by merging the shards' lists and watches (S5).
         self.endpoints.watch_list_enabled = True
@@ -62,7 +63,7 @@ class FrontServer(APIServer):
         d = self._storage.get(k)
         if d is None:
             d = self._storage[k] = FrontStorage(res, self.store_for(res), self.shards, res.prefix(self.etcd_prefix),
-                                                      feed_disabled=not self.shared_watches)
+                                                      feed_disabled=not self.shared_watches, recent=self.recent)
         return d
 
     def report(self) -> dict[str, Any]:

@@ -247,8 +247,8 @@ def section_throughput(sv: Servers, sides: list[Side], etcd_pid: int, n: int, cl
             for side in order:
                 path = f"/api/v1/namespaces/dep-tp-{side.name}/configmaps"
                 if verb == "create":
-                    ops = [("POST", path, orjson.dumps(sized_configmap(f"cm-{rnd}-{i:06d}", 1024, f"dep-tp-{side.name}")))
-                           for i in range(n)]
+                    ops = [("POST", path, orjson.dumps(sized_configmap(f"cm-{rnd}-{i:06d}", 1024,
+                                                                       f"dep-tp-{side.name}"))) for i in range(n)]
                 else:
                     ops = [("PUT", f"{path}/cm-{rnd}-{i:06d}", orjson.dumps(sized_configmap(
                         f"cm-{rnd}-{i:06d}", 1024, f"dep-tp-{side.name}", extra={"gen": "2"}))) for i in range(n)]

@@ -15,16 +15,16 @@ and errors) and gives each child the ones that concern it, as written:
 Shards listen on loopback without authentication: every client request has been authenticated and authorized by
 the front that proxies it; the shards' ports are not the deployment's address.
 
-Defaults. N = the cores less the K shards, at least 1 (`default_fronts`): one process per core. The fronts do
-the client-facing work (TLS, encoding, fan-out to watchers, authorization), which grows with clients and spreads
-over cores; a shard under writes is a core's worth of its own (it reads every event). With N = the cores, two
-fronts and a shard shared this 2-core machine with etcd, and each front saw half of the writes: an update
-through a front that had not written the object read etcd first, and a front's copy another front had since
-made stale cost a failed Txn (a Raft round) before the write; one front made the same writes with less CPU per
-write, and scored as well on fan-out (README, "Every core ... on 2 cores"). K = 1: every shard reads
-every event of the resources it caches from etcd (residency drops the objects outside its range after decoding),
-so K shards do K times that work: K buys memory per process (a K-th of the state), not CPU; raise it when the
-state does not fit one process.
+Defaults. N = the cores less the K shards, at least 1 (`default_fronts`): one process per core, since each is one
+event loop and more of them than cores only share the cores. The fronts do the client-facing work (TLS, encoding,
+fan-out to watchers, authorization), which grows with clients and spreads over cores. With N = the cores, two fronts
+and a shard shared this 2-core machine with etcd, and each front saw half of the writes: an update through a front
+that had not written the object read etcd first, and a front's copy another front had since made stale cost a failed
+Txn (a Raft round) before the write; one front made the same writes with less CPU per write, and scored as well on
+fan-out (README, "On 2 cores, one front"). With one front, a front that dies leaves the address without a server
+until it is restarted; --fronts 2 keeps one serving. K = 1: every shard reads every event of the resources it caches
+from etcd (residency drops the objects outside its range after decoding), so K shards do K times that work: K buys
+memory per process (a K-th of the state), not CPU; raise it when the state does not fit one process.
 
 Restarts. A child that exits is started again after a backoff: 1 s, doubled for each exit in a row up to 30 s,
 back to 1 s once a child has run 60 s. The children are forked from a zygote (`deployment/zygote.py`: one

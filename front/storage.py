@@ -67,17 +67,19 @@ async def open_each(opening) -> list:
 
 
 class RecentObjects:
-    """The objects this front last wrote or read from etcd, as JSON bytes, newest last, bounded in count and
-    bytes: the copy a write starts from (upstream GuaranteedUpdate's cachedExistingObject, which a front has
-    no watch cache to take it from), so an update of an object the front has seen is one etcd Txn instead of a
-    Range and a Txn. It may be stale (another front wrote since): the Txn compares the resourceVersion and, on a
-    conflict, returns etcd's current object, from which the write retries.
+    """The objects this front last wrote or read from etcd, as JSON bytes, newest last, bounded in count and bytes, one
+    set for all of the front's resources (each resource's `view`): the copy a write starts from (upstream
+    GuaranteedUpdate's cachedExistingObject, which a front has no watch cache to take it from), so an update of
+    an object the front has seen is one etcd Txn instead of a Range and a Txn. It may be stale (another front
+    wrote since): the Txn compares the resourceVersion and, on a conflict, returns etcd's current object, from
+    which the write retries.
 
     The bounds are sized for a burst of writes to be followed by updates of the same objects (a controller's
     creates, then its status updates): at 4 MiB, a front's copies of the 4,000 1 KB ConfigMaps it had just
     created (1.2 KB of JSON each) did not fit, and a least-recently-used set walked in the order it was filled
     keeps none of what it is asked for next: every one of the 4,000 updates read etcd first (4,002 Ranges,
-    counted on etcd). 16 MiB holds 10,000 such objects, and is what a front may grow by under writes."""
+    counted on etcd). 16 MiB holds 10,000 such objects, and is what a front may grow by under writes, whatever
+    the number of resources written (it was 4 MiB for each resource)."""
 
     def __init__(self, max_entries: int = 16384, max_bytes: int = 16 << 20):
         self.max_entries, self.max_bytes = max_entries, max_bytes
@@ -112,12 +114,33 @@ class RecentObjects:
     def __len__(self) -> int:
         return len(self._items)
 
+    def view(self, scope: str) -> "RecentView":
+        return RecentView(self, scope)
+
+
+class RecentView:
+    """One resource's part of a front's `RecentObjects`: its keys under a scope of their own (two resources
+    may store objects under one etcd key, e.g. core and events.k8s.io Events)."""
+    __slots__ = ("shared", "scope")
+
+    def __init__(self, shared: RecentObjects, scope: str):
+        self.shared, self.scope = shared, scope
+
+    def get(self, key: str) -> Obj | None:
+        return self.shared.get(self.scope + key)
+
+    def put(self, key: str, obj: Obj | None) -> None:
+        self.shared.put(self.scope + key, obj)
+
+    def drop(self, key: str) -> None:
+        self.shared.drop(self.scope + key)
+
 
 class FrontStorage(CacheDelegator):
     """One resource's storage contract in the front (writes and GETs: the etcd path of CacheDelegator)."""
 
     def __init__(self, res: Resource, store: EtcdStore, shards: ShardMap, resource_prefix: str,
-                 feed_disabled: bool = False):
+                 feed_disabled: bool = False, recent: RecentObjects | None = None):
         super().__init__(res, store, None, Residency(None), resource_prefix)
         self.shards = shards
         head = wire_head(res)
@@ -127,7 +150,8 @@ class FrontStorage(CacheDelegator):
         self.feed: Feed | None = None   # the shared stream of this resource's watches (front.feed)
         self.feed_disabled = feed_disabled
         self._feed_lock = asyncio.Lock()
-        self.recent = RecentObjects()
+        # the front's copies, shared by its resources (FrontServer passes one set); keys scoped by resource
+        self.recent = (recent if recent is not None else RecentObjects()).view(f"{res.group}/{res.plural} ")
 
     # --- writes and quorum reads: etcd, remembering what was read or written ------------------
 

@@ -54,3 +54,20 @@ def test_a_copy_is_the_callers_and_drop_forgets_it():
     assert recent.get("k") is None and recent.bytes == 0 and len(recent) == 0
     recent.put("big", {"data": {"x": "y" * ((16 << 20) // 8)}})     # over an eighth of the bytes bound: not kept
     assert recent.get("big") is None
+
+
+def test_one_set_for_the_fronts_resources_each_in_its_own_scope():
+    """A front's resources share one bounded set (16 MiB per front, not per resource), and two resources that
+    store objects under the same etcd key never see each other's copies."""
+    shared = RecentObjects(max_entries=3, max_bytes=1 << 30)
+    core, events = shared.view("/events "), shared.view("events.k8s.io/events ")
+    core.put("/registry/events/a/e1", {"kind": "Event", "v": 1})
+    assert events.get("/registry/events/a/e1") is None
+    events.put("/registry/events/a/e1", {"kind": "Event", "v": 2})
+    assert core.get("/registry/events/a/e1")["v"] == 1 and events.get("/registry/events/a/e1")["v"] == 2
+    cms = shared.view("/configmaps ")
+    cms.put("/registry/configmaps/a/x", {"kind": "ConfigMap"})
+    cms.put("/registry/configmaps/a/y", {"kind": "ConfigMap"})
+    assert len(shared) == 3 and core.get("/registry/events/a/e1") is None     # the oldest went, whatever its resource
+    events.drop("/registry/events/a/e1")
+    assert len(shared) == 2 and cms.get("/registry/configmaps/a/x") is not None

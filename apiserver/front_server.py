@@ -69,7 +69,10 @@ class FrontServer(APIServer):
     def report(self) -> dict[str, Any]:
         return {"residency": "", "front": True, "shards": self.shard_map(),
                 "coverage": self.shards.coverage_problem() or "ok", "resources": {}, "process": process_memory(),
-                "watches": self.watch_report(), "watchesServed": dict(self.shards.served)}
+                "watches": self.watch_report(), "watchesServed": dict(self.shards.served),
+                # the copies the front's writes start from (front.storage.RecentObjects), all resources together
+                "recentObjects": {"objects": len(self.recent), "bytes": self.recent.bytes,
+                                  "maxBytes": self.recent.max_bytes}}
 
     def watch_report(self) -> dict[str, Any]:
         """The front's watches: per resource its shared stream (front.feed) and the per-client merged watches."""

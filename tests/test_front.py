@@ -373,6 +373,8 @@ def test_a_front_updates_from_its_recent_copy_and_retries_a_stale_one(slice2, ht
                        headers={"Content-Type": "application/merge-patch+json"})
         assert r.status_code == 200 and r.json()["data"]["n"] == str(i), r.text
     assert etcd_requests(f, "get", "configmaps") == before   # every write started from the front's copy
+    held = http.get(f + "/debug/residency").json()["recentObjects"]   # what the copies hold, reported
+    assert held["objects"] >= 1 and 0 < held["bytes"] <= held["maxBytes"] == 16 << 20, held
     # Another server writes: the front's copy is stale; the front's next write still builds on the other's.
     other = http.patch(full + "/api/v1/namespaces/a/configmaps/recent", json={"data": {"other": "x"}},
                        headers={"Content-Type": "application/merge-patch+json"})

@@ -5,7 +5,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import requests
 from storage.embedded import EmbeddedEtcd, free_port
 from tests.helpers import ApiserverProcess, start_apiserver
 from tests.helpers.kube import self_signed_serving_cert
+from tests.helpers.ports import free_runs
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -57,27 +57,6 @@ def test_embedded_etcd_starts_and_stops_with_the_server(tmp_path):
         requests.get(endpoint + "/health", timeout=1)
 
 
-def _free_runs(n: int, count: int) -> list[int]:
-    """The first ports of `count` runs of n consecutive ports of this worker's range, all free now (from the
-    top of the range down: the suite's own picks walk from random places)."""
-    lo, hi = (int(x) for x in os.environ["RESIDENCY_PORT_RANGE"].split("-"))
-    out, base = [], hi - n
-    while len(out) < count and base > lo:
-        socks = []
-        try:
-            for p in range(base, base + n):
-                socks.append(socket.socket())
-                socks[-1].bind(("127.0.0.1", p))
-            out.append(base)
-            base -= n
-        except OSError:
-            base -= 1
-        finally:
-            for sock in socks:
-                sock.close()
-    return out
-
-
 def test_embedded_etcd_never_takes_the_servers_own_port(tmp_path, monkeypatch):
     """The server binds its --port only once its embedded etcd is up, and etcd's ports come from the same
     RESIDENCY_PORT_RANGE its parent picked --port from: etcd must not take that port (a CI run failed with
@@ -86,7 +65,7 @@ def test_embedded_etcd_never_takes_the_servers_own_port(tmp_path, monkeypatch):
     took --port in about two starts of three). A fresh range each start: a stopped etcd's ports linger in
     TIME_WAIT, which free_port counts as taken."""
     free_port()   # this process's walk is somewhere in its wide range, as after any earlier test of the worker
-    for i, base in enumerate(_free_runs(3, 3)):
+    for i, base in enumerate(free_runs(3, 3)):
         monkeypatch.setenv("RESIDENCY_PORT_RANGE", f"{base}-{base + 3}")
         assert base <= free_port() < base + 3   # a narrowed range is walked from inside it (a CI run got 16036)
         srv = ApiserverProcess("--state-dir", str(tmp_path / str(i)), stderr_pipe=True).start()

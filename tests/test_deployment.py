@@ -20,6 +20,7 @@ import requests
 from storage.embedded import distro_etcd_binary, free_port
 from tests.helpers.deployment import Deployment, alive, parent
 from tests.helpers.kube import self_signed_serving_cert
+from tests.helpers.ports import free_runs
 
 CM = "/api/v1/namespaces/default/configmaps"
 
@@ -155,7 +156,7 @@ def test_the_deployment_never_hands_a_child_the_ports_it_was_given(monkeypatch, 
     from apiserver.flags import build_parser
     from deployment.supervisor import Deployment as Supervisor
     from deployment.supervisor import split_flags
-    lo = 30000 + os.getpid() % 2000
+    lo = free_runs(12, 1)[0]    # in this worker's own ports (30000 + pid % 2000 could be another worker's, in use)
     monkeypatch.setenv("RESIDENCY_PORT_RANGE", f"{lo}-{lo + 12}")
     for start in range(12):   # whatever the walk's first pick
         port, dport = lo + start, lo + (start + 5) % 12

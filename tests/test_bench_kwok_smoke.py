@@ -14,6 +14,7 @@ import pytest
 
 from bench.nodes import FIGURES
 from tests.helpers.gobin import go_program, ready_binaries
+from tests.helpers.kube import kube_apiserver_binary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -61,15 +62,17 @@ def test_nodes_quick(tmp_path):
 
 
 def test_nodes_leasegen_quick(tmp_path):
-    """bench/go/leasegen in place of kwok (issue 22 §5): 200 Leases renewed as kubelets renew them, direct and
-    behind the tier; the tier answers them on its fast path and forwards about one in three."""
+    """bench/go/leasegen in place of kwok (issue 22 §5), side by side: 200 Leases renewed as kubelets renew them
+    on kube-apiserver v1.37.2, on this server directly and behind the tier; the tier answers them on its fast path
+    and forwards about one in three."""
     go_program("leasegen")        # built (or waited for) before the time limit counts
+    kube_apiserver_binary()       # likewise (built by the time this stage runs, tests/ordering.py)
     out = tmp_path / "nodes.json"
-    _run(["bench.nodes", "--generator", "leasegen", "--nodes", "200", "--window", "12", "--configs", "direct,tier",
-          "--out", str(out), "--docs", ""], 300)       # (no copy over the committed docs/nodes_leasegen.json)
+    _run(["bench.nodes", "--generator", "leasegen", "--nodes", "200", "--window", "12", "--configs",
+          "kube,direct,tier", "--out", str(out), "--docs", ""], 300)  # (no copy over docs/nodes_leasegen.json)
     doc = json.loads(out.read_text())
     assert [(run["config"], run["nodes"], run["generator"]) for run in doc["runs"]] == \
-        [("direct", 200, "leasegen"), ("tier", 200, "leasegen")]
+        [("kube", 200, "leasegen"), ("direct", 200, "leasegen"), ("tier", 200, "leasegen")]
     for run in doc["runs"]:
         expected = 200 / 10.2
         assert 0.6 * expected <= run["lease_renewals_per_s"] <= 1.5 * expected, run   # the server's count
@@ -78,9 +81,12 @@ def test_nodes_leasegen_quick(tmp_path):
         assert 0 < run["leasegen_p50_ms"] <= run["leasegen_p99_ms"] <= run["leasegen_max_ms"], run
         assert run["leasegen_cpu_cores"] > 0 and run["kwok_cpu_cores"] is None, run
         assert run["leases_leases"] == 200 and run["leases_expired"] == 0 and run["write_errors"] == 0, run
-    direct, tier = doc["runs"]
+    kube, direct, tier = doc["runs"]
+    # kube-apiserver and this server take every renewal as a write; behind the tier, about one in three
+    assert kube["control_plane_writes_per_renewal"] >= 0.95, kube
     assert direct["control_plane_writes_per_renewal"] >= 0.95, direct
     assert tier["control_plane_writes_per_renewal"] <= 0.6, tier
+    assert kube["apiserver_cpu_cores"] > 0 and kube["tier_cpu_cores"] is None, kube
     assert tier["tier_fast_path_share"] >= 0.99, tier      # leasegen's renewals are the kubelet's form
     # ... answered before aiohttp, though their connections carried the Leases' GETs and creates first
     assert tier["tier_raw_path_share"] >= 0.95, tier

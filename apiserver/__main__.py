@@ -10,13 +10,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import faulthandler
+import functools
 import logging
 import os
 import signal
 import ssl
 import sys
 
-from aiohttp import web
+from apiserver.httpstack import web
 
 from machinery import pauses
 
@@ -202,8 +203,9 @@ async def start_sites(app: web.Application, a, wrap=None, runner_kwargs=None) ->
     start on a protocol of its own: `wrap(aiohttp's protocol factory)` gives the factory its ports use, and
     `runner_kwargs` go to aiohttp's runner."""
     from .filters import PROTOCOL_LIMITS, install_protocol_limits
-    runner = web.AppRunner(app, handle_signals=False, **{"access_log": None, **(runner_kwargs or {})},
-                           **PROTOCOL_LIMITS)
+    stack = _stack_of(app)
+    runner = stack.AppRunner(app, handle_signals=False, **{"access_log": None, **(runner_kwargs or {})},
+                             **PROTOCOL_LIMITS)
     await runner.setup()
     install_protocol_limits(runner)  # 431 for a request line or headers over the limits
     urls = []
@@ -220,34 +222,56 @@ async def start_sites(app: web.Application, a, wrap=None, runner_kwargs=None) ->
         else:
             ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.load_cert_chain(a.tls_cert_file, a.tls_private_key_file)
-        await _listen(_Site(runner, a.bind_address, a.secure_port, ssl_context=ctx, reuse_port=reuse, wrap=wrap),
-                      runner)
+        await _listen(_site(stack, runner, a.bind_address, a.secure_port, ssl_context=ctx, reuse_port=reuse,
+                            wrap=wrap), runner)
         urls.append(f"https://{_host(a.bind_address)}:{a.secure_port}")
     if a.port:
-        await _listen(_Site(runner, a.bind_address, a.port, reuse_port=reuse, wrap=wrap), runner)
+        await _listen(_site(stack, runner, a.bind_address, a.port, reuse_port=reuse, wrap=wrap), runner)
         urls.insert(0, f"http://{_host(a.bind_address)}:{a.port}")
     if getattr(a, "admin_port", 0):
-        await _listen(web.TCPSite(runner, "127.0.0.1", a.admin_port, shutdown_timeout=1), runner)
+        await _listen(stack.TCPSite(runner, "127.0.0.1", a.admin_port, shutdown_timeout=1), runner)
         urls.append(f"admin=http://127.0.0.1:{a.admin_port}")
     return runner, urls
 
 
-class _Site(web.TCPSite):
-    """aiohttp's TCP site, whose connections may start on another protocol (`start_sites`'s `wrap`). `start`
-    repeats TCPSite.start's last step with its attributes (aiohttp has no hook for the protocol factory): pinned
-    below aiohttp 4 in pyproject.toml, and tests/test_nodetier_rawpath.py starts it."""
+def _stack_of(app):
+    """The HTTP server an application belongs to: machinery.web (APISERVER_HTTP=lean) or aiohttp.web (the
+    default, and always the node tier's)."""
+    if type(app).__module__ == "machinery.web":
+        from machinery import web as stack  # noqa: PLC0415
+    else:
+        from aiohttp import web as stack  # noqa: PLC0415
+    return stack
 
-    def __init__(self, runner: web.AppRunner, host: str, port: int, *, wrap=None, **kw):
-        super().__init__(runner, host, port, shutdown_timeout=1, **kw)
-        self._wrap = wrap
 
-    async def start(self) -> None:
-        if self._wrap is None:
-            return await super().start()
-        await web.BaseSite.start(self)      # (registers the site with its runner, as TCPSite.start does first)
-        self._server = await asyncio.get_running_loop().create_server(
-            self._wrap(self._runner.server), self._host, self._port, ssl=self._ssl_context, backlog=self._backlog,
-            reuse_port=self._reuse_port)
+def _site(stack, runner, host: str, port: int, *, wrap=None, **kw):
+    """A TCP site of `runner`; with `wrap` (the node tier, on aiohttp) one whose connections may start on
+    another protocol."""
+    if wrap is None:
+        return stack.TCPSite(runner, host, port, shutdown_timeout=1, **kw)
+    return _wrapped_site_class()(runner, host, port, wrap=wrap, **kw)
+
+
+@functools.cache
+def _wrapped_site_class() -> type:
+    from aiohttp import web as aioweb  # noqa: PLC0415
+
+    class WrappedSite(aioweb.TCPSite):
+        """aiohttp's TCP site, whose connections start on another protocol (`start_sites`'s `wrap`). `start`
+        repeats TCPSite.start's last step with its attributes (aiohttp has no hook for the protocol factory):
+        pinned below aiohttp 4 in pyproject.toml, and tests/test_nodetier_rawpath.py starts it."""
+
+        def __init__(self, runner, host: str, port: int, *, wrap, **kw):
+            super().__init__(runner, host, port, shutdown_timeout=1, **kw)
+            self._wrap = wrap
+
+        async def start(self) -> None:
+            await aioweb.BaseSite.start(self)   # (registers the site with its runner, as TCPSite.start does first)
+            self._server = await asyncio.get_running_loop().create_server(
+                self._wrap(self._runner.server), self._host, self._port, ssl=self._ssl_context,
+                backlog=self._backlog, reuse_port=self._reuse_port)
+
+    return WrappedSite
 
 
 class ListenError(SystemExit):

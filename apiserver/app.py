@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import web
+from apiserver.httpstack import web
 
 from cache import metrics as cache_metrics
 from cache import snapshot

@@ -24,13 +24,12 @@ pkg/server/filters and pkg/endpoints/filters), and the HTTP protocol limits:
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 from typing import Awaitable, Callable
 from urllib.parse import unquote
 
-from aiohttp import web
-from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
-from aiohttp.web_protocol import RequestHandler
+from apiserver.httpstack import web
 
 from machinery import errors, jsonenc
 from machinery.gocompat import parse_duration, quote
@@ -195,21 +194,33 @@ async def path_guard(request: web.Request, handler: Handler) -> web.StreamRespon
 _431 = "431 Request Header Fields Too Large"
 
 
-class _LimitedRequestHandler(RequestHandler):
-    def handle_error(self, request, status=500, exc=None, message=None):  # noqa: ANN001 (aiohttp's signature)
-        if isinstance(exc, LineTooLong) or (isinstance(exc, BadHttpMessage) and "Too many headers" in str(exc)):
-            resp = web.Response(status=431, body=_431.encode(), headers={
-                "Content-Type": "text/plain; charset=utf-8", "Connection": "close"})
-            resp.force_close()
-            return resp
-        return super().handle_error(request, status, exc, message)
+@functools.cache
+def _aiohttp_limited_server() -> type:
+    """aiohttp's server whose connections answer 431 for a request line or headers over the limits (aiohttp
+    answers 400). Imported only on aiohttp (machinery.web answers 431 itself)."""
+    from aiohttp import web as aioweb  # noqa: PLC0415
+    from aiohttp.http_exceptions import BadHttpMessage, LineTooLong  # noqa: PLC0415
+    from aiohttp.web_protocol import RequestHandler  # noqa: PLC0415
 
+    class LimitedRequestHandler(RequestHandler):
+        def handle_error(self, request, status=500, exc=None, message=None):  # noqa: ANN001 (aiohttp's signature)
+            if isinstance(exc, LineTooLong) or (isinstance(exc, BadHttpMessage) and "Too many headers" in str(exc)):
+                resp = aioweb.Response(status=431, body=_431.encode(), headers={
+                    "Content-Type": "text/plain; charset=utf-8", "Connection": "close"})
+                resp.force_close()
+                return resp
+            return super().handle_error(request, status, exc, message)
 
-class _LimitedServer(web.Server):
-    def __call__(self) -> RequestHandler:
-        return _LimitedRequestHandler(self, loop=self._loop, **self._kwargs)
+    class LimitedServer(aioweb.Server):
+        def __call__(self) -> RequestHandler:
+            return LimitedRequestHandler(self, loop=self._loop, **self._kwargs)
+
+    return LimitedServer
 
 
 def install_protocol_limits(runner: web.AppRunner) -> None:
-    """After `runner.setup()` (the runner built with `**PROTOCOL_LIMITS`): answer 431, not aiohttp's 400."""
-    runner.server.__class__ = _LimitedServer
+    """After `runner.setup()` (the runner built with `**PROTOCOL_LIMITS`): answer 431, not aiohttp's 400. A
+    runner of machinery.web (APISERVER_HTTP=lean) answers 431 itself."""
+    if type(runner).__module__ == "machinery.web":
+        return
+    runner.server.__class__ = _aiohttp_limited_server()

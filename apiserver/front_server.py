@@ -8,7 +8,7 @@ import asyncio
 from typing import Any
 from urllib.parse import urlsplit
 
-from aiohttp import web
+from apiserver.httpstack import web
 
 from front.feed import Feed
 from front.shards import ShardMap

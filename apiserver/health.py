@@ -7,7 +7,7 @@ import logging
 import os
 from typing import Any, Callable
 
-from aiohttp import web
+from apiserver.httpstack import web
 
 from cache.cacher import Cacher
 from cache.residency import Residency

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import time
 
-from aiohttp import web
+from apiserver.httpstack import web
 
 from machinery import errors
 from machinery.resources import CRD

@@ -8,7 +8,7 @@ import email.utils
 import hashlib
 from typing import Any, Callable
 
-from aiohttp import web
+from apiserver.httpstack import web
 from machinery.metrics import CONTENT_TYPE, generate_latest
 
 from machinery import errors, jsonenc

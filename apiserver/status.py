@@ -1,7 +1,7 @@
 """The one place lower layers' errors become Kubernetes Status objects (S8.2-S8.3), and their response."""
 from __future__ import annotations
 
-from aiohttp import web
+from apiserver.httpstack import web
 
 from machinery import bodies, errors, jsonenc
 from machinery.resources import Resource

@@ -37,6 +37,10 @@ import time
 # (`python -X importtime`, 2026-12-06): apiserver.app and front_server pull in all but the few named after them.
 PRELOAD = ("apiserver.flags", "apiserver.app", "apiserver.front_server", "apiserver.openapi", "uvloop",
            "storage.embedded", "ctypes", "encodings.idna", "tracemalloc")
+if os.environ.get("APISERVER_HTTP") == "lean":
+    # On machinery.web a shard imports no aiohttp: the fronts' client to the shards (aiohttp's) is imported by
+    # the fronts after the fork, so the shards do not carry it (docs/floor.md).
+    PRELOAD = tuple(m for m in PRELOAD if m != "apiserver.front_server")
 
 
 # --------------------------------------------------------------------------- the zygote process

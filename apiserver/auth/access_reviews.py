@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aiohttp import web
+from apiserver.httpstack import web
 
 from machinery import errors, jsonenc
 from machinery.gocompat import json_type_word, unmarshal_type_error

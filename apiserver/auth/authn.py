@@ -29,7 +29,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import web
+from apiserver.httpstack import web
 
 from .user import ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, ANONYMOUS, ANONYMOUS_USER, UNSECURED, UserInfo
 

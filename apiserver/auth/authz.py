@@ -25,7 +25,7 @@ import asyncio
 import logging
 from typing import Any, Callable, Iterable
 
-from aiohttp import web
+from apiserver.httpstack import web
 
 from urllib.parse import unquote
 

@@ -32,7 +32,7 @@ from collections import OrderedDict
 from dataclasses import replace
 from urllib.parse import unquote
 
-from aiohttp import web
+from apiserver.httpstack import web
 
 from machinery import errors
 from machinery.gocompat import quote

@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime
 from typing import Any, Awaitable, Callable
 
-from aiohttp import web
+from apiserver.httpstack import web
 
 from machinery import jsonenc
 from machinery.resources import Resource

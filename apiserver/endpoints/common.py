@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
 
-from aiohttp import web
+from apiserver.httpstack import web
 
 from cache.delegator import CacheDelegator
 from ext import framed

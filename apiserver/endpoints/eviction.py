@@ -13,7 +13,7 @@
 """
 from __future__ import annotations
 
-from aiohttp import web
+from apiserver.httpstack import web
 
 from machinery import defaults, errors, jsonenc, objects
 from machinery.resources import Resource

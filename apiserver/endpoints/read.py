@@ -2,7 +2,7 @@
 (the watch cache or etcd, decided by `cache.delegator`); lists are streamed item by item."""
 from __future__ import annotations
 
-from aiohttp import web
+from apiserver.httpstack import web
 
 from cache.reads import indexable
 from machinery import jsonenc

@@ -10,7 +10,7 @@ replicationcontrollers, as upstream's ScaleREST (pkg/registry/{apps/*,core/repli
 """
 from __future__ import annotations
 
-from aiohttp import web
+from apiserver.httpstack import web
 
 from machinery import errors, jsonenc, patch as patchmod, tables
 from machinery.listoptions import parse_resource_version

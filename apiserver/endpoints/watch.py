@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from typing import Callable
 
-from aiohttp import web
+from apiserver.httpstack import web
 
 from machinery import jsonenc
 from machinery.encoding import WatchFrames

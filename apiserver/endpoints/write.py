@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Callable
 
-from aiohttp import web
+from apiserver.httpstack import web
 
 from machinery import bodies, defaults, errors, gocompat, jsonenc, objects, patch as patchmod, protobuf, typed, validation
 from machinery.encoding import encode_list_item

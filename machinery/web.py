@@ -205,7 +205,7 @@ class Query(dict):
 class BodyReader:
     """A request's body as it arrives (aiohttp's StreamReader: `read(n)` gives what is there, up to n bytes,
     waiting for some; b"" at the end)."""
-    __slots__ = ("_proto", "_buf", "_done", "_waiter", "_exc", "total")
+    __slots__ = ("_proto", "_buf", "_done", "_waiter", "_exc", "total", "_discard")
 
     def __init__(self, proto: "RequestHandler"):
         self._proto = proto
@@ -214,10 +214,13 @@ class BodyReader:
         self._waiter: asyncio.Future | None = None
         self._exc: BaseException | None = None
         self.total = 0
+        self._discard = False
 
     def feed(self, data: bytes) -> None:
-        self._buf += data
         self.total += len(data)
+        if self._discard:
+            return
+        self._buf += data
         if len(self._buf) > READ_HIGH_WATER:
             self._proto.pause_reading()
         self._wake()
@@ -234,6 +237,13 @@ class BodyReader:
         w, self._waiter = self._waiter, None
         if w is not None and not w.done():
             w.set_result(None)
+
+    def discard(self) -> None:
+        """The answer was sent without reading the whole body: the rest is read and dropped (the connection
+        stays usable, as aiohttp keeps it)."""
+        self._discard = True
+        self._buf = bytearray()
+        self._proto.resume_reading()
 
     def at_eof(self) -> bool:
         return self._done and not self._buf
@@ -777,9 +787,7 @@ class RequestHandler(asyncio.Protocol):
                         self.transport.close()
                         break
                     if not req.content._done:
-                        # The handler did not read the whole body: the connection cannot be reused cheaply.
-                        self.transport.close()
-                        break
+                        req.content.discard()   # the next request is parsed once this body has been read
                 finally:
                     self.server.active -= 1
         except (ConnectionResetError, asyncio.CancelledError):

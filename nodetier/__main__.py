@@ -4,12 +4,18 @@ Point kubelets' (or kwok's) kubeconfig at it. It absorbs the renewals of their L
 proxies everything else to the control plane."""
 from __future__ import annotations
 
-import argparse
-import asyncio
-import faulthandler
-import logging
-import signal
-import sys
+import os
+
+# The tier's raw Lease path works inside aiohttp's protocol (nodetier/rawpath.py), so this process runs the
+# apiserver's modules on aiohttp whatever APISERVER_HTTP says (apiserver/httpstack.py reads it at import).
+os.environ["APISERVER_HTTP"] = "aiohttp"
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import faulthandler  # noqa: E402
+import logging  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
 
 from apiserver.__main__ import SHUTDOWN_DUMP_AFTER, start_sites
 from apiserver.flags import _address, _bool, _duration, _port

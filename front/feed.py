@@ -47,7 +47,7 @@ from storage.interface import FRONT_PREV_HEADER, FRONT_PROGRESS_HEADER, WatchReq
 from storage.store import stamp_rv
 
 from .shards import Part
-from .wire import ShardWatch, open_get
+from .wire import ShardWatch, open_watch
 
 log = logging.getLogger("front")
 
@@ -125,9 +125,8 @@ class Feed(Dispatching):
         st = self.st
         params = st._params({"watch": "1", "resourceVersion": str(self.marks[i]), "allowWatchBookmarks": "true",
                              "timeoutSeconds": str(SHARD_WATCH_SECONDS)}, None, sel)
-        resp = await open_get(st.shards.session, st._url(shard, None), params,
-                              headers={FRONT_PROGRESS_HEADER: "true", FRONT_PREV_HEADER: "true"}, shard=shard)
-        return ShardWatch(shard.url, resp)
+        return await open_watch(st.shards.lists(shard.url), st._url(shard, None), params,
+                                headers={FRONT_PROGRESS_HEADER: "true", FRONT_PREV_HEADER: "true"}, shard=shard)
 
     def fail(self, why: str) -> None:
         """The feed cannot go on: its watchers end (after what they have queued) and it closes."""

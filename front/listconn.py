@@ -6,7 +6,8 @@ the HTTP parser slices the body out of it into another, and its stream reader ad
 about 0.8 ms (both measured with an ad hoc script on this 2-core machine). So a shard's list answer (always a
 framed list with a Content-Length, or a Status) is read here: a plain HTTP/1.1 GET on a keep-alive connection of
 this module's own, the answer received into the bytearray that connection keeps from request to request, which
-the merge (ext.framed) reads in place. The front's watches and health checks still go through aiohttp.
+the merge (ext.framed) reads in place. The front's watches (read as they arrive: front.wire.ShardWatch) and health
+checks go through the same connections, so a front imports no HTTP client (no aiohttp: docs/floor.md).
 
 Flow control: a connection receives at most WINDOW bytes ahead of what its reader took, then pauses reading (the
 shard's writes then wait, as they would on a slow client), so K streams merged at the pace of the slowest hold
@@ -16,6 +17,7 @@ that wants the whole answer (a page: `read_all`) lifts the window.
 from __future__ import annotations
 
 import asyncio
+import functools
 import ssl
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -26,7 +28,7 @@ MIN_READ = 64 << 10     # the least room offered to a read
 FIRST_BUFFER = 128 << 10
 KEEP_BUFFER = 2 * (WINDOW + MIN_READ)   # an idle connection keeps a buffer up to this (else a new small one)
 MAX_IDLE = 4            # idle keep-alive connections kept per shard
-CONNECT_TIMEOUT = 2.0   # as the front's aiohttp session (sock_connect)
+CONNECT_TIMEOUT = 2.0   # as the front's aiohttp session had it (sock_connect)
 MAX_HEAD = 64 << 10
 
 
@@ -116,7 +118,7 @@ class ListConnection(asyncio.BufferedProtocol):
                 self._fail(ShardConnectionError(f"a malformed Content-Length: {hdrs['content-length'][:40]!r}"))
                 return
         elif "chunked" in hdrs.get("transfer-encoding", "").lower():
-            self.chunked, self.keep_alive = True, False   # (only a Status comes so: read whole, then closed)
+            self.chunked, self.keep_alive = True, False   # (a Status or a watch: the connection is not kept)
         else:
             self.keep_alive = False                       # to the connection's end
         if self.body_left is not None and self.body_left < 0:
@@ -258,15 +260,21 @@ def _dechunk(data: bytes) -> bytes | None:
         at = nl + 2 + size + 2
 
 
+@functools.cache
+def _client_context() -> ssl.SSLContext:
+    """One TLS client context for every shard (each loads the system's CAs: about 1 MiB)."""
+    return ssl.create_default_context()
+
+
 class ShardLists:
-    """Keep-alive connections to one shard for list answers (the shard's URL: http, or https verified as the
-    front's aiohttp session verifies)."""
+    """Keep-alive connections to one shard (the shard's URL: http, or https verified against the system's CAs, as
+    Python's default context does)."""
 
     def __init__(self, url: str):
         u = urlsplit(url)
         self.host = u.hostname or "127.0.0.1"
         self.port = u.port or (443 if u.scheme == "https" else 80)
-        self.ssl = ssl.create_default_context() if u.scheme == "https" else None
+        self.ssl = _client_context() if u.scheme == "https" else None
         self.host_header = u.netloc.rsplit("@", 1)[-1]
         self.idle: list[ListConnection] = []
 

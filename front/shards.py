@@ -9,11 +9,10 @@ it needs is down, a request fails with a Status (never a partial answer).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import weakref
 from dataclasses import dataclass, field
-
-import aiohttp
 
 from machinery.shard_selector import FULL, ShardSelector, parse_shard_selector
 
@@ -23,6 +22,7 @@ log = logging.getLogger("front")
 
 # How often the front looks at its shards' /readyz (and re-reads a shard whose range is not known yet).
 HEALTH_INTERVAL = 1.0
+CHECK_TIMEOUT = 2.0   # a check not answered by then counts as slow
 SLOW_CHECKS = 3
 
 
@@ -98,7 +98,6 @@ class ShardDown(Exception):
 @dataclass
 class ShardMap:
     shards: list[Shard]
-    session: aiohttp.ClientSession | None = None
     _task: asyncio.Task | None = field(default=None, repr=False)
     # The merged watches being served (front.storage._MergedWatch): resharding drains them onto the new map.
     watches: set = field(default_factory=set, repr=False)
@@ -113,8 +112,6 @@ class ShardMap:
         return cls([Shard(u.rstrip("/")) for u in urls])
 
     async def start(self) -> None:
-        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=False),
-                                             timeout=aiohttp.ClientTimeout(total=None, sock_connect=2))
         await self.check_all()
         self._task = asyncio.create_task(self._health_forever())
 
@@ -122,8 +119,6 @@ class ShardMap:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        if self.session is not None:
-            await self.session.close()
         for c in self.list_clients.values():
             c.close()
 
@@ -171,23 +166,36 @@ class ShardMap:
         log.info("shard map: %s", "; ".join(f"{s.url} {s.selector}" for s in new))
         return old
 
+    async def _get(self, s: Shard, path: str) -> tuple[int, bytes]:
+        """A health check's GET on one of the shard's connections (front.listconn): its status and body, in at
+        most CHECK_TIMEOUT seconds (else TimeoutError)."""
+        client = self.lists(s.url)
+        async with asyncio.timeout(CHECK_TIMEOUT):
+            conn = await client.get(s.url + path, {}, {})
+            try:
+                await conn.read_all()
+            except BaseException:
+                conn.abort()
+                raise
+            status, body = conn.status, conn.body()
+            client.release(conn)
+            return status, body
+
     async def check(self, s: Shard) -> None:
         """Learn the shard's range (once), then its readiness."""
-        assert self.session is not None
-        t = aiohttp.ClientTimeout(total=2)
         try:
             if s.residency is None:
-                async with self.session.get(s.url + "/debug/residency", timeout=t) as r:
-                    if r.status != 200:
-                        raise RuntimeError(f"/debug/residency: HTTP {r.status}")
-                    doc = await r.json()
+                status, body = await self._get(s, "/debug/residency")
+                if status != 200:
+                    raise RuntimeError(f"/debug/residency: HTTP {status}")
+                doc = json.loads(body)
                 sel = parse_shard_selector(doc.get("residency") or "")
                 # A shard without --residency holds everything.
                 s.residency = sel if sel is not None else ShardSelector("uid", [(0, FULL)])
                 s.full_resources = frozenset(doc.get("fullResources") or ())
-            async with self.session.get(s.url + "/readyz", timeout=t) as r:
-                ok = r.status == 200
-                s.error = "" if ok else f"/readyz: HTTP {r.status}"
+            status, _ = await self._get(s, "/readyz")
+            ok = status == 200
+            s.error = "" if ok else f"/readyz: HTTP {status}"
         except asyncio.TimeoutError:
             # A busy shard (or machine) answers late: down after SLOW_CHECKS late answers in a row, not one.
             s.slow += 1

@@ -40,7 +40,7 @@ from storage.store import EtcdStore, parse_resource_version
 
 from .feed import Feed, NotServed, take_ready
 from .shards import Part, Shard, ShardDown, ShardMap
-from .wire import ShardList, ShardWatch, fail, merged, open_get, read_whole, take
+from .wire import ShardList, ShardWatch, fail, merged, open_watch, read_whole, take
 
 Obj = dict[str, Any]
 # A watch on a shard outlives the client's by this much: the front, not the shard, ends it on time.
@@ -527,9 +527,8 @@ class FrontStorage(CacheDelegator):
         async def one(part: Part) -> ShardWatch:
             shard, sel = part
             url = self._url(shard, ns)
-            resp = await open_get(self.shards.session, url, self._params(base, selectors, sel),
-                                  headers={FRONT_PROGRESS_HEADER: "true"}, shard=shard)
-            return ShardWatch(shard.url, resp)
+            return await open_watch(self.shards.lists(shard.url), url, self._params(base, selectors, sel),
+                                    headers={FRONT_PROGRESS_HEADER: "true"}, shard=shard)
         return await open_each(one(p) for p in parts)
 
     async def _proxy_watch(self, part: Part, ns: str | None, req: WatchRequest, sink: WatchSink,
@@ -545,12 +544,11 @@ class FrontStorage(CacheDelegator):
         shard, sel = part
         await sink.start()
         try:
-            resp = await open_get(self.shards.session, self._url(shard, ns), self._params(base, req.selectors, sel),
-                                  shard=shard)
+            w = await open_watch(self.shards.lists(shard.url), self._url(shard, ns),
+                                 self._params(base, req.selectors, sel), shard=shard)
         except errors.StatusError as e:
             await fail(sink, e)
             return
-        w = ShardWatch(shard.url, resp)
         try:
             deadline = time.monotonic() + req.timeout
             frames = w.frames()

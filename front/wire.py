@@ -8,7 +8,6 @@ import asyncio
 import struct
 from typing import Any, AsyncIterator
 
-import aiohttp
 import orjson
 
 import ext
@@ -48,27 +47,35 @@ def unreachable(url: str, e: BaseException) -> serr.StorageError:
     return serr.StorageError(serr.Code.UNREACHABLE, message=f"shard {url}: {type(e).__name__}: {e}")
 
 
-async def open_get(session: aiohttp.ClientSession, url: str, params: dict[str, str],
-                   headers: dict[str, str] | None = None, shard=None) -> aiohttp.ClientResponse:
-    """GET with the answer's headers in: a non-200 answer raises the shard's Status. Given the `shard`
-    (front.shards.Shard), the wait and the answer are cut when its health checks mark it down."""
+async def open_answer(client: ShardLists, url: str, params: dict[str, str], headers: dict[str, str],
+                      shard=None) -> ListConnection:
+    """GET on one of the shard's connections (front.listconn), the answer's head in: a non-200 answer raises the
+    shard's Status. Given the `shard` (front.shards.Shard), the wait is cut when its health checks mark it down."""
     try:
-        if shard is None:
-            resp = await session.get(url, params=params, headers=headers)
-        else:
-            resp = await shard.unless_cut(session.get(url, params=params, headers=headers))
-            shard.responses.add(resp)
-    except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
+        asked = client.get(url, params, headers)
+        conn = await (asked if shard is None else shard.unless_cut(asked))
+    except (ShardConnectionError, OSError, asyncio.TimeoutError) as e:
         raise unreachable(url, e) from None
-    if resp.status != 200:
+    if conn.status != 200:
         try:
-            body = await resp.read()
-        except (aiohttp.ClientError, OSError) as e:
+            await conn.read_all()
+        except ShardConnectionError as e:
+            conn.abort()
             raise unreachable(url, e) from None
-        finally:
-            resp.release()
-        raise shard_status(url, resp.status, body)
-    return resp
+        status, body = conn.status, conn.body()
+        client.release(conn)   # (which readies it for the next answer: status and body are taken first)
+        raise shard_status(url, status, body)
+    return conn
+
+
+async def open_watch(client: ShardLists, url: str, params: dict[str, str], headers: dict[str, str] | None = None,
+                     shard=None) -> "ShardWatch":
+    """A shard's watch, its answer read as it arrives (`ShardWatch`); cut with the `shard` as `open_answer`."""
+    conn = await open_answer(client, url, params, headers or {}, shard)
+    w = ShardWatch(shard.url if shard is not None else url, conn)
+    if shard is not None:
+        shard.responses.add(w)
+    return w
 
 
 class ShardList:
@@ -88,20 +95,7 @@ class ShardList:
     async def open(cls, client: ShardLists, url: str, params: dict[str, str], shard=None) -> "ShardList":
         """GET the framed list: a non-200 answer raises the shard's Status. Given the `shard` (front.shards.Shard),
         the wait and the answer are cut when its health checks mark it down."""
-        try:
-            asked = client.get(url, params, _FRAMED)
-            conn = await (asked if shard is None else shard.unless_cut(asked))
-        except (ShardConnectionError, OSError, asyncio.TimeoutError) as e:
-            raise unreachable(url, e) from None
-        if conn.status != 200:
-            try:
-                await conn.read_all()
-            except ShardConnectionError as e:
-                conn.abort()
-                raise unreachable(url, e) from None
-            status, body = conn.status, conn.body()
-            client.release(conn)   # (which readies it for the next answer: status and body are taken first)
-            raise shard_status(url, status, body)
+        conn = await open_answer(client, url, params, _FRAMED, shard)
         ls = cls(url, conn, client)
         if shard is not None:
             shard.responses.add(ls)
@@ -243,11 +237,12 @@ _END = ext.framed.END_RECORD
 
 class ShardWatch:
     """One shard's watch read frame by frame: (type, resourceVersion, object bytes, the frame's bytes), or with
-    `parts()` (type, metadata, object bytes, previous object's bytes or None)."""
+    `parts()` (type, metadata, object bytes, previous object's bytes or None). Its answer (chunked) is received
+    on a connection of front.listconn and read as it arrives."""
 
-    def __init__(self, url: str, resp: aiohttp.ClientResponse):
+    def __init__(self, url: str, conn: ListConnection):
         self.url = url
-        self.resp = resp
+        self.conn = conn
 
     async def frames(self) -> AsyncIterator[tuple[str, int, bytes, bytes]]:
         async for line in self.lines():
@@ -260,19 +255,60 @@ class ShardWatch:
     async def lines(self) -> AsyncIterator[bytes]:
         buf = b""
         try:
-            async for chunk in self.resp.content.iter_any():
-                buf += chunk
+            async for piece in self._pieces():
+                buf += piece
                 start = 0
                 while (nl := buf.find(b"\n", start)) >= 0:
                     line = buf[start:nl + 1]
                     start = nl + 1
                     yield line
                 buf = buf[start:]
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+        except (OSError, asyncio.TimeoutError):   # (ShardConnectionError is an OSError)
             return   # the shard went away: the watch ends, as a watch ends when its server does
 
+    async def _pieces(self) -> AsyncIterator[bytes]:
+        """The answer's body as it arrives, chunked transfer decoded; ends with the answer."""
+        c = self.conn
+        while True:
+            if c.chunked:
+                data, pos, last = take_chunks(c.buf, c.start, c.end)
+                c.taken(pos)
+            else:
+                data, last = bytes(memoryview(c.buf)[c.start:c.end]), c.complete
+                c.taken(c.end)
+            if data:
+                yield data
+            if last:
+                return
+            await c.more(c.end - c.start)
+
+    def cut(self) -> None:
+        """The shard was marked down (`Shard.cut`): the watch ends."""
+        self.conn.abort()
+
     def close(self) -> None:
-        self.resp.close()
+        self.conn.abort()   # (a watch's connection is not kept: its answer ends with the connection)
+
+
+def take_chunks(buf: bytearray, start: int, end: int) -> tuple[bytes, int, bool]:
+    """The data of the complete chunks of a chunked body in `buf[start:end]`: (their data, where the first
+    incomplete one starts, whether the last chunk came)."""
+    out, at = [], start
+    while True:
+        nl = buf.find(b"\r\n", at, end)
+        if nl < 0:
+            break
+        try:
+            size = int(bytes(buf[at:nl]).split(b";", 1)[0], 16)
+        except ValueError:
+            raise ShardConnectionError("a malformed chunked answer") from None
+        if size == 0:
+            return b"".join(out), end, True
+        if end < nl + 2 + size + 2:
+            break
+        out.append(bytes(buf[nl + 2:nl + 2 + size]))
+        at = nl + 2 + size + 2
+    return b"".join(out), at, False
 
 
 def parse_frame(line: bytes) -> tuple[str, int, bytes, bytes]:

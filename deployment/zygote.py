@@ -126,10 +126,6 @@ def serve(preload: tuple[str, ...] = PRELOAD) -> int:
     from machinery.memory import limit_malloc_arenas
     limit_malloc_arenas()         # inherited by every child, before any thread could start
     import importlib
-    if os.environ.get("APISERVER_HTTP") == "lean":
-        # On machinery.web a shard imports no aiohttp: the fronts' client to the shards (aiohttp's) is imported
-        # by the fronts after the fork, so the shards do not carry it (docs/floor.md).
-        preload = tuple(m for m in preload if m != "apiserver.front_server")
     for name in preload:
         importlib.import_module(name)
     if threading.active_count() != 1:

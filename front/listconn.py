@@ -26,6 +26,10 @@ from machinery import http1
 WINDOW = 1 << 20        # bytes received ahead of the reader before reading pauses
 MIN_READ = 64 << 10     # the least room offered to a read
 FIRST_BUFFER = 128 << 10
+# A watch's answer (a stream of small events that may stay open for long, one per resource and shard in a front's
+# shared feeds) starts on a small buffer, grown as a list's is when an event needs more.
+STREAM_MIN_READ = 2 << 10
+STREAM_BUFFER = 4 << 10
 KEEP_BUFFER = 2 * (WINDOW + MIN_READ)   # an idle connection keeps a buffer up to this (else a new small one)
 MAX_IDLE = 4            # idle keep-alive connections kept per shard
 CONNECT_TIMEOUT = 2.0   # as the front's aiohttp session had it (sock_connect)
@@ -43,6 +47,7 @@ class ListConnection(asyncio.BufferedProtocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.buf = bytearray(FIRST_BUFFER)
+        self.min_read = MIN_READ
         self.start = self.end = 0
         self.status = 0
         self.headers: dict[str, str] = {}
@@ -63,7 +68,7 @@ class ListConnection(asyncio.BufferedProtocol):
         self.transport = transport
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if len(self.buf) - self.end < MIN_READ:
+        if len(self.buf) - self.end < self.min_read:
             self._make_room()
         return memoryview(self.buf)[self.end:]
 
@@ -138,11 +143,11 @@ class ListConnection(asyncio.BufferedProtocol):
                 rest = bytes(memoryview(self.buf)[self.start:self.end])
                 self.buf[:n] = rest
             self.start, self.end = 0, n
-        if len(self.buf) - self.end < MIN_READ:
+        if len(self.buf) - self.end < self.min_read:
             self._grow()
 
     def _grow(self) -> None:
-        grown = bytearray(max(2 * len(self.buf), self.end + MIN_READ))
+        grown = bytearray(max(2 * len(self.buf), self.end + self.min_read))
         grown[:self.end] = memoryview(self.buf)[:self.end]
         self.buf = grown
 
@@ -175,7 +180,7 @@ class ListConnection(asyncio.BufferedProtocol):
             raise ShardConnectionError("the answer ended early")
         if self.exc is not None:
             raise ShardConnectionError(str(self.exc) or type(self.exc).__name__)
-        if len(self.buf) - self.end < MIN_READ:
+        if len(self.buf) - self.end < self.min_read:
             self._make_room()   # the reader needs more than fits: room now, or the window would hold it back
         self._resume()
         while self.end - self.start <= have:
@@ -186,7 +191,7 @@ class ListConnection(asyncio.BufferedProtocol):
         self.want_all = True
         self._resume()
         while not self.complete:
-            if len(self.buf) - self.end < MIN_READ:
+            if len(self.buf) - self.end < self.min_read:
                 self._make_room()
             await self._next()
 
@@ -231,10 +236,17 @@ class ListConnection(asyncio.BufferedProtocol):
             self.transport.abort()
         self._wake()
 
+    def streamed(self) -> None:
+        """Before a watch's request: its answer is read on a small buffer (STREAM_BUFFER)."""
+        if self.end == 0:
+            self.buf = bytearray(STREAM_BUFFER)
+            self.min_read = STREAM_MIN_READ
+
     def reset(self) -> None:
         """Ready for the next request on this connection (the previous answer was taken whole)."""
-        if len(self.buf) > KEEP_BUFFER:
+        if len(self.buf) > KEEP_BUFFER or len(self.buf) < FIRST_BUFFER:
             self.buf = bytearray(FIRST_BUFFER)   # (a page or a huge record grew it: not kept while idle)
+        self.min_read = MIN_READ
         self.start = self.end = 0
         self.status, self.headers, self.head_done = 0, {}, False
         self.body_left, self.chunked, self.keep_alive, self.want_all = None, False, True, False
@@ -287,8 +299,10 @@ class ShardLists:
             raise ShardConnectionError(f"{type(e).__name__}: {e}") from None
         return conn
 
-    async def get(self, url: str, params: dict[str, str], headers: dict[str, str]) -> ListConnection:
-        """Send the GET and wait for the answer's head; the connection is then the caller's until `release`."""
+    async def get(self, url: str, params: dict[str, str], headers: dict[str, str],
+                  stream: bool = False) -> ListConnection:
+        """Send the GET and wait for the answer's head; the connection is then the caller's until `release`.
+        `stream`: a watch, read on a small buffer (ListConnection.streamed)."""
         path = urlsplit(url)
         target = (path.path or "/") + ("?" + urlencode(params, quote_via=quote) if params else "")
         data = http1.request_head("GET", target, self.host_header, headers)
@@ -301,6 +315,8 @@ class ShardLists:
                     break
             else:
                 conn = await self._connect()
+            if stream:
+                conn.streamed()
             conn._head_waiter = asyncio.get_running_loop().create_future()
             conn.transport.write(data)
             try:

@@ -48,11 +48,11 @@ def unreachable(url: str, e: BaseException) -> serr.StorageError:
 
 
 async def open_answer(client: ShardLists, url: str, params: dict[str, str], headers: dict[str, str],
-                      shard=None) -> ListConnection:
+                      shard=None, stream: bool = False) -> ListConnection:
     """GET on one of the shard's connections (front.listconn), the answer's head in: a non-200 answer raises the
     shard's Status. Given the `shard` (front.shards.Shard), the wait is cut when its health checks mark it down."""
     try:
-        asked = client.get(url, params, headers)
+        asked = client.get(url, params, headers, stream)
         conn = await (asked if shard is None else shard.unless_cut(asked))
     except (ShardConnectionError, OSError, asyncio.TimeoutError) as e:
         raise unreachable(url, e) from None
@@ -71,7 +71,7 @@ async def open_answer(client: ShardLists, url: str, params: dict[str, str], head
 async def open_watch(client: ShardLists, url: str, params: dict[str, str], headers: dict[str, str] | None = None,
                      shard=None) -> "ShardWatch":
     """A shard's watch, its answer read as it arrives (`ShardWatch`); cut with the `shard` as `open_answer`."""
-    conn = await open_answer(client, url, params, headers or {}, shard)
+    conn = await open_answer(client, url, params, headers or {}, shard, stream=True)
     w = ShardWatch(shard.url if shard is not None else url, conn)
     if shard is not None:
         shard.responses.add(w)

@@ -235,8 +235,8 @@ async def start_sites(app: web.Application, a, wrap=None, runner_kwargs=None) ->
 
 
 def _stack_of(app):
-    """The HTTP server an application belongs to: machinery.web (APISERVER_HTTP=lean) or aiohttp.web (the
-    default, and always the node tier's)."""
+    """The HTTP server an application belongs to: machinery.web (the default) or aiohttp.web
+    (APISERVER_HTTP=aiohttp, and always the node tier's)."""
     if type(app).__module__ == "machinery.web":
         from machinery import web as stack  # noqa: PLC0415
     else:

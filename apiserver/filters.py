@@ -220,7 +220,7 @@ def _aiohttp_limited_server() -> type:
 
 def install_protocol_limits(runner: web.AppRunner) -> None:
     """After `runner.setup()` (the runner built with `**PROTOCOL_LIMITS`): answer 431, not aiohttp's 400. A
-    runner of machinery.web (APISERVER_HTTP=lean) answers 431 itself."""
+    runner of machinery.web (the default) answers 431 itself."""
     if type(runner).__module__ == "machinery.web":
         return
     runner.server.__class__ = _aiohttp_limited_server()

@@ -4,8 +4,8 @@ document) and a list and a watch of every resource once, so lazy loading does no
 and USS (/proc/PID/smaps_rollup) after each step, freed memory given back (/debug/residency?gc=1&trim=1)
 before each reading.
 
-Side by side on one etcd: the apiserver on aiohttp.web (the default) and on machinery.web
-(APISERVER_HTTP=lean, apiserver/httpstack.py), each forked from the deployment's zygote (as `python -m
+Side by side on one etcd: the apiserver on machinery.web (the default) and on aiohttp.web
+(APISERVER_HTTP=aiohttp, apiserver/httpstack.py), each forked from the deployment's zygote (as `python -m
 deployment` starts its shards and fronts; the zygote's shared pages count in a child's RSS) and started on its
 own (`python -m apiserver`).
 

@@ -1,11 +1,12 @@
 """A lean HTTP/1.1 server: the part of aiohttp.web the apiserver's processes use, on httptools (llhttp, the
-parser of Node.js), selected with APISERVER_HTTP=lean (apiserver/httpstack.py).
+parser of Node.js). The apiserver's, its shards' and fronts' server; APISERVER_HTTP=aiohttp runs them on aiohttp.web
+instead (apiserver/httpstack.py).
 
 Why: an empty shard forked from the zygote holds 49.7 MiB RSS after serving discovery, OpenAPI and a list and a
 watch of every resource once, and issue 21 asks for 40. aiohttp's import graph is ~9 MiB of it (its client,
 email, http.cookies, urllib.request, pickle, netrc, mimetypes, two TLS contexts loaded with the system CAs at
 import, multidict, yarl, attrs), while the servers use a few names of aiohttp.web. The same process on this
-module measured 38.1 MiB (docs/floor.md).
+module: 38.2 MiB, and an empty front 35.2 (`python -m bench.floor`, docs/floor.md).
 
 What it keeps of aiohttp.web, by name, so a module imports one or the other (`from apiserver.httpstack import
 web`): Application (middlewares, one catch-all route, on_startup / on_shutdown / on_cleanup, app[key]),
@@ -732,9 +733,11 @@ class RequestHandler(asyncio.Protocol):
     def write(self, request: Request, *pieces: bytes) -> None:
         if self.closed or self.transport.is_closing():
             raise ConnectionResetError("cannot write: the connection is closed")
-        for piece in pieces:
-            self.transport.write(piece)
-            request.writer.output_size += len(piece)
+        if len(pieces) == 1:
+            self.transport.write(pieces[0])
+        else:
+            self.transport.writelines(pieces)   # a chunk's size line, data and end in one call (one send)
+        request.writer.output_size += sum(map(len, pieces))
 
     async def drain(self) -> None:
         if self.closed:

@@ -1,8 +1,9 @@
-"""machinery.web, the lean HTTP/1.1 server (APISERVER_HTTP=lean): an apiserver on it over a real etcd, spoken to
+"""machinery.web, the lean HTTP/1.1 server (the default; APISERVER_HTTP=aiohttp runs aiohttp.web): an apiserver on
+it over a real etcd, spoken to
 over raw sockets for what HTTP/1.1 says (keep-alive, pipelining, HTTP/1.0, HEAD, Expect: 100-continue, a body the
 handler leaves unread, refusals, compression, shutdown), and side by side with the same apiserver on aiohttp.web
-over the same etcd prefix: the same answers, byte for byte but for the headers each server adds itself.
-The whole suite also passes with APISERVER_HTTP=lean (docs/floor.md says when it was last run so)."""
+over the same etcd prefix: the same answers, byte for byte but for the headers each server adds itself. (The
+rest of the suite runs on the default, machinery.web; docs/floor.md says when it last passed on aiohttp.web.)"""
 from __future__ import annotations
 
 import gzip

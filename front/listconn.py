@@ -48,6 +48,7 @@ class ListConnection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.buf = bytearray(FIRST_BUFFER)
         self.min_read = MIN_READ
+        self.streaming = False
         self.start = self.end = 0
         self.status = 0
         self.headers: dict[str, str] = {}
@@ -85,8 +86,9 @@ class ListConnection(asyncio.BufferedProtocol):
             if self.body_left < 0:   # (the head's own bytes are checked by _parse_head)
                 self._fail(ShardConnectionError("more bytes than the answer's Content-Length"))
                 return
-        if self.chunked and _dechunk(bytes(memoryview(self.buf)[self.start:self.end])) is not None:
-            self.body_left = 0   # the last chunk came
+        if (self.chunked and not (self.streaming and self.status == 200) and
+                _dechunk(bytes(memoryview(self.buf)[self.start:self.end])) is not None):
+            self.body_left = 0   # the last chunk came (a watch's reader finds it itself: front.wire.take_chunks)
         if (not self.want_all and self.body_left != 0 and self.end - self.start >= WINDOW and
                 not self.paused and self.transport is not None):
             self.paused = True
@@ -238,6 +240,7 @@ class ListConnection(asyncio.BufferedProtocol):
 
     def streamed(self) -> None:
         """Before a watch's request: its answer is read on a small buffer (STREAM_BUFFER)."""
+        self.streaming = True
         if self.end == 0:
             self.buf = bytearray(STREAM_BUFFER)
             self.min_read = STREAM_MIN_READ
@@ -246,7 +249,7 @@ class ListConnection(asyncio.BufferedProtocol):
         """Ready for the next request on this connection (the previous answer was taken whole)."""
         if len(self.buf) > KEEP_BUFFER or len(self.buf) < FIRST_BUFFER:
             self.buf = bytearray(FIRST_BUFFER)   # (a page or a huge record grew it: not kept while idle)
-        self.min_read = MIN_READ
+        self.min_read, self.streaming = MIN_READ, False
         self.start = self.end = 0
         self.status, self.headers, self.head_done = 0, {}, False
         self.body_left, self.chunked, self.keep_alive, self.want_all = None, False, True, False

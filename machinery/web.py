@@ -296,6 +296,7 @@ class Request(dict):
         self.version = version
         self.headers = headers
         self.writer = _Output()
+        self.keep_alive = True
         self.content = BodyReader(proto)
         path, _, self.query_string = raw_path.partition("?")
         self.path = unquote(path)
@@ -451,7 +452,8 @@ class StreamResponse:
             self._start_compression(request)
         h = self.headers
         if self.keep_alive is None:
-            self.keep_alive = proto.keep_alive
+            # (a connection that takes no more requests closes after the last one queued is answered)
+            self.keep_alive = request.keep_alive and (proto.keep_alive or bool(proto._queue))
         if self.status in _NO_BODY or self.status < 200:
             h.pop("Content-Length", None)
             self._chunked = False
@@ -612,14 +614,13 @@ class RequestHandler(asyncio.Protocol):
         self.server = server
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpRequestParser(self)
-        self.keep_alive = True
+        self.keep_alive = True      # False: no more requests; it closes once the queued ones are answered
         self.closed = False
         self._queue: list[Request] = []
         self._task: asyncio.Task | None = None
         self._req: Request | None = None       # the request being parsed
         self._url = bytearray()
         self._headers: list[tuple[str, str]] = []
-        self._header_bytes = 0
         self._too_large = False
         self._paused_read = False
         self._paused_write = False
@@ -677,7 +678,6 @@ class RequestHandler(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self._url.clear()
         self._headers = []
-        self._header_bytes = 0
         self._too_large = False
 
     def on_url(self, url: bytes) -> None:
@@ -701,8 +701,7 @@ class RequestHandler(asyncio.Protocol):
         headers = Headers()
         headers._items = self._headers
         req = Request(self, p.get_method().decode("ascii"), self._url.decode("latin-1"), p.get_http_version(), headers)
-        if not p.should_keep_alive():
-            self.keep_alive = False
+        req.keep_alive = p.should_keep_alive()   # (this request's: HTTP/1.0, Connection: close)
         self._req = req
         if headers.get("Expect", "").lower() == "100-continue" and req.version == "1.1":
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -756,9 +755,10 @@ class RequestHandler(asyncio.Protocol):
                                  b"Connection: close\r\nDate: %s\r\n\r\n%s" % (
                                      status, _reason(status).encode(), len(body), http_date().encode(), body))
             self.transport.close()
-        else:              # behind an answer in progress: it ends first
+        else:   # behind requests being answered (pipelined): they are answered, then the connection closes
             self.keep_alive = False
-            self._queue.clear()
+            if self._req is not None and not self._req.content._done:
+                self._req.content.set_exception(ConnectionResetError("the rest of the request was malformed"))
 
     def _arm_idle(self) -> None:
         if self.server.keepalive_timeout and not self.closed:
@@ -786,7 +786,7 @@ class RequestHandler(asyncio.Protocol):
                     resp = await self._handle(handler, req)
                     if resp is None:
                         break
-                    if not resp.keep_alive or not self.keep_alive or self._upgraded:
+                    if not resp.keep_alive or ((not self.keep_alive or self._upgraded) and not self._queue):
                         self.transport.close()
                         break
                     if not req.content._done:
@@ -800,7 +800,7 @@ class RequestHandler(asyncio.Protocol):
             self._task = None
             if self.closed:
                 self._queue.clear()
-            elif self._queue:   # a request that arrived while the loop ended
+            elif self._queue and not self.transport.is_closing():   # a request that arrived as the loop ended
                 self._task = asyncio.get_running_loop().create_task(self._answer())
             else:
                 self._arm_idle()

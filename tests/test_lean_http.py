@@ -135,6 +135,17 @@ def test_keep_alive_and_pipelined_requests_are_answered_in_order(lean):
         assert c[0] == 200 and c[2] == body
 
 
+def test_connection_close_on_a_pipelined_request_ends_the_connection_after_its_answer(lean):
+    with connect(lean) as s:
+        r = Reader(s)
+        s.sendall(request("GET", "/version") + request("GET", "/version", {"Connection": "close"}) +
+                  request("GET", "/version"))
+        first, second = r.answer(), r.answer()
+        assert first[0] == second[0] == 200
+        assert first[1].get("connection") != "close" and second[1]["connection"] == "close"
+        assert r.closed()      # the third request is not answered: the client asked to close before it
+
+
 def test_a_request_split_across_writes_is_answered(lean):
     with connect(lean) as s:
         raw = request("GET", "/api/v1/namespaces/default")

@@ -346,7 +346,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--sections", default="memory,saturation,lists,biglists,throughput",
                     help="comma-separated; they run in this order whatever the order given (memory first: it "
                          "reads whole-server memory, which the other sections' objects would add to)")
-    ap.add_argument("--fronts", type=int, default=0, help="the deployment's fronts (default: its own, the cores less its shards, at least 1)")
+    ap.add_argument("--fronts", type=int, default=0,
+                    help="the deployment's fronts (default: its own, the cores less its shards, at least 1)")
     ap.add_argument("--shards", type=int, default=0, help="the deployment's shards (default: its own, 1)")
     ap.add_argument("--saturation-reps", type=int, default=2)
     ap.add_argument("--big-list-reps", type=int, default=2, help="lists of 100 MB per client (biglists)")

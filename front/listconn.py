@@ -88,7 +88,7 @@ class ListConnection(asyncio.BufferedProtocol):
                 return
         if (self.chunked and not (self.streaming and self.status == 200) and
                 _dechunk(bytes(memoryview(self.buf)[self.start:self.end])) is not None):
-            self.body_left = 0   # the last chunk came (a watch's reader finds it itself: front.wire.take_chunks)
+            self.body_left = 0   # the last chunk came (a watch's reader finds it itself, with take_chunks)
         if (not self.want_all and self.body_left != 0 and self.end - self.start >= WINDOW and
                 not self.paused and self.transport is not None):
             self.paused = True
@@ -256,23 +256,31 @@ class ListConnection(asyncio.BufferedProtocol):
         self._resume()
 
 
-def _dechunk(data: bytes) -> bytes | None:
-    """A chunked body decoded, or None while its last chunk has not come."""
-    out, at = [], 0
+def take_chunks(buf, start: int, end: int) -> tuple[bytes, int, bool]:
+    """The data of the complete chunks of a chunked body in `buf[start:end]`: (their data, where the first
+    incomplete one starts, whether the last chunk came)."""
+    out, at = [], start
     while True:
-        nl = data.find(b"\r\n", at)
+        nl = buf.find(b"\r\n", at, end)
         if nl < 0:
-            return None
+            break
         try:
-            size = int(data[at:nl].split(b";", 1)[0], 16)
+            size = int(bytes(buf[at:nl]).split(b";", 1)[0], 16)
         except ValueError:
             raise ShardConnectionError("a malformed chunked answer") from None
         if size == 0:
-            return b"".join(out)
-        if len(data) < nl + 2 + size + 2:
-            return None
-        out.append(data[nl + 2:nl + 2 + size])
+            return b"".join(out), end, True
+        if end < nl + 2 + size + 2:
+            break
+        out.append(bytes(buf[nl + 2:nl + 2 + size]))
         at = nl + 2 + size + 2
+    return b"".join(out), at, False
+
+
+def _dechunk(data: bytes) -> bytes | None:
+    """A chunked body decoded, or None while its last chunk has not come."""
+    body, _, last = take_chunks(data, 0, len(data))
+    return body if last else None
 
 
 @functools.cache

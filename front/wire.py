@@ -15,7 +15,7 @@ from machinery import errors, jsonenc
 from storage import errors as serr
 from storage.interface import FRONT_FRAMED_HEADER, FRONT_FRAMED_SIZE_HEADER
 
-from .listconn import ListConnection, ShardConnectionError, ShardLists
+from .listconn import ListConnection, ShardConnectionError, ShardLists, take_chunks
 
 Obj = dict[str, Any]
 _OBJECT = b',"object":'
@@ -288,27 +288,6 @@ class ShardWatch:
 
     def close(self) -> None:
         self.conn.abort()   # (a watch's connection is not kept: its answer ends with the connection)
-
-
-def take_chunks(buf: bytearray, start: int, end: int) -> tuple[bytes, int, bool]:
-    """The data of the complete chunks of a chunked body in `buf[start:end]`: (their data, where the first
-    incomplete one starts, whether the last chunk came)."""
-    out, at = [], start
-    while True:
-        nl = buf.find(b"\r\n", at, end)
-        if nl < 0:
-            break
-        try:
-            size = int(bytes(buf[at:nl]).split(b";", 1)[0], 16)
-        except ValueError:
-            raise ShardConnectionError("a malformed chunked answer") from None
-        if size == 0:
-            return b"".join(out), end, True
-        if end < nl + 2 + size + 2:
-            break
-        out.append(bytes(buf[nl + 2:nl + 2 + size]))
-        at = nl + 2 + size + 2
-    return b"".join(out), at, False
 
 
 def parse_frame(line: bytes) -> tuple[str, int, bytes, bytes]:

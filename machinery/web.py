@@ -153,18 +153,8 @@ class Headers:
         for k, v in (other.items() if hasattr(other, "items") else other):
             self[k] = v
 
-    def extend(self, other) -> None:
-        for k, v in (other.items() if hasattr(other, "items") else other):
-            self.add(k, v)
-
     def items(self) -> list[tuple[str, str]]:
         return list(self._items)
-
-    def keys(self) -> list[str]:
-        return [n for n, _ in self._items]
-
-    def values(self) -> list[str]:
-        return [v for _, v in self._items]
 
     def __repr__(self) -> str:
         return f"<Headers {self._items!r}>"
@@ -188,17 +178,6 @@ class Query(dict):
         if default:
             return default[0]
         raise KeyError(key)
-
-    def getone(self, key: str, *default):
-        got = self._all.get(key)
-        if got:
-            return got[0]
-        if default:
-            return default[0]
-        raise KeyError(key)
-
-    def items(self):  # every (name, value) pair, as a multidict lists them
-        return [(k, v) for k, vs in self._all.items() for v in vs]
 
 
 # --------------------------------------------------------------------------- requests
@@ -246,9 +225,6 @@ class BodyReader:
         self._buf = bytearray()
         self._proto.resume_reading()
 
-    def at_eof(self) -> bool:
-        return self._done and not self._buf
-
     async def read(self, n: int = -1) -> bytes:
         while not self._buf and not self._done:
             if self._exc is not None:
@@ -265,14 +241,6 @@ class BodyReader:
         if len(self._buf) <= READ_HIGH_WATER:
             self._proto.resume_reading()
         return out
-
-    async def readall(self) -> bytes:
-        parts = []
-        while True:
-            chunk = await self.read()
-            if not chunk:
-                return b"".join(parts)
-            parts.append(chunk)
 
 
 class _Output:
@@ -301,7 +269,6 @@ class Request(dict):
         path, _, self.query_string = raw_path.partition("?")
         self.path = unquote(path)
         self._query: Query | None = None
-        self.match_info: dict[str, str] = {}
         self.client_max_size = getattr(self.app, "client_max_size", 1024 ** 2)
 
     @property
@@ -311,16 +278,8 @@ class Request(dict):
         return self._query
 
     @property
-    def path_qs(self) -> str:
-        return self.raw_path
-
-    @property
     def host(self) -> str:
         return self.headers.get("Host", "")
-
-    @property
-    def secure(self) -> bool:
-        return self.transport is not None and self.transport.get_extra_info("sslcontext") is not None
 
     @property
     def content_type(self) -> str:
@@ -350,11 +309,8 @@ class Request(dict):
                 raise HTTPRequestEntityTooLarge(self.client_max_size, size)
             parts.append(chunk)
 
-    async def text(self) -> str:
-        return (await self.read()).decode()
-
     async def json(self, *, loads=_json.loads):
-        return loads(await self.text())
+        return loads((await self.read()).decode())
 
 
 # --------------------------------------------------------------------------- responses
@@ -417,9 +373,6 @@ class StreamResponse:
             self.headers.pop("Content-Length", None)
         else:
             self.headers["Content-Length"] = str(int(value))
-
-    def set_status(self, status: int, reason: str | None = None) -> None:
-        self.status, self.reason = status, reason
 
     def enable_chunked_encoding(self) -> None:
         self._chunked = True
@@ -523,10 +476,6 @@ class Response(StreamResponse):
         elif body is not None and "Content-Type" not in self.headers:
             self.headers["Content-Type"] = "application/octet-stream"
         self.body = body if body is not None else b""
-
-    @property
-    def text(self) -> str:
-        return bytes(self.body).decode()
 
     async def prepare(self, request: Request):
         if self._proto is None and not self._chunked:

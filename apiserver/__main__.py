@@ -19,7 +19,7 @@ import sys
 
 from apiserver.httpstack import web
 
-from machinery import pauses
+from machinery import http1, pauses
 
 from .flags import build_parser
 
@@ -231,6 +231,9 @@ async def start_sites(app: web.Application, a, wrap=None, runner_kwargs=None) ->
     if getattr(a, "admin_port", 0):
         await _listen(stack.TCPSite(runner, "127.0.0.1", a.admin_port, shutdown_timeout=1), runner)
         urls.append(f"admin=http://127.0.0.1:{a.admin_port}")
+    if getattr(a, "unix_socket", ""):
+        await _listen(_unix_site(stack, runner, a.unix_socket), runner)
+        urls.append(http1.unix_url(a.unix_socket))
     return runner, urls
 
 
@@ -250,6 +253,44 @@ def _site(stack, runner, host: str, port: int, *, wrap=None, **kw):
     if wrap is None:
         return stack.TCPSite(runner, host, port, shutdown_timeout=1, **kw)
     return _wrapped_site_class()(runner, host, port, wrap=wrap, **kw)
+
+
+def _unix_site(stack, runner, path: str):
+    """`--unix-socket`: machinery.web's UnixSite, or on aiohttp its UnixSite on the same owner-only listener."""
+    if stack.__name__ == "machinery.web":
+        return stack.UnixSite(runner, path, shutdown_timeout=1)
+    return _aiohttp_unix_site_class()(runner, path, shutdown_timeout=1)
+
+
+@functools.cache
+def _aiohttp_unix_site_class() -> type:
+    from aiohttp import web as aioweb  # noqa: PLC0415
+
+    from machinery.web import unix_listener  # noqa: PLC0415
+
+    class OwnerOnlyUnixSite(aioweb.UnixSite):
+        """aiohttp's UnixSite on machinery.web's listener (owner-only from the bind; a stale socket replaced),
+        its file removed at stop, as machinery.web.UnixSite does."""
+
+        @property
+        def name(self) -> str:
+            return f"http+unix://{self._path}"
+
+        async def start(self) -> None:
+            await aioweb.BaseSite.start(self)
+            sock = unix_listener(self._path, self._backlog)
+            self._server = await asyncio.get_running_loop().create_unix_server(self._runner.server, sock=sock,
+                                                                              backlog=self._backlog)
+
+        async def stop(self) -> None:
+            bound = self._server is not None   # (a path it did not bind is not its to remove)
+            await super().stop()
+            if bound:
+                try:
+                    os.unlink(self._path)
+                except OSError:
+                    pass
+    return OwnerOnlyUnixSite
 
 
 @functools.cache

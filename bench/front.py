@@ -1,28 +1,32 @@
 """The front's costs, side by side in one run: unsharded list latency through the front of K shards against a full
 replica's, and watch delivery latency through the front's merge against a direct watch on the full replica.
 
-    .venv/bin/python -m bench.front [--shards 2] [--objects 5000] [--lists 30] [--writes 200] [--client go|python]
-                                    [--out bench/out/front.json]
+    .venv/bin/python -m bench.front [--shards 2] [--objects 5000] [--lists 100] [--writes 200] [--client go|python]
+                                    [--shard-transport unix|tcp] [--out bench/out/front.json]
 
 One etcd, K `--residency` shards, one full replica (no `--residency`), the front; N ConfigMaps of ~1 KB in 10
-namespaces. Lists alternate front / full (consistent lists, RV unset, and `limit=500` first pages), timed by a
-compiled client (`--client go`, the default: bench/go/lister, each body read whole and not decoded, so the
-client's CPU is not taken from the servers' two cores) or by Python `requests` (`--client python`). Watches: one
-through the front, one on the full replica, opened from the same RV; a writer updates objects at ~50/s and
-each event's delivery time (arrival minus the write's start) is recorded on both. Prints a table
-and writes bench/out/front.json; the machine load (`uptime`) is part of the output.
+namespaces. The front reaches its shards as `python -m deployment`'s fronts do: on their `--unix-socket`s
+(`--shard-transport unix`, the default), or on loopback TCP. Lists alternate front / full (consistent lists, RV
+unset, and `limit=500` first pages), timed by a compiled client (`--client go`, the default: bench/go/lister,
+each body read whole and not decoded, so the client's CPU is not taken from the servers' two cores) or by Python
+`requests` (`--client python`). Watches: one through the front, one on the full replica, opened from the same RV;
+a writer updates objects at ~50/s and each event's delivery time (arrival minus the write's start) is recorded on
+both. Prints a table and writes bench/out/front.json; the machine load (`uptime`) is part of the output.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
 
 import requests
 
+from machinery.http1 import unix_url
 from machinery.shard_selector import complementary
 from storage.embedded import EmbeddedEtcd
 from tests.helpers import ApiserverProcess, build_etcd_module, stop_all, wait_all_ready
@@ -40,24 +44,33 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.front", description=__doc__.split("\n\n")[0])
     ap.add_argument("--shards", type=int, default=2)
     ap.add_argument("--objects", type=int, default=5000)
-    ap.add_argument("--lists", type=int, default=30)
+    ap.add_argument("--lists", type=int, default=100,
+                    help="lists per side and kind (the ratio of p50s over 30 spread 1.07-1.29 in five runs; over "
+                         "100, 1.09-1.12)")
     ap.add_argument("--writes", type=int, default=200)
     ap.add_argument("--client", choices=("go", "python"), default="go", help="what times the lists")
+    ap.add_argument("--shard-transport", choices=("unix", "tcp"), default="unix",
+                    help="how the front reaches its shards (the deployment: unix)")
     ap.add_argument("--out", default="bench/out/front.json")
     a = ap.parse_args(argv)
     lister = load_tool("build_repo_go").ensure("lister") if a.client == "go" else None
     etcd = EmbeddedEtcd(binary=build_etcd_module().ensure_etcd()).start()
     procs: list[ApiserverProcess] = []
+    sock_dir = tempfile.mkdtemp(prefix="bench-front-")   # the shards' --unix-socket files
     try:
         ep, prefix = etcd.endpoint, "/registry"
-        shards = [ApiserverProcess(etcd_servers=ep, etcd_prefix=prefix, residency=s, name=f"shard{i}")
+        socks = [os.path.join(sock_dir, f"shard{i}.sock") for i in range(a.shards)]
+        unix = a.shard_transport == "unix"
+        shards = [ApiserverProcess(*(("--unix-socket", socks[i]) if unix else ()), etcd_servers=ep,
+                                   etcd_prefix=prefix, residency=s, name=f"shard{i}")
                   for i, s in enumerate(complementary(a.shards))]
         full = ApiserverProcess(etcd_servers=ep, etcd_prefix=prefix, name="full")
         procs += shards + [full]
         for p in procs:
             p.start()
         wait_all_ready(procs, 60)
-        front = ApiserverProcess("--front", "--shards", ",".join(s.base for s in shards), etcd_servers=ep,
+        shard_urls = [unix_url(p) for p in socks] if unix else [s.base for s in shards]
+        front = ApiserverProcess("--front", "--shards", ",".join(shard_urls), etcd_servers=ep,
                                  etcd_prefix=prefix, name="front")
         procs.append(front)
         front.start().wait_ready(30)
@@ -119,9 +132,11 @@ def main(argv: list[str] | None = None) -> int:
             t.join(30)
         delivery = {who: [arrivals[who][k] - acked[k] for k in acked if k in arrivals[who]] for who in arrivals}
         load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-        out = {"shards": a.shards, "objects": a.objects, "client": a.client, "uptime": load, "lists_ms": {},
+        out = {"shards": a.shards, "objects": a.objects, "client": a.client, "shard_transport": a.shard_transport,
+               "uptime": load, "lists_ms": {},
                "watch_ms": {}}
-        print(f"\nK={a.shards} shards, {a.objects} ConfigMaps, lists timed by the {a.client} client; {load}")
+        print(f"\nK={a.shards} shards (the front reaches them on {a.shard_transport}), {a.objects} ConfigMaps, lists "
+              f"timed by the {a.client} client; {load}")
         print(f"{'measure':32s} {'p50 ms':>8s} {'p99 ms':>8s}")
         for k, v in lists.items():
             out["lists_ms"][k] = {"p50": 1000 * pct(v, 50), "p99": 1000 * pct(v, 99), "bytes": sizes.get(k)}
@@ -142,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop_all([p for p in procs if p.popen is not None], strict=False)
         etcd.stop()
+        shutil.rmtree(sock_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

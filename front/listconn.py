@@ -290,22 +290,27 @@ def _client_context() -> ssl.SSLContext:
 
 
 class ShardLists:
-    """Keep-alive connections to one shard (the shard's URL: http, or https verified against the system's CAs, as
-    Python's default context does)."""
+    """Keep-alive connections to one shard (the shard's URL: http, https verified against the system's CAs, as
+    Python's default context does, or http+unix://<socket path, %-encoded>: a shard's `--unix-socket` on the same
+    machine, where a 5 MB list costs sender and receiver a third of loopback TCP's CPU)."""
 
     def __init__(self, url: str):
         u = urlsplit(url)
+        self.unix = http1.unix_path(url)
         self.host = u.hostname or "127.0.0.1"
-        self.port = u.port or (443 if u.scheme == "https" else 80)
+        self.port = u.port or (443 if u.scheme == "https" else 80) if self.unix is None else 0
         self.ssl = _client_context() if u.scheme == "https" else None
-        self.host_header = u.netloc.rsplit("@", 1)[-1]
+        self.host_header = "localhost" if self.unix is not None else u.netloc.rsplit("@", 1)[-1]
         self.idle: list[ListConnection] = []
 
     async def _connect(self) -> ListConnection:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT):
-                _, conn = await loop.create_connection(ListConnection, self.host, self.port, ssl=self.ssl)
+                if self.unix is not None:
+                    _, conn = await loop.create_unix_connection(ListConnection, self.unix)
+                else:
+                    _, conn = await loop.create_connection(ListConnection, self.host, self.port, ssl=self.ssl)
         except (OSError, TimeoutError, ssl.SSLError) as e:
             raise ShardConnectionError(f"{type(e).__name__}: {e}") from None
         return conn

@@ -3,7 +3,11 @@ shards; nodetier.h1: the node tier's calls to the control plane). Each reads its
 buffer, or from a stream reader); the request head they write and the answer head they parse are the same."""
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
+from urllib.parse import quote, unquote, urlsplit
+
+UNIX_SCHEME = "http+unix"
 
 
 class Head(NamedTuple):
@@ -37,3 +41,15 @@ def parse_head(block: bytes | bytearray | memoryview) -> Head:
             k, _, v = line.partition(":")
             headers[k.strip().lower()] = v.strip()
     return Head(int(code), headers, version == "HTTP/1.1" and headers.get("connection", "").lower() != "close")
+
+
+def unix_url(path: str) -> str:
+    """A server's `--unix-socket` as a URL (http+unix://<the absolute path, %-encoded>): how a front is given a
+    shard on the same machine."""
+    return f"{UNIX_SCHEME}://" + quote(os.path.abspath(path), safe="")
+
+
+def unix_path(url: str) -> str | None:
+    """The socket path of a `unix_url`, else None."""
+    u = urlsplit(url)
+    return unquote(u.netloc) if u.scheme == UNIX_SCHEME else None

@@ -12,7 +12,7 @@ What it keeps of aiohttp.web, by name, so a module imports one or the other (`fr
 web`): Application (middlewares, one catch-all route, on_startup / on_shutdown / on_cleanup, app[key]),
 Request (method, path, raw_path, query, headers, content, read, json, transport, protocol, writer, app, and a
 dict of its own), StreamResponse / Response (prepare, write with backpressure, write_eof, chunked encoding,
-gzip for enable_compression), HTTPException, AppRunner, TCPSite. HTTP/1.1 as aiohttp serves it: keep-alive and
+gzip for enable_compression), HTTPException, AppRunner, TCPSite, UnixSite. HTTP/1.1 as aiohttp serves it: keep-alive and
 pipelining, HTTP/1.0 (no chunks: the connection closes), HEAD, Expect: 100-continue, 431 for a request line
 or headers over the limits (as apiserver/filters.py answers on aiohttp), 400 for what the parser refuses, an
 idle keep-alive timeout, and a graceful shutdown (handlers get `shutdown_timeout` to finish, then are
@@ -22,8 +22,12 @@ ConnectionResetError and the transport says it is closing.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json as _json
 import logging
+import os
+import socket
+import stat
 import time
 import zlib
 from http import HTTPStatus
@@ -817,7 +821,7 @@ class AppRunner:
 
     async def cleanup(self) -> None:
         timeout = max((s._shutdown_timeout for s in self.sites), default=1.0)
-        for s in self.sites:
+        for s in list(self.sites):   # (stop removes the site from the list)
             await s.stop()
         for f in self.app.on_shutdown:
             await f(self.app)
@@ -864,3 +868,51 @@ class TCPSite(BaseSite):
             self._runner.server, self._host, self._port, ssl=self._ssl_context, backlog=self._backlog,
             reuse_port=self._reuse_port, reuse_address=self._reuse_address)
 
+
+class UnixSite(BaseSite):
+    """Plain HTTP on a Unix socket (`--unix-socket`), owner-only; a stale socket file is replaced."""
+
+    def __init__(self, runner: AppRunner, path: str, *, shutdown_timeout: float = 1.0, backlog: int = 128):
+        super().__init__(runner, shutdown_timeout=shutdown_timeout, backlog=backlog)
+        self._path = path
+
+    @property
+    def name(self) -> str:
+        return f"http+unix://{self._path}"
+
+    async def start(self) -> None:
+        await BaseSite.start(self)
+        sock = unix_listener(self._path, self._backlog)
+        self._server = await asyncio.get_running_loop().create_unix_server(self._runner.server, sock=sock,
+                                                                          backlog=self._backlog)
+
+    async def stop(self) -> None:
+        bound = self._server is not None   # (a path it did not bind is not its to remove)
+        await BaseSite.stop(self)
+        if bound:
+            try:
+                os.unlink(self._path)
+            except OSError:
+                pass
+
+
+def unix_listener(path: str, backlog: int) -> socket.socket:
+    """A listening Unix socket at `path`, owner-only from the start (bound under a 0077 umask: mode 0700, so no
+    other user can connect, not even in between); a socket file left by a process that died is replaced, any
+    other file refused."""
+    if os.path.exists(path):
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            raise OSError(errno.EEXIST, f"{path} exists and is not a socket")
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o077)
+    try:
+        sock.bind(path)
+    except OSError:
+        sock.close()
+        raise
+    finally:
+        os.umask(old)
+    sock.listen(backlog)
+    sock.setblocking(False)
+    return sock

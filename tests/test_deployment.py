@@ -11,12 +11,14 @@ import json
 import os
 import re
 import signal
+import stat
 import threading
 import time
 
 import pytest
 import requests
 
+from machinery.http1 import unix_path
 from storage.embedded import distro_etcd_binary, free_port
 from tests.helpers.deployment import Deployment, alive, parent
 from tests.helpers.kube import self_signed_serving_cert
@@ -90,6 +92,17 @@ def test_two_shards_two_fronts_on_one_port(tmp_path, current_etcd):
         assert all(parent(pid) == zygote for pid in pids.values()), (zygote, {p: parent(p) for p in pids.values()})
         assert re.search(r"^deployment_zygote_pss_bytes [1-9]", text, re.M), "no zygote PSS on /metrics"
         assert all(p["report"] is not None for p in rep["processes"])
+        # The fronts reach the shards on their Unix sockets (owner-only), not on loopback TCP.
+        fronts = [p for p in rep["processes"] if p["role"] == "front"]
+        for f in fronts:
+            paths = [unix_path(s["url"]) for s in f["report"]["shards"]]
+            want = [os.path.join(d.state, f"shard-{i}.sock") for i in range(2)]
+            # (in the state directory where the path fits a socket's address, else a directory of its own)
+            assert paths == want or (len(want[0].encode()) >= 100 and
+                                     [os.path.basename(p) for p in paths] == ["shard-0.sock", "shard-1.sock"]), paths
+            for path in paths:
+                mode = os.stat(path).st_mode
+                assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) & 0o077 == 0, (path, oct(mode))   # owner-only
         # Each shard holds the namespaces (and the other always-whole kinds) in full: counted per shard.
         shards = [p for p in rep["processes"] if p["role"] == "shard"]
         assert all(p["wholeResources"]["objects"] >= 4 and p["wholeResources"]["bytes"] > 0 for p in shards), shards

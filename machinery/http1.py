@@ -4,6 +4,7 @@ buffer, or from a stream reader); the request head they write and the answer hea
 from __future__ import annotations
 
 import os
+import time
 from typing import NamedTuple
 from urllib.parse import quote, unquote, urlsplit
 
@@ -53,3 +54,19 @@ def unix_path(url: str) -> str | None:
     """The socket path of a `unix_url`, else None."""
     u = urlsplit(url)
     return unquote(u.netloc) if u.scheme == UNIX_SCHEME else None
+
+
+_DATE = ["", 0]   # (formatted, the second it was formatted at)
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("", "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def http_date() -> str:
+    """The Date header (RFC 9110 IMF-fixdate), formatted once a second."""
+    now = int(time.time())
+    if _DATE[1] != now:
+        t = time.gmtime(now)
+        _DATE[0] = (f"{_DAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon]} {t.tm_year} "
+                    f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT")
+        _DATE[1] = now
+    return _DATE[0]

@@ -6,7 +6,7 @@ Why: an empty shard forked from the zygote holds 49.7 MiB RSS after serving disc
 watch of every resource once, and issue 21 asks for 40. aiohttp's import graph is ~9 MiB of it (its client,
 email, http.cookies, urllib.request, pickle, netrc, mimetypes, two TLS contexts loaded with the system CAs at
 import, multidict, yarl, attrs), while the servers use a few names of aiohttp.web. The same process on this
-module: 38.2 MiB, and an empty front 35.2 (`python -m bench.floor`, docs/floor.md).
+module: 38.0 MiB, and an empty front 35.2 (`python -m bench.floor`, docs/floor.md).
 
 What it keeps of aiohttp.web, by name, so a module imports one or the other (`from apiserver.httpstack import
 web`): Application (middlewares, one catch-all route, on_startup / on_shutdown / on_cleanup, app[key]),
@@ -34,6 +34,8 @@ from http import HTTPStatus
 from urllib.parse import parse_qsl, unquote
 
 import httptools
+
+from machinery.http1 import http_date
 
 log = logging.getLogger("apiserver.http")
 
@@ -319,20 +321,6 @@ class Request(dict):
 
 # --------------------------------------------------------------------------- responses
 
-_DATE = ["", 0]
-_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
-_MONTHS = ("", "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
-
-
-def http_date() -> str:
-    """The Date header (RFC 9110 IMF-fixdate), formatted once a second."""
-    now = int(time.time())
-    if _DATE[1] != now:
-        t = time.gmtime(now)
-        _DATE[0] = (f"{_DAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon]} {t.tm_year} "
-                    f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT")
-        _DATE[1] = now
-    return _DATE[0]
 
 
 class StreamResponse:

@@ -27,7 +27,6 @@ or not; clients reconnect.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import logging
 import time
 from typing import Callable
@@ -37,7 +36,7 @@ from aiohttp.http import SERVER_SOFTWARE
 
 from apiserver.auth.authn import authenticator
 from apiserver.middleware import metric_verb, record
-from machinery import protobuf
+from machinery import http1, protobuf
 from machinery.encoding import encode_obj
 
 from . import metrics
@@ -200,7 +199,7 @@ class RawRenewals:
     def _http_date(self) -> bytes:
         now = int(time.time())
         if now != self._date_at:
-            self._date, self._date_at = email.utils.formatdate(now, usegmt=True).encode(), now
+            self._date, self._date_at = http1.http_date().encode(), now
         return self._date
 
 

@@ -119,6 +119,21 @@ def test_the_lean_server_maps_no_aiohttp(lean):
     assert "httptools" in maps and "aiohttp" not in maps
 
 
+def test_a_front_maps_no_aiohttp(current_etcd, prefix, lean):
+    """A front's shard lists, watches and health checks go over front.listconn: no HTTP client library either
+    (docs/floor.md). It has served a merged list and a merged watch first."""
+    with ApiserverProcess("--front", "--shards", lean.base, etcd_servers=current_etcd.endpoint, etcd_prefix=prefix,
+                          log_name="lean-front", env={"APISERVER_HTTP": "lean"}) as front:
+        assert requests.get(front.base + "/api/v1/namespaces/default/configmaps", timeout=10).status_code == 200
+        with requests.get(front.base + "/api/v1/namespaces/default/configmaps",
+                          params={"watch": "1", "timeoutSeconds": "1"}, stream=True, timeout=10) as r:
+            assert r.status_code == 200
+            assert r.content is not None   # read to the watch's end (timeoutSeconds)
+        with open(f"/proc/{front.pid}/maps") as f:
+            maps = f.read()
+        assert "httptools" in maps and "aiohttp" not in maps
+
+
 def test_keep_alive_and_pipelined_requests_are_answered_in_order(lean):
     with connect(lean) as s:
         r = Reader(s)

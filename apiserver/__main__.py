@@ -269,7 +269,7 @@ def _aiohttp_unix_site_class() -> type:
     from machinery.web import unix_listener  # noqa: PLC0415
 
     class OwnerOnlyUnixSite(aioweb.UnixSite):
-        """aiohttp's UnixSite on machinery.web's listener (owner-only from the bind; a stale socket replaced),
+        """aiohttp's UnixSite on machinery.web's listener (owner-only before it listens; a stale socket replaced),
         its file removed at stop, as machinery.web.UnixSite does."""
 
         @property

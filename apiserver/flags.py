@@ -146,8 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--front", action="store_true",
                    help="serve the whole API from the residency apiservers given by --shards (keeps no object "
                         "cache; writes and GETs go to etcd): see front/")
-    p.add_argument("--shards", default="", help="with --front: comma-separated shard URLs (http://host:port, https://..., or a shard's --unix-socket as "
-                        "http+unix://<its path, %%-encoded>)")
+    p.add_argument("--shards", default="",
+                   help="with --front: comma-separated shard URLs (http://host:port, https://..., or a shard's "
+                        "--unix-socket as http+unix://<its path, %%-encoded>)")
     p.add_argument("--front-shared-watches", default="true", choices=("true", "false"),
                    help="with --front: serve watches from one merged stream of the shards per resource "
                         "(front/feed.py); false: K shard watches per client watch")

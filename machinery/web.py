@@ -12,8 +12,8 @@ What it keeps of aiohttp.web, by name, so a module imports one or the other (`fr
 web`): Application (middlewares, one catch-all route, on_startup / on_shutdown / on_cleanup, app[key]),
 Request (method, path, raw_path, query, headers, content, read, json, transport, protocol, writer, app, and a
 dict of its own), StreamResponse / Response (prepare, write with backpressure, write_eof, chunked encoding,
-gzip for enable_compression), HTTPException, AppRunner, TCPSite, UnixSite. HTTP/1.1 as aiohttp serves it: keep-alive and
-pipelining, HTTP/1.0 (no chunks: the connection closes), HEAD, Expect: 100-continue, 431 for a request line
+gzip for enable_compression), HTTPException, AppRunner, TCPSite, UnixSite. HTTP/1.1 as aiohttp serves it:
+keep-alive and pipelining, HTTP/1.0 (no chunks: the connection closes), HEAD, Expect: 100-continue, 431 for a request line
 or headers over the limits (as apiserver/filters.py answers on aiohttp), 400 for what the parser refuses, an
 idle keep-alive timeout, and a graceful shutdown (handlers get `shutdown_timeout` to finish, then are
 cancelled). A handler is not cancelled when its client goes away (aiohttp 3.9+'s default): writes raise
@@ -320,7 +320,6 @@ class Request(dict):
 
 
 # --------------------------------------------------------------------------- responses
-
 
 
 class StreamResponse:
@@ -885,22 +884,31 @@ class UnixSite(BaseSite):
 
 
 def unix_listener(path: str, backlog: int) -> socket.socket:
-    """A listening Unix socket at `path`, owner-only from the start (bound under a 0077 umask: mode 0700, so no
-    other user can connect, not even in between); a socket file left by a process that died is replaced, any
-    other file refused."""
-    if os.path.exists(path):
+    """A listening Unix socket at `path`, owner-only from the start: bound under a temporary name, made 0600, then
+    renamed to `path` before it listens (so no other user can connect, not even in between; no process-wide
+    umask change). A socket file left by a process that died is replaced, any other file refused."""
+    try:
         if not stat.S_ISSOCK(os.lstat(path).st_mode):
             raise OSError(errno.EEXIST, f"{path} exists and is not a socket")
-        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    tmp = f"{path}.{os.getpid()}.tmp"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o077)
     try:
-        sock.bind(path)
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        sock.bind(tmp)
+        os.chmod(tmp, 0o600)
+        os.rename(tmp, path)   # (replaces a stale socket file atomically)
+        sock.listen(backlog)
     except OSError:
         sock.close()
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
         raise
-    finally:
-        os.umask(old)
-    sock.listen(backlog)
     sock.setblocking(False)
     return sock

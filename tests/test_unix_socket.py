@@ -76,6 +76,7 @@ def test_a_stale_socket_is_replaced_and_any_other_file_refused(current_etcd, soc
     with ApiserverProcess("--unix-socket", path, etcd_servers=current_etcd.endpoint,
                           etcd_prefix=f"/registry-unix-{uuid.uuid4().hex[:8]}", log_name="unix-stale"):
         assert get_unix(path, "/readyz")[0] == 200
+        assert os.listdir(sock_dir) == ["api.sock"]   # (bound under a temporary name, renamed over the stale one)
     other = os.path.join(sock_dir, "notes.txt")
     with open(other, "w") as f:
         f.write("keep me")

@@ -266,7 +266,7 @@ def _unix_site(stack, runner, path: str):
 def _aiohttp_unix_site_class() -> type:
     from aiohttp import web as aioweb  # noqa: PLC0415
 
-    from machinery.web import unix_listener  # noqa: PLC0415
+    from machinery.web import remove_socket, unix_listener  # noqa: PLC0415
 
     class OwnerOnlyUnixSite(aioweb.UnixSite):
         """aiohttp's UnixSite on machinery.web's listener (owner-only before it listens; a stale socket replaced),
@@ -286,10 +286,7 @@ def _aiohttp_unix_site_class() -> type:
             bound = self._server is not None   # (a path it did not bind is not its to remove)
             await super().stop()
             if bound:
-                try:
-                    os.unlink(self._path)
-                except OSError:
-                    pass
+                remove_socket(self._path)
     return OwnerOnlyUnixSite
 
 

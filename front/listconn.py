@@ -296,9 +296,9 @@ class ShardLists:
 
     def __init__(self, url: str):
         u = urlsplit(url)
-        self.unix = http1.unix_path(url)
+        self.unix = http1.unix_path(url)   # (then host and port are unused)
         self.host = u.hostname or "127.0.0.1"
-        self.port = u.port or (443 if u.scheme == "https" else 80) if self.unix is None else 0
+        self.port = u.port or (443 if u.scheme == "https" else 80)
         self.ssl = _client_context() if u.scheme == "https" else None
         self.host_header = "localhost" if self.unix is not None else u.netloc.rsplit("@", 1)[-1]
         self.idle: list[ListConnection] = []

@@ -877,10 +877,7 @@ class UnixSite(BaseSite):
         bound = self._server is not None   # (a path it did not bind is not its to remove)
         await BaseSite.stop(self)
         if bound:
-            try:
-                os.unlink(self._path)
-            except OSError:
-                pass
+            remove_socket(self._path)
 
 
 def unix_listener(path: str, backlog: int) -> socket.socket:
@@ -912,3 +909,11 @@ def unix_listener(path: str, backlog: int) -> socket.socket:
         raise
     sock.setblocking(False)
     return sock
+
+
+def remove_socket(path: str) -> None:
+    """A stopped Unix site's socket file removed (gone already is fine)."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -115,10 +115,31 @@ def kube_apiserver(current_etcd):
         yield k
 
 
-@pytest.fixture(scope="session", params=["cache", "etcd", "kube"])
+# --- ours as a deployment: every request through a front, state split over resident shards ------------
+
+DEPLOYMENT_PREFIX = f"/registry-deployment{os.getpid()}"
+
+
+@pytest.fixture(scope="session")
+def apiserver_mode_deployment(current_etcd, tmp_path_factory):
+    """`python -m deployment` over a current etcd: K = 2 resident shards and N = 2 fronts on one address
+    (SO_REUSEPORT: a client's connections land on either front), so every list is merged from two shards and
+    every watch comes from a front's shared merged stream. Its own key prefix: the cache mode's server watches
+    the same etcd, and tests that use fixed cluster-scoped names must not meet each other's objects."""
+    from tests.helpers.deployment import Deployment
+    d = Deployment(tmp_path_factory.mktemp("deployment"), "--shards", "2", "--fronts", "2",
+                   "--etcd-servers", current_etcd.endpoint, "--etcd-prefix", DEPLOYMENT_PREFIX,
+                   "--cache-compression-eager").start()
+    yield d.base, "deployment", current_etcd
+    assert d.stop() == 0, "\n".join(d.lines[-30:])
+
+
+@pytest.fixture(scope="session", params=["cache", "etcd", "deployment", "kube"])
 def differential_mode(request):
     """The HTTP suites that assert upstream behaviour run against both servers: ours with and without
-    the watch cache, and the real kube-apiserver (`api.mode == "kube"`)."""
+    the watch cache, ours as an N-process deployment (`python -m deployment`: fronts over resident shards),
+    and the real kube-apiserver (`api.mode == "kube"`). The deployment's shards keep watch caches, so what
+    holds of "cache" holds of it too."""
     if request.param == "kube":
         k = request.getfixturevalue("kube_apiserver")
         return k, "kube", request.getfixturevalue("current_etcd")
@@ -131,7 +152,8 @@ def differential_api(differential_mode):
     a = Api(server.url, cert=server.client_cert, verify=server.ca) if mode == "kube" else Api(server)
     a.mode = mode
     a.etcd = etcd
-    a.etcd_prefix = server.prefix if mode == "kube" else f"/registry-http{os.getpid()}"
+    a.etcd_prefix = (server.prefix if mode == "kube" else DEPLOYMENT_PREFIX if mode == "deployment"
+                     else f"/registry-http{os.getpid()}")
     return a
 
 

@@ -19,7 +19,7 @@ import os
 _FIXTURE_STAGE = {
     "current_etcd": 1, "apiserver_mode_cache": 1, "apiserver_mode": 1, "apiserver": 1, "api": 1,
     "gobin": 1, "go_errtext": 1,
-    "kube_apiserver": 2, "differential_mode": 2, "differential_api": 2,
+    "kube_apiserver": 2, "differential_mode": 2, "differential_api": 2, "apiserver_mode_deployment": 1,
     "clientgo_binary": 3,
     "protoref": 6,
 }

@@ -125,7 +125,7 @@ class CacheDelegator:
     async def get_at(self, key: str, resource_version: str | None) -> Obj | bytes:
         """The object (decoded from etcd) or its wire bytes (from the cache)."""
         rv = parse_resource_version(resource_version, key)
-        cacher = await self._settled()
+        cacher = follower = await self._settled()
         if cacher is not None and self.residency.partial(self.res.plural):
             # A name does not tell which shard holds the object: never answer 404 for an
             # object that merely lives outside this process's residency.
@@ -153,8 +153,18 @@ class CacheDelegator:
         if rv and int(obj["metadata"]["resourceVersion"]) < rv:
             cur = await self.store.current_revision(self.resource_prefix)
             if cur < rv:
-                raise serr.StorageError(serr.Code.TOO_LARGE_RV, key, rv=rv, current_rv=cur, retry_after=1)
+                await self.wait_for_revision(key, rv, cur, follower)
+                obj = await self.store.get(key)
         return obj
+
+    async def wait_for_revision(self, key: str, rv: int, current: int, follower: Cacher | None) -> None:
+        """A GET at `rv`, ahead of etcd's `current` revision. A server with a watch cache waits for it as the cache
+        would (S1.16: up to 3 s, then 504 with Retry-After 1), even where the object itself is read from etcd
+        (a shard outside its range: its cacher follows the whole resource); without one (--watch-cache=false)
+        the etcd path answers at once, as upstream's does."""
+        if follower is None:
+            raise serr.StorageError(serr.Code.TOO_LARGE_RV, key, rv=rv, current_rv=current, retry_after=1)
+        await follower.wait_until_fresh(rv)
 
     # --- LIST ----------------------------------------------------------------------------------
 

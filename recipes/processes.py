@@ -10,15 +10,23 @@ from __future__ import annotations
 import os
 import ssl
 import subprocess
+import threading
 import time
 import urllib.request
 from typing import Callable
 
+from deployment.zygote import set_deathsig
 from storage.embedded import stop_process
 
 
 class StartError(RuntimeError):
     """A process exited or never became ready; the message quotes its log's end."""
+
+
+def die_with_launcher():
+    """What a child runs before it starts (`preexec_fn`) so it dies with the launcher (PR_SET_PDEATHSIG), even a
+    launcher killed with SIGKILL; None off the main thread, since the signal follows the thread that forked."""
+    return set_deathsig if threading.current_thread() is threading.main_thread() else None
 
 
 def http_ok(url: str, ctx: ssl.SSLContext | None = None, timeout: float = 2.0) -> bool:
@@ -52,9 +60,11 @@ class Child:
         return self.popen.pid
 
     def start(self) -> "Child":
+        # Started from the main thread (`recipes up`), the child dies with the launcher
+        deathsig = die_with_launcher()
         with open(self.log_path, "ab") as log:
             self.popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          cwd=self.cwd, env=self.env, start_new_session=True)
+                                          cwd=self.cwd, env=self.env, start_new_session=True, preexec_fn=deathsig)
         self.say(f"  started {self.name:<24} pid {self.pid:<7} log {self.log_path}")
         return self
 

@@ -39,6 +39,7 @@ anything the runner would not understand is refused here, with the file and the 
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import tomllib
@@ -173,6 +174,35 @@ class Recipe:
         if over:
             flags.append(f"--etcd-servers-overrides={','.join(over)}")
         return flags
+
+
+def customized(r: Recipe, *, shards: int | None = None, fronts: int | None = None, without: tuple[str, ...] = (),
+               apiserver_flags: tuple[str, ...] = ()) -> Recipe:
+    """`r` with `recipes up`'s changes: K shards (a deployment's, and one sharded controller per shard), N fronts,
+    process kinds left out, flags added to the apiserver or deployment entry. Anything that does not apply to the
+    recipe is refused rather than ignored."""
+    if shards is not None and shards < 1 or fronts is not None and fronts < 1:
+        raise RecipeError("--shards and --fronts must be at least 1")
+    kinds = {p.kind for p in r.processes}
+    if (shards is not None or fronts is not None) and "deployment" not in kinds:
+        raise RecipeError(f"recipe {r.name} runs no deployment: --shards and --fronts do not apply")
+    for k in without:
+        if k in ("apiserver", "deployment") or k not in kinds:
+            raise RecipeError(f"--without {k}: recipe {r.name}'s processes that may be left out are "
+                              f"{', '.join(sorted(kinds - {'apiserver', 'deployment'})) or 'none'}")
+    procs = []
+    for p in r.processes:
+        if p.kind in without:
+            continue
+        p = dataclasses.replace(p, flags=list(p.flags), options=dict(p.options))
+        if p.kind == "deployment":
+            p.options.update({k: v for k, v in (("shards", shards), ("fronts", fronts)) if v is not None})
+        if p.kind == "slice-controllers" and shards is not None:
+            p.count = shards          # one controller per shard's hash range
+        if p.kind in ("apiserver", "deployment"):
+            p.flags += list(apiserver_flags)
+        procs.append(p)
+    return dataclasses.replace(r, processes=procs)
 
 
 def names() -> list[str]:

@@ -9,12 +9,14 @@ client certificate, since 1.37 refuses anonymous requests.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import ssl
 import sys
 import tempfile
 import time
+import urllib.request
 
 from machinery.shard_selector import complementary
 from storage.embedded import EmbeddedEtcd, free_port
@@ -22,7 +24,7 @@ from storage.embedded import EmbeddedEtcd, free_port
 from . import binaries
 from .client import Client, Endpoint
 from .pki import make_pki
-from .processes import Child, StartError, http_ok
+from .processes import Child, StartError, die_with_launcher, http_ok
 from .spec import Process, Recipe
 
 ROOT = binaries.ROOT
@@ -34,7 +36,12 @@ class Topology:
     every process it started (by pid), controllers first and etcd last, and removes the run's data unless
     `keep`."""
 
-    def __init__(self, recipe: Recipe, implementation: str, run_dir: str, *, nodes: int = 0, say=print):
+    def __init__(self, recipe: Recipe, implementation: str, run_dir: str, *, nodes: int = 0, say=print,
+                 port: int = 0, etcd_servers: str | None = None, keep_data: bool = False, etcd_binary: str = ""):
+        """`port`: the control plane's address (else a free one); `etcd_servers`: an existing etcd for the default
+        store (not started, not stopped); `keep_data`: the stores' data in `<run_dir>/etcd-<store>`, kept after
+        `stop` so a topology started again on the same directory resumes (tmpfs stores stay temporary);
+        `etcd_binary`: the etcd to start (else the current one tools/build_etcd.py builds)."""
         if implementation not in recipe.implementations:
             raise StartError(f"recipe {recipe.name} does not run on {implementation!r} "
                              f"(it runs on: {', '.join(recipe.implementations)})")
@@ -52,7 +59,11 @@ class Topology:
         self.controller_urls: list[str] = []  # sharded controllers' HTTP ports
         self.deployment_metrics: str | None = None   # a deployment's own port: every child's /metrics
         self.pki: str | None = None
-        self._taken: set[int] = set()
+        self.api_port = port
+        self.etcd_servers = etcd_servers
+        self.keep_data = keep_data
+        self.etcd_binary = etcd_binary
+        self._taken: set[int] = {port} if port else set()
 
     # --- helpers --------------------------------------------------------------------------------------
 
@@ -87,16 +98,25 @@ class Topology:
         return self
 
     def _start_stores(self) -> None:
-        etcd = binaries.binary("etcd", self.say)
+        etcd = None
         shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
         for s in self.recipe.stores:
+            if s.default and self.etcd_servers:
+                self.say(f"  using etcd-{s.name:<22} {self.etcd_servers} (given: not started or stopped here)")
+                self.stores[s.name] = GivenEtcd(self.etcd_servers)
+                continue
+            etcd = etcd or self.etcd_binary or binaries.binary("etcd", self.say)
             # durability "none": no fsync and data on tmpfs, for data whose loss costs one renewal period
             extra = ["--unsafe-no-fsync"] if s.durability == "none" else []
-            data = tempfile.mkdtemp(prefix=f"etcd-{s.name}-", dir=shm if s.durability == "none" else self.run_dir)
+            if self.keep_data and s.durability != "none":
+                data = os.path.join(self.run_dir, f"etcd-{s.name}")
+            else:
+                data = tempfile.mkdtemp(prefix=f"etcd-{s.name}-", dir=shm if s.durability == "none" else self.run_dir)
             e = EmbeddedEtcd(data_dir=data, binary=etcd, client_port=self.port(), peer_port=self.port(),
-                             log_path=os.path.join(self.run_dir, f"etcd-{s.name}.log"),
+                             log_path=os.path.join(self.run_dir, f"etcd-{s.name}.log"), preexec=die_with_launcher(),
                              extra_args=extra + ["--auto-compaction-mode=periodic", "--auto-compaction-retention=5m"])
-            e._tmp = data  # removed on stop
+            if data != os.path.join(self.run_dir, f"etcd-{s.name}"):
+                e._tmp = data  # removed on stop
             self.say(f"  starting etcd-{s.name:<19} {e.endpoint} ({s.durability}"
                      f"{'; ' + ', '.join(s.resources) if s.resources else '; every other resource'}) "
                      f"log {e.log_path}")
@@ -114,7 +134,7 @@ class Topology:
         else:
             self._start_our_apiservers(p)
         if len(self.apiservers) > 1 and p.kind == "apiserver":
-            port = self.port()
+            port = self.api_port or self.port()
             backends = [f"127.0.0.1:{e.url.rsplit(':', 1)[1]}" for e in self.apiservers]
             argv = [PY, "-m", "recipes.balancer", "--listen", f"127.0.0.1:{port}"]
             for b in backends:
@@ -130,7 +150,7 @@ class Topology:
     def _start_our_apiservers(self, p: Process) -> None:
         group = []
         for i in range(p.count):
-            port = self.port()
+            port = self.api_port if p.count == 1 and self.api_port else self.port()
             name = "apiserver" if p.count == 1 else f"apiserver-{i}"
             argv = [PY, "-m", "apiserver", *self.etcd_flags(), "--port", str(port),
                     "--state-dir", os.path.join(self.run_dir, name), *p.flags]
@@ -149,7 +169,7 @@ class Topology:
         exe = binaries.binary("kube-apiserver", self.say)
         group = []
         for i in range(p.count):
-            port = self.port()
+            port = self.api_port if p.count == 1 and self.api_port else self.port()
             name = "kube-apiserver" if p.count == 1 else f"kube-apiserver-{i}"
             argv = [exe, *self.etcd_flags(), "--bind-address=127.0.0.1", f"--secure-port={port}",
                     f"--cert-dir={k(name)}", f"--tls-cert-file={k('serving.crt')}",
@@ -168,18 +188,28 @@ class Topology:
         self._ready_all(group)
 
     def _start_deployment(self, p: Process) -> None:
-        port, dport = self.port(), self.port()
+        port, dport = self.api_port or self.port(), self.port()
         shards = int(p.options.get("shards", 1))
         fronts = int(p.options.get("fronts", 2))
+        state = os.path.join(self.run_dir, "deployment")
         argv = [PY, "-m", "deployment", "--shards", str(shards), "--fronts", str(fronts),
                 "--deployment-port", str(dport), *self.etcd_flags(), "--port", str(port),
-                "--state-dir", os.path.join(self.run_dir, "deployment"), *p.flags]
+                "--state-dir", state, *p.flags]
         url = f"http://127.0.0.1:{port}"
         self._ready_all([self._child("deployment", argv, ready=lambda: http_ok(url + "/readyz")
                                      and http_ok(f"http://127.0.0.1:{dport}/readyz"), kind="deployment")])
         self.apiservers.append(Endpoint(url))
         # its own port gathers every child's /metrics (label process="...")
         self.deployment_metrics = f"http://127.0.0.1:{dport}"
+        # what the supervisor started, each with its log (its children are forked from a zygote of its own)
+        try:
+            with urllib.request.urlopen(self.deployment_metrics + "/debug/residency", timeout=10) as r:
+                children = json.loads(r.read()).get("processes", [])
+        except (OSError, ValueError):
+            children = []
+        for c in children:
+            log = os.path.join(state, "logs", f"{c['name']}.log")
+            self.say(f"    deployment's {c['name']:<11} pid {c['pid']:<7} log {log if os.path.exists(log) else '-'}")
 
     def _start_node_tiers(self) -> None:
         p = self.recipe.process("nodetier")
@@ -313,6 +343,16 @@ class Topology:
         self.stores.clear()
         if self.pki:
             shutil.rmtree(self.pki, ignore_errors=True)
+
+
+class GivenEtcd:
+    """A store the user runs (`recipes up --etcd-servers`): used, never started or stopped."""
+
+    def __init__(self, endpoint: str):
+        self.endpoint = endpoint
+
+    def stop(self) -> None:
+        pass
 
 
 # kwok's KwokConfiguration: a configuration file replaces every default, so the defaults are repeated

@@ -5,7 +5,7 @@ import sys
 
 USAGE = """usage: python -m shardslice {up,controller} [options]
 
-  up          etcd, K resident shards, the front and K controllers; prints the front URL and a kubeconfig
+  up          a name for `python -m recipes up slice`: etcd, K resident shards behind a front, K controllers
   controller  one controller replica pinned to one shard's hash range
 
 `python -m shardslice <command> --help` for the options."""

@@ -1,19 +1,18 @@
-"""A whole local slice in one command:
+"""The slice as a class for benchmarks and tests (`Slice`: etcd, K resident shards, the front, K controllers, started
+and stopped in one process: bench/slice.py, tests/test_slice.py), and `python -m shardslice up`, a name for
+`python -m recipes up slice` (recipes/catalog/slice.toml: one etcd, a deployment of K shards behind one front, the
+Widget CRD and K sharded controllers), kept so the old command still works:
 
-    python -m shardslice up --shards K [--port P] [--state-dir DIR] [--etcd-servers URL] [--no-front]
-                            [--no-controllers] [--embedded-lease-etcd] [--zygote true|false]
+    python -m shardslice up [--shards K] [--port P] [--state-dir DIR] [--etcd-servers URL] [--no-controllers]
+                            [--embedded-lease-etcd] [--zygote true|false]
 
-starts etcd (embedded, the newest binary `storage.embedded.find_etcd` finds; or `--etcd-servers`; with
-`--embedded-lease-etcd` a second one for Leases, no fsync, on tmpfs, every apiserver routed to it), K
-resident shards (`python -m apiserver --residency <range i of K>`, complementary ranges of the UID hash, forked
-from one zygote that imported the server: deployment/zygote.py),
-the front over them on `--port` (`python -m apiserver --front --shards URL,...`; without the front package
-the slice runs without it and the shards are the entry points), the Widget CRD, and K controllers
-(`python -m shardslice controller`), each pinned to one shard's range on that shard. It prints the front's
-URL and a kubeconfig (also written to `<state-dir>/kubeconfig`), then waits; Ctrl-C (or SIGTERM) stops
-everything, controllers first and etcd last. A child that exits on its own stops the slice (exit status 1).
-
-`Slice` is the same thing as a class, for tests and benchmarks (`bench/slice.py`).
+`Slice` starts etcd (embedded, the newest binary `storage.embedded.find_etcd` finds; or `etcd_servers`; with
+`lease_etcd` a second one for Leases, no fsync, on tmpfs, every apiserver routed to it), K resident shards
+(`python -m apiserver --residency <range i of K>`, complementary ranges of the UID hash, forked from one zygote
+that imported the server: deployment/zygote.py), the front over them (`python -m apiserver --front --shards
+URL,...`; without the front package the shards are the entry points), the Widget CRD, and K controllers
+(`python -m shardslice controller`), each pinned to one shard's range on that shard; `stop` stops everything,
+controllers first and etcd last.
 """
 from __future__ import annotations
 
@@ -23,7 +22,6 @@ import importlib.util
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -308,63 +306,40 @@ class Slice:
 
 
 def up(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m shardslice up", description=__doc__.split("\n\n")[0])
+    """`python -m shardslice up`: a name for `python -m recipes up slice` (the one launcher), its options
+    translated; the process becomes the recipes runner (exec), so its pid, signals and exit status are the
+    runner's."""
+    p = argparse.ArgumentParser(prog="python -m shardslice up",
+                                description="A whole local slice in one command: `python -m recipes up slice` "
+                                            "(recipes/catalog/slice.toml), under its old name.")
     p.add_argument("--shards", type=int, default=2, help="K, the number of shards and controllers")
     p.add_argument("--port", type=int, default=8080, help="the front's port (0: any free port)")
     p.add_argument("--state-dir", default=None,
-                   help="etcd data, each apiserver's watch-cache snapshot, logs and the kubeconfig (default: a "
-                        "temporary directory, removed at the end)")
+                   help="etcd's data, the deployment's state, the logs and the kubeconfig, kept (default: a "
+                        "temporary directory)")
     p.add_argument("--etcd-servers", default=None, help="an existing etcd instead of the embedded one")
-    p.add_argument("--no-front", action="store_true")
+    p.add_argument("--no-front", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--no-controllers", action="store_true")
     p.add_argument("--embedded-lease-etcd", action="store_true",
                    help="Leases (node heartbeats, leader election) on a second etcd: no fsync, data on tmpfs")
     p.add_argument("--zygote", choices=("true", "false"), default="true",
-                   help="fork the apiservers from one process that imported the server (false: each its own "
-                        "python -m apiserver)")
+                   help="fork the shards and the front from one process that imported the server (false: each its "
+                        "own python -m apiserver)")
     a = p.parse_args(argv)
-    tmp = None if a.state_dir else tempfile.mkdtemp(prefix="slice-")
-    state = a.state_dir or tmp
-    os.makedirs(os.path.join(state, "logs"), exist_ok=True)
-    sl = Slice(a.shards, port=a.port, etcd_servers=a.etcd_servers, state_dir=state, front=not a.no_front,
-               controllers=not a.no_controllers, log_dir=os.path.join(state, "logs"),
-               lease_etcd=a.embedded_lease_etcd, zygote=a.zygote == "true")
-    stop = []
-    for s in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(s, lambda *_: stop.append(1))
-    status = 0
-    try:
-        sl.start()
-        cfg = os.path.join(state, "kubeconfig")
-        with open(cfg, "w") as f:
-            f.write(kubeconfig(sl.server))
-        print(f"slice of {a.shards} shard(s) on etcd {sl.etcd_endpoint} (logs in {sl.log_dir})"
-              + (f"; Leases on {sl.lease_etcd.endpoint} (no fsync, tmpfs: {sl.lease_etcd_dir})" if sl.lease_etcd
-                 else ""))
-        for sh in sl.shards:
-            print(f"  shard      {sh.base}  pid {sh.pid}  {sh.selector}")
-        if sl.zygote is not None and sl.zygote.pid:
-            print(f"  zygote     pid {sl.zygote.pid}  (the shards, the front and the controllers are forked from it)")
-        for c in sl.controllers:
-            print(f"  controller {c.base}/debug/controller  pid {c.pid}  on {c.argv[c.argv.index('--server') + 1]}")
-        if sl.front:
-            print(f"front: {sl.front.base}  pid {sl.front.pid}")
-        else:
-            print("front: not available (the `front` package is absent or --no-front); use a shard: "
-                  f"{sl.shards[0].base} (unsharded lists and watches go to etcd)")
-        print(f"kubeconfig ({cfg}):\n{kubeconfig(sl.server)}")
-        print(f"try: kubectl --kubeconfig {cfg} get widgets -A   (Ctrl-C stops the slice)", flush=True)
-        while not stop:
-            sl.check_alive()
-            time.sleep(0.5)
-    except SliceError as e:
-        print(f"slice: {e}", file=sys.stderr)
-        status = 1
-    finally:
-        sl.stop()
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
-            if sl.lease_etcd_dir:
-                shutil.rmtree(sl.lease_etcd_dir, ignore_errors=True)
-        print("slice stopped", flush=True)
-    return status
+    if a.no_front:
+        p.error("--no-front is gone: the slice is a deployment (`python -m recipes up slice`), whose front is its "
+                "address; start bare shards with `python -m apiserver --residency RANGE`")
+    cmd = [sys.executable, "-m", "recipes", "up", "slice", "--shards", str(a.shards), "--port", str(a.port)]
+    if a.state_dir:
+        cmd += ["--dir", a.state_dir]
+    if a.etcd_servers:
+        cmd += ["--etcd-servers", a.etcd_servers]
+    if a.no_controllers:
+        cmd += ["--without", "slice-controllers"]
+    if a.embedded_lease_etcd:
+        cmd.append("--apiserver-flag=--embedded-lease-etcd")
+    if a.zygote == "false":
+        cmd.append("--apiserver-flag=--zygote=false")
+    print("python -m shardslice up is a name for: " + " ".join(cmd[1:]), flush=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(x for x in (ROOT, os.environ.get("PYTHONPATH")) if x))
+    os.execve(sys.executable, cmd, env)

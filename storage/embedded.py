@@ -22,7 +22,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 ETCD_BIN_ENV = "ETCD_BIN"
@@ -184,6 +184,8 @@ class EmbeddedEtcd:
     # --port and --secure-port, bound only once its etcd is up). A test's worker picks them from the same
     # range, and a start whose etcd took its apiserver's port exited with "address already in use".
     avoid: frozenset = frozenset()
+    # Run in the child before etcd starts (a launcher's PR_SET_PDEATHSIG, so etcd dies with it).
+    preexec: Callable[[], None] | None = None
     _proc: subprocess.Popen | None = None
     _tmp: str | None = None
 
@@ -225,7 +227,7 @@ class EmbeddedEtcd:
         ]
         log = open(self.log_path, "ab")
         self._proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, start_new_session=True)
+                                      stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=self.preexec)
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -177,3 +177,20 @@ def test_a_failed_run_prints_the_tail_of_every_process_log(tmp_path):
     assert "--- etcd-main.log (last 5 lines)" in text and "| etcd line 29" in text and "etcd line 24" not in text
     assert "--- deployment/logs/front-0.log (last 2 lines)" in text and "| error: cannot listen on 13705" in text
     assert "not a log" not in text
+
+
+def test_up_customizes_a_recipe_and_refuses_what_does_not_apply():
+    """`recipes up`'s --shards / --fronts / --without / --apiserver-flag (what `shardslice up` translates its
+    options to): K shards and one controller per shard; anything that does not apply is refused, not ignored."""
+    r = spec.customized(spec.load("slice"), shards=3, fronts=2, apiserver_flags=("--embedded-lease-etcd",))
+    dep, ctl = r.process("deployment"), r.process("slice-controllers")
+    assert (dep.options["shards"], dep.options["fronts"], ctl.count) == (3, 2, 3)
+    assert dep.flags[-1] == "--embedded-lease-etcd"
+    assert spec.load("slice").process("deployment").options["shards"] == 2   # the catalog's recipe is untouched
+    assert spec.customized(spec.load("slice"), without=("slice-controllers",)).process("slice-controllers") is None
+    for kw, message in (({"shards": 2}, "runs no deployment"), ({"without": ("deployment",)}, "may be left out"),
+                        ({"without": ("kwok",)}, "may be left out")):
+        with pytest.raises(spec.RecipeError, match=message):
+            spec.customized(spec.load("classic-ha" if "shards" in kw else "slice"), **kw)
+    with pytest.raises(spec.RecipeError, match="at least 1"):
+        spec.customized(spec.load("slice"), shards=0)

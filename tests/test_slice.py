@@ -1,6 +1,6 @@
 """The sharded slice (issue 11 §2-3): K = 2 resident shards over a real etcd, one controller replica per
-shard pinned to its range (shardslice/controller.py), the launcher (`python -m shardslice up`), and the
-benchmark's smoke form (bench/slice.py --quick)."""
+shard pinned to its range (shardslice/controller.py), the launcher (`python -m shardslice up`, a name for
+`python -m recipes up slice`), and the benchmark's smoke form (bench/slice.py --quick)."""
 from __future__ import annotations
 
 import asyncio
@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from machinery.shard_selector import complementary, parse_shard_selector
+from machinery.shard_selector import complementary
 from shardslice import widgets
 from shardslice.controller import Controller
 from shardslice.launcher import Proc, Slice
@@ -212,30 +212,26 @@ def test_list_and_watch_fallback_without_watch_list(current_etcd):
 
 
 def test_launcher_up_starts_and_stops(tmp_path):
-    """`python -m shardslice up --shards 2`: prints the entry point and a kubeconfig, the slice answers and
-    reconciles; SIGINT (Ctrl-C) stops every process it started and exits 0. On the newest etcd found (the
-    suite's current build), with `--embedded-lease-etcd`: a Lease written through the front is on the Lease
-    etcd, not the main one (issue 22 §3)."""
+    """`python -m shardslice up --shards 2`, a name for `python -m recipes up slice` (issue 24's one launcher):
+    prints what it starts with each log, the address and a kubeconfig; the slice answers and reconciles; SIGINT
+    (Ctrl-C) stops every process it started and exits 0; started again on the same state directory it serves
+    what it held. On the newest etcd found (the suite's current build), with `--embedded-lease-etcd`: a Lease
+    written through the front is on the Lease etcd, not the main one (issue 22 §3)."""
     _launcher_up(tmp_path, "newest", lease_etcd=True)
 
 
 def test_a_killed_launcher_leaves_no_process_behind(tmp_path, current_etcd):
-    """SIGKILL to `shardslice up` (as a failing test's cleanup does): its zygote ends with it, and the shards, the
-    front and the controllers forked from it die with the zygote (PDEATHSIG), instead of running on as orphans."""
+    """SIGKILL to `shardslice up` (as a failing test's cleanup does): every process it started dies with it
+    (PR_SET_PDEATHSIG: the deployment, whose shards and front die with it in turn, and the controllers), instead
+    of running on as orphans."""
     p = subprocess.Popen([sys.executable, "-m", "shardslice", "up", "--shards", "2", "--port", str(free_port()),
                           "--state-dir", str(tmp_path / "state"), "--etcd-servers", current_etcd.endpoint],
                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    out = []
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and not (out and "Ctrl-C stops the slice" in out[-1]):
-            line = p.stdout.readline()
-            if not line:
-                break
-            out.append(line)
-        text = "".join(out)
-        pids = [int(x) for x in re.findall(r"pid (\d+)", text)]
-        assert len(pids) == 6, text        # 2 shards, 2 controllers, the front, the zygote
+        text = _until_ready(p)
+        pids = _pids(text)
+        assert len(pids) == 6, text        # the deployment, its 2 shards and front, 2 controllers
+        assert "using etcd-main" in text and current_etcd.endpoint in text, text
         p.kill()
         p.wait()
         wait_for(lambda: all(gone(pid) for pid in pids), 30, "processes left running after the launcher's death")
@@ -253,39 +249,57 @@ def test_launcher_up_on_the_wheels_etcd(tmp_path):
     _launcher_up(tmp_path, "distro")
 
 
+def test_launcher_options_that_are_gone_are_refused():
+    """`--no-front`: the slice is a deployment, whose front is its address; refused with a message, not ignored."""
+    r = subprocess.run([sys.executable, "-m", "shardslice", "up", "--no-front"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "--no-front is gone" in r.stderr and "Traceback" not in r.stderr
+
+
+def _until_ready(p: subprocess.Popen, timeout: float = 120) -> str:
+    out = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = p.stdout.readline()
+        if not line:
+            break
+        out.append(line)
+        if line.startswith("ready: "):
+            break
+    text = "".join(out)
+    assert "\nready: " in text, text
+    return text
+
+
+def _pids(text: str) -> list[int]:
+    return [int(x) for x in re.findall(r" pid (\d+) ", text)]
+
+
 def _launcher_up(tmp_path, etcd: str, lease_etcd: bool = False) -> None:
     ready_binaries("etcd")   # "newest" is the current build: built (or waited for) before the time limit
     state = tmp_path / "state"
     env = dict(os.environ)
     if etcd == "distro":
         env["ETCD_BIN"] = distro_etcd_binary()
-    p = subprocess.Popen([sys.executable, "-m", "shardslice", "up", "--shards", "2", "--port", str(free_port()),
-                          "--state-dir", str(state), *(["--embedded-lease-etcd"] if lease_etcd else [])], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, env=env)
-    out = []
+    argv = [sys.executable, "-m", "shardslice", "up", "--shards", "2", "--port", str(free_port()),
+            "--state-dir", str(state), *(["--embedded-lease-etcd"] if lease_etcd else [])]
+    p = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            line = p.stdout.readline()
-            if not line:
-                break
-            out.append(line)
-            if "Ctrl-C stops the slice" in line:
-                break
-        text = "".join(out)
-        assert "Ctrl-C stops the slice" in text, text
-        pids = [int(x) for x in re.findall(r"pid (\d+)", text)]
-        assert len(pids) == 6, text        # 2 shards, 2 controllers, the front, the zygote they are forked from
-        zygote = int(re.search(r"^  zygote     pid (\d+)", text, re.M).group(1))
-        apiservers = [int(x) for x in re.findall(r"^(?:  shard .*|front: .*)  pid (\d+)", text, re.M)]
-        assert len(apiservers) == 3 and all(parent(pid) == zygote for pid in apiservers), text
-        assert re.search(r"^front: http://127\.0\.0\.1:\d+  pid \d+$", text, re.M), text
-        cfg = (state / "kubeconfig").read_text()
-        server = re.search(r"server: (\S+)", cfg).group(1)
-        assert f"front: {server}  pid" in text, text    # kubectl goes to the front
-        api = Api(server)
+        text = _until_ready(p)
+        assert text.startswith("python -m shardslice up is a name for: -m recipes up slice --shards 2"), text
+        pids = _pids(text)
+        assert len(pids) == 6, text        # the deployment, its 2 shards and front, 2 controllers
+        deployment = int(re.search(r"started deployment +pid (\d+)", text).group(1))
+        apiservers = [int(x) for x in re.findall(r"deployment's (?:shard|front)-\d +pid (\d+)", text)]
+        assert len(apiservers) == 3 and all(parent(parent(pid)) == deployment for pid in apiservers), text
+        for log in re.findall(r" log (\S+)", text):     # every process printed with its log, as it starts
+            assert os.path.exists(log), log
+        server = re.search(r"^ready: (\S+) \(kubeconfig (\S+)\)$", text, re.M)
+        assert re.search(r"server: (\S+)", (state / "kubeconfig").read_text()).group(1) == server.group(1)
+        assert server.group(2) == str(state / "kubeconfig")
+        api = Api(server.group(1))
         assert api.get("/readyz").status_code == 200
-        etcd_url = re.search(r"on etcd (\S+)", text).group(1)
+        etcd_url = re.search(r"starting etcd-main +(\S+)", text).group(1)
         version = Api(etcd_url).get("/version").json()["etcdserver"]
         assert (version == "3.5.1") == (etcd == "distro"), version
         api.post("/api/v1/namespaces", {"metadata": {"name": NS}})
@@ -294,9 +308,8 @@ def _launcher_up(tmp_path, etcd: str, lease_etcd: bool = False) -> None:
         got = wait_for(lambda: widgets.reconciled(o := api.get(f"{widgets.collection(NS)}/up").json()) and o,
                        20, "the widget reconciled")
         assert got["status"]["square"] == 49
-        assert parse_shard_selector(text.split("shard      ")[1].split("  ")[2].strip()) is not None
         if lease_etcd:
-            lease_url = re.search(r"Leases on (\S+) \(no fsync, tmpfs: \S+\)", text).group(1)
+            lease_url = re.search(r"embedded lease etcd: (\S+)", (state / "deployment.log").read_text()).group(1)
             r = api.post("/apis/coordination.k8s.io/v1/namespaces/default/leases", {"metadata": {"name": "up"}})
             assert r.status_code == 201, r.text
 
@@ -306,19 +319,29 @@ def _launcher_up(tmp_path, etcd: str, lease_etcd: bool = False) -> None:
             assert any(k.endswith("/leases/default/up") for k in keys(lease_url))
             assert not any(k.endswith("/leases/default/up") for k in keys(etcd_url))
         p.send_signal(signal.SIGINT)
-        rest, _ = p.communicate(timeout=40)
+        rest, _ = p.communicate(timeout=60)
         assert p.returncode == 0, text + rest
-        assert "slice stopped" in rest
+        assert "stopped every process" in rest
         for pid in pids:
             assert gone(pid), pid
+        if etcd == "distro":   # started again on the same state directory: what it held is there
+            p = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+            text = _until_ready(p)
+            again = Api(re.search(r"^ready: (\S+)", text, re.M).group(1))
+            assert again.get(f"{widgets.collection(NS)}/up").json()["status"]["square"] == 49
+            p.send_signal(signal.SIGTERM)
+            rest, _ = p.communicate(timeout=60)
+            assert p.returncode == 0 and "stopped every process" in rest, rest
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
         p.stdout.close()   # on a failure too: else the next test fails on the unclosed pipe's ResourceWarning
-        if lease_etcd:     # kept on tmpfs with a --state-dir (a later `up` on it would find its Leases)
-            for d in re.findall(r"tmpfs: (\S+)\)", "".join(out)):
-                shutil.rmtree(d, ignore_errors=True)
+        # the deployment's Lease etcd keeps its data on tmpfs for its state directory (a later `up` on it would
+        # find its Leases): removed with the test's
+        for ident in state.rglob("lease-etcd.id"):
+            shutil.rmtree(os.path.join("/dev/shm", "residency-lease-etcd-" + ident.read_text().strip()),
+                          ignore_errors=True)
 
 
 def test_bench_slice_quick(tmp_path):

@@ -136,7 +136,7 @@ def apiserver_mode_deployment(current_etcd, tmp_path_factory):
 
 @pytest.fixture(scope="session", params=["cache", "etcd", "deployment", "kube"])
 def differential_mode(request):
-    """The HTTP suites that assert upstream behaviour run against both servers: ours with and without
+    """The HTTP suites that assert upstream behaviour run against every server: ours with and without
     the watch cache, ours as an N-process deployment (`python -m deployment`: fronts over resident shards),
     and the real kube-apiserver (`api.mode == "kube"`). The deployment's shards keep watch caches, so what
     holds of "cache" holds of it too."""

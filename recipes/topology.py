@@ -108,14 +108,15 @@ class Topology:
             etcd = etcd or self.etcd_binary or binaries.binary("etcd", self.say)
             # durability "none": no fsync and data on tmpfs, for data whose loss costs one renewal period
             extra = ["--unsafe-no-fsync"] if s.durability == "none" else []
-            if self.keep_data and s.durability != "none":
+            keep = self.keep_data and s.durability != "none"
+            if keep:
                 data = os.path.join(self.run_dir, f"etcd-{s.name}")
             else:
                 data = tempfile.mkdtemp(prefix=f"etcd-{s.name}-", dir=shm if s.durability == "none" else self.run_dir)
             e = EmbeddedEtcd(data_dir=data, binary=etcd, client_port=self.port(), peer_port=self.port(),
                              log_path=os.path.join(self.run_dir, f"etcd-{s.name}.log"), preexec=die_with_launcher(),
                              extra_args=extra + ["--auto-compaction-mode=periodic", "--auto-compaction-retention=5m"])
-            if data != os.path.join(self.run_dir, f"etcd-{s.name}"):
+            if not keep:
                 e._tmp = data  # removed on stop
             self.say(f"  starting etcd-{s.name:<19} {e.endpoint} ({s.durability}"
                      f"{'; ' + ', '.join(s.resources) if s.resources else '; every other resource'}) "

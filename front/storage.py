@@ -272,10 +272,12 @@ class FrontStorage(CacheDelegator):
         # One resourceVersion for every shard (S2.14: the list is the state at R).
         limit = req.limit if req.limit > 0 else 0
         rv_s, rvm = req.resource_version, req.resource_version_match
+        consistent = False   # upstream's consistent read: no resourceVersion, no continue
         if cont_rv is not None and cont_rv > 0:
             rv = cont_rv
         elif cont_rv is not None or rv_s in (None, ""):
             rv = await self.revision.current()
+            consistent = cont_rv is None
         elif rv_s == "0":
             rv, limit = await self.revision.current(), 0   # S1.19: RV=0 ignores limit
         else:
@@ -286,7 +288,6 @@ class FrontStorage(CacheDelegator):
         if start_key is not None:
             start = start_key[len(prefix) - 1:]   # "/<key>\x00" as the token carried it
         base = self._base(rv, start, limit)
-        consistent = cont_rv is None and rv_s in (None, "")
         try:
             if limit:
                 page = await self._merged_page(parts, ns, base, req, rv, limit, prefix)

@@ -16,7 +16,6 @@ import ssl
 import sys
 import tempfile
 import time
-import urllib.request
 
 from machinery.shard_selector import complementary
 from storage.embedded import EmbeddedEtcd, free_port
@@ -204,8 +203,8 @@ class Topology:
         self.deployment_metrics = f"http://127.0.0.1:{dport}"
         # what the supervisor started, each with its log (its children are forked from a zygote of its own)
         try:
-            with urllib.request.urlopen(self.deployment_metrics + "/debug/residency", timeout=10) as r:
-                children = json.loads(r.read()).get("processes", [])
+            code, body = Client(Endpoint(self.deployment_metrics)).request("GET", "/debug/residency", timeout=10)
+            children = json.loads(body).get("processes", []) if code == 200 else []
         except (OSError, ValueError):
             children = []
         for c in children:

@@ -341,5 +341,4 @@ def up(argv: list[str] | None = None) -> int:
     if a.zygote == "false":
         cmd.append("--apiserver-flag=--zygote=false")
     print("python -m shardslice up is a name for: " + " ".join(cmd[1:]), flush=True)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(x for x in (ROOT, os.environ.get("PYTHONPATH")) if x))
-    os.execve(sys.executable, cmd, env)
+    os.execv(sys.executable, cmd)   # recipes is importable wherever shardslice was (same sys.path, cwd, environment)

@@ -126,10 +126,9 @@ def apiserver_mode_deployment(current_etcd, tmp_path_factory):
     (SO_REUSEPORT: a client's connections land on either front), so every list is merged from two shards and
     every watch comes from a front's shared merged stream. Its own key prefix: the cache mode's server watches
     the same etcd, and tests that use fixed cluster-scoped names must not meet each other's objects."""
-    from tests.helpers.deployment import Deployment
-    d = Deployment(tmp_path_factory.mktemp("deployment"), "--shards", "2", "--fronts", "2",
-                   "--etcd-servers", current_etcd.endpoint, "--etcd-prefix", DEPLOYMENT_PREFIX,
-                   "--cache-compression-eager").start()
+    from tests.helpers.deployment import differential
+    d = differential(tmp_path_factory.mktemp("deployment"), current_etcd.endpoint, DEPLOYMENT_PREFIX,
+                     "--cache-compression-eager")
     yield d.base, "deployment", current_etcd
     assert d.stop() == 0, "\n".join(d.lines[-30:])
 

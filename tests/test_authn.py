@@ -2,8 +2,9 @@
 `--client-ca-file`, `--anonymous-auth`, the 401, and SelfSubjectReview (`kubectl auth whoami`).
 
 The HTTP tests run differentially: against our apiserver (real process, HTTPS with a throwaway PKI, a token
-file, over a real etcd), against the same flags given to `python -m deployment` (fronts over shards), and against the real kube-apiserver v1.37.2 started with the same kind of token file
-(`server.mode == "kube"`), and assert the same answers from both: the 401 body byte for byte, the
+file, over a real etcd), against the same flags given to `python -m deployment` (fronts over shards), and
+against the real kube-apiserver v1.37.2 started with the same kind of token file (`server.mode == "kube"`), and
+assert the same answers from all: the 401 body byte for byte, the
 SelfSubjectReview's shape and user, kubectl with a token and with a client certificate. The one
 difference found is asserted as such: a client certificate from another CA fails our TLS handshake (Python's
 ssl verifies a certificate it asked for, or aborts), where kube-apiserver asks without verifying and answers
@@ -119,16 +120,15 @@ def kube(current_etcd, token_file):
 def deployment(current_etcd, token_file, tmp_path_factory):
     """Ours as `python -m deployment` (two fronts over two resident shards), with the same flags: the fronts
     authenticate."""
-    from tests.helpers.deployment import Deployment
+    from tests.helpers.deployment import differential
     pki = tempfile.mkdtemp(prefix="authn-pki-")
     make_pki(pki)
     port = free_port()
-    d = Deployment(tmp_path_factory.mktemp("authn-deployment"), "--shards", "2", "--fronts", "2",
-                   "--secure-port", str(port), "--tls-cert-file", os.path.join(pki, "serving.crt"),
-                   "--tls-private-key-file", os.path.join(pki, "serving.key"),
-                   "--client-ca-file", os.path.join(pki, "ca.crt"), "--token-auth-file", token_file,
-                   "--etcd-servers", current_etcd.endpoint, "--etcd-prefix", f"/registry-authndep{os.getpid()}")
-    d.start()
+    d = differential(tmp_path_factory.mktemp("authn-deployment"), current_etcd.endpoint,
+                     f"/registry-authndep{os.getpid()}", "--secure-port", str(port),
+                     "--tls-cert-file", os.path.join(pki, "serving.crt"),
+                     "--tls-private-key-file", os.path.join(pki, "serving.key"),
+                     "--client-ca-file", os.path.join(pki, "ca.crt"), "--token-auth-file", token_file)
     yield Server("deployment", f"https://127.0.0.1:{port}", pki, plain=d.base, metrics=d.dbase)
     d.stop()
     shutil.rmtree(pki, ignore_errors=True)

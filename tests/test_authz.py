@@ -238,11 +238,9 @@ def ours_etcd(current_etcd, token_file):
 def ours_deployment(current_etcd, token_file, tmp_path_factory):
     """The same flags given to `python -m deployment` (two fronts over two resident shards): the fronts
     authorize, each from RBAC indexes of its own."""
-    from tests.helpers.deployment import Deployment
-    d = Deployment(tmp_path_factory.mktemp("authz-deployment"), "--shards", "2", "--fronts", "2",
-                   "--authorization-mode=RBAC", f"--token-auth-file={token_file}",
-                   "--etcd-servers", current_etcd.endpoint, "--etcd-prefix", f"/registry-authzdep{os.getpid()}")
-    d.start()
+    from tests.helpers.deployment import differential
+    d = differential(tmp_path_factory.mktemp("authz-deployment"), current_etcd.endpoint,
+                     f"/registry-authzdep{os.getpid()}", "--authorization-mode=RBAC", f"--token-auth-file={token_file}")
     yield Client(d.base, TOKENS["admin"], mode="deployment")
     d.stop()
 

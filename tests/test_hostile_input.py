@@ -120,10 +120,8 @@ def ours_proc(current_etcd):
 @contextlib.contextmanager
 def deployment_server(tmp_path_factory, etcd, prefix: str, *flags: str):
     """Ours as `python -m deployment`: two fronts over two resident shards on one address."""
-    from tests.helpers.deployment import Deployment
-    d = Deployment(tmp_path_factory.mktemp("hostile-deployment"), "--shards", "2", "--fronts", "2",
-                   "--etcd-servers", etcd.endpoint, "--etcd-prefix", prefix, *flags)
-    d.start()
+    from tests.helpers.deployment import differential
+    d = differential(tmp_path_factory.mktemp("hostile-deployment"), etcd.endpoint, prefix, *flags)
     try:
         server = Server("deployment", Api(d.base), "127.0.0.1", d.port, [d.proc.pid, *d.pids().values()])
         server.metrics_api = Api(d.dbase)

@@ -130,11 +130,10 @@ def srv_kube(kube_apiserver, current_etcd):
 def srv_deployment(current_etcd, tmp_path_factory):
     """Ours as `python -m deployment` over a current etcd: two resident shards behind two fronts on one
     address, every entry compressed eagerly as in `srv_current`."""
-    from tests.helpers.deployment import Deployment
+    from tests.helpers.deployment import differential
     start_rev = _etcd_revision(current_etcd.endpoint)
-    d = Deployment(tmp_path_factory.mktemp("wc-deployment"), "--shards", "2", "--fronts", "2",
-                   "--etcd-servers", current_etcd.endpoint, "--etcd-prefix", f"/registry-wcdep{os.getpid()}",
-                   "--cache-compression-eager").start()
+    d = differential(tmp_path_factory.mktemp("wc-deployment"), current_etcd.endpoint, f"/registry-wcdep{os.getpid()}",
+                     "--cache-compression-eager")
     yield Server(d.base, current_etcd, d, start_rev)
     d.stop()
 

@@ -69,6 +69,14 @@ class Deployment:
             self.proc.stderr.close()
 
 
+def differential(tmp_path, etcd_endpoint: str, prefix: str, *flags: str) -> Deployment:
+    """The deployment the differential suites hold to kube-apiserver's answers, started: K = 2 resident shards and
+    N = 2 fronts on one address (so lists are merged, watches shared) over the suite's etcd, under a key prefix of
+    its own, with the suite's other flags."""
+    return Deployment(tmp_path, "--shards", "2", "--fronts", "2", "--etcd-servers", etcd_endpoint,
+                      "--etcd-prefix", prefix, *flags).start()
+
+
 def parent(pid: int) -> int:
     """`pid`'s parent process id (/proc/PID/stat)."""
     with open(f"/proc/{pid}/stat") as f:
